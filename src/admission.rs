@@ -1,0 +1,1 @@
+//! AdmissionReview wire protocol.

@@ -1,0 +1,42 @@
+//! Command line: a thin dispatcher. Each subcommand's arguments live in the
+//! module that implements it.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "knative-ha-webhook", version, about = "Mutating admission webhook that makes Knative Serving's control plane highly available")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Show what a policy does to a set of manifests (offline).
+    Preview(crate::preview::PreviewArgs),
+    /// Validate a policy file: exit 0 when valid, non-zero with the errors otherwise.
+    Check(crate::preview::CheckArgs),
+    /// Print the HighAvailabilityPolicy CustomResourceDefinition.
+    Crd,
+    /// Run the HTTPS admission server.
+    Serve(Box<crate::server::ServeArgs>),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Preview(args) => crate::preview::run_preview(&args),
+        Command::Check(args) => crate::preview::run_check(&args),
+        Command::Crd => crate::preview::run_crd(),
+        Command::Serve(args) => crate::server::run_cli(*args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! knative-ha-webhook: a mutating admission webhook that makes the Knative
+//! Serving control plane highly available.
+//!
+//! Dependencies point one way:
+//! `policy` (model + validation) <- `engine` (pure mutation) <- `store`
+//! (snapshot the request path reads) <- `sources` (file / cluster watchers)
+//! and `admission` (wire protocol) <- `server` (HTTPS, probes, metrics) <- `cli`.
+#![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod cli;
+pub mod engine;
+pub mod policy;
+pub mod preview;
+pub mod server;
+pub mod sources;
+pub mod store;
+pub mod telemetry;
+pub mod tls;

@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    knative_ha_webhook::cli::main()
+}

@@ -1,0 +1,1 @@
+//! Policy from a file, re-read when it changes.

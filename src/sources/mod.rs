@@ -1,0 +1,9 @@
+//! Policy sources: they build [`crate::store::Snapshot`]s and publish them
+//! to a [`crate::store::PolicyStore`].
+//!
+//! - `file`: a policy file, re-read when it changes (`serve --policy-file`).
+//! - `cluster`: HighAvailabilityPolicy resources and labelled ConfigMaps,
+//!   watched through the API server (`serve` without `--policy-file`).
+
+pub mod cluster;
+pub mod file;

@@ -1,0 +1,1 @@
+//! TLS: rustls server configuration and certificate reloading.
