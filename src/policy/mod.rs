@@ -135,6 +135,15 @@ impl Policy {
         })
     }
 
+    /// Parses and validates one policy given as a JSON value (as the cluster
+    /// source receives it from the API server). Unknown fields anywhere are
+    /// errors.
+    pub fn from_json(value: &serde_json::Value) -> Result<Policy, PolicyError> {
+        let res: HighAvailabilityPolicy = serde_json::from_value(value.clone())
+            .map_err(|e| PolicyError::Parse(e.to_string()))?;
+        Policy::from_resource(&res)
+    }
+
     /// Parses and validates one YAML (or JSON) policy document.
     pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
         let res: HighAvailabilityPolicy =

@@ -12,6 +12,18 @@ pub struct ClusterSourceConfig {
     pub namespace: String,
 }
 
+/// The cluster source's metrics, registered once at start-up.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterMetrics {}
+
+impl ClusterMetrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn register(registry: &mut Registry) -> ClusterMetrics {
+        let _ = registry;
+        ClusterMetrics {}
+    }
+}
+
 /// Runs the cluster source until the returned future is dropped.
 /// Publishes snapshots to `store`; `store.load().synced` becomes true after
 /// the first full list of every source.
@@ -19,12 +31,8 @@ pub async fn run(
     client: kube::Client,
     config: ClusterSourceConfig,
     store: PolicyStore,
+    metrics: ClusterMetrics,
 ) -> anyhow::Result<()> {
-    let _ = (client, config, store);
+    let _ = (client, config, store, metrics);
     anyhow::bail!("cluster policy source: not implemented yet")
-}
-
-/// Registers the cluster source's metrics (called once at start-up).
-pub fn register_metrics(registry: &mut Registry) {
-    let _ = registry;
 }
