@@ -41,6 +41,25 @@ impl Patcher {
         let mut cur = &mut self.doc;
         for (i, key) in path.iter().enumerate() {
             let last = i + 1 == path.len();
+            if let Value::Array(items) = cur {
+                // Existing list elements can be walked through (never created).
+                let Some(item) = key.parse::<usize>().ok().and_then(|n| items.get_mut(n)) else {
+                    return Err(format!("{} has no element {key}", path[..i].join(".")));
+                };
+                if last {
+                    if *item == value {
+                        return Ok(false);
+                    }
+                    *item = value.clone();
+                    self.ops.push(PatchOperation::Replace(ReplaceOperation {
+                        path: pointer(path),
+                        value,
+                    }));
+                    return Ok(true);
+                }
+                cur = item;
+                continue;
+            }
             let Value::Object(map) = cur else {
                 return Err(format!("{} is not an object", path[..i].join(".")));
             };

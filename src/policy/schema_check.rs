@@ -74,7 +74,12 @@ pub fn check_document(doc: &Value) -> Vec<PolicyError> {
             "status" => {}
             _ => match props.and_then(|p| p.get(key)) {
                 Some(sub) => check_value(sub, value, key, &mut errors),
-                None => errors.push(unknown_field(key, key, props)),
+                None => errors.push(PolicyError::invalid(
+                    key.as_str(),
+                    format!(
+                        "unknown field {key:?} (known fields: apiVersion, kind, metadata, spec, status)"
+                    ),
+                )),
             },
         }
     }
