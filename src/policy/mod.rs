@@ -275,18 +275,43 @@ impl PolicyError {
     }
 }
 
+/// Writes integral `minimum`/`maximum` bounds as integers (`1`, not `1.0`).
+fn integral_bounds(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if (key == "minimum" || key == "maximum")
+                    && let Some(f) = v.as_f64()
+                    && f.fract() == 0.0
+                    && f.abs() < 1e15
+                {
+                    *v = serde_json::Value::from(f as i64);
+                } else {
+                    integral_bounds(v);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(integral_bounds),
+        _ => {}
+    }
+}
+
+/// The CustomResourceDefinition as JSON, generated from the Rust types
+/// (deterministic: maps are sorted).
+pub fn crd_value() -> serde_json::Value {
+    let mut value = serde_json::to_value(HighAvailabilityPolicy::crd()).unwrap_or_default();
+    integral_bounds(&mut value);
+    value
+}
+
 /// The CRD's `openAPIV3Schema`, computed once.
 pub fn crd_schema() -> &'static serde_json::Value {
     static SCHEMA: OnceLock<serde_json::Value> = OnceLock::new();
     SCHEMA.get_or_init(|| {
-        let crd = HighAvailabilityPolicy::crd();
-        let version = crd
-            .spec
-            .versions
-            .first()
-            .and_then(|v| v.schema.as_ref())
-            .and_then(|s| s.open_api_v3_schema.as_ref());
-        serde_json::to_value(version).unwrap_or(serde_json::Value::Null)
+        crd_value()
+            .pointer("/spec/versions/0/schema/openAPIV3Schema")
+            .cloned()
+            .unwrap_or_default()
     })
 }
 
