@@ -62,7 +62,8 @@ fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
         return Ok(("<stdin>".to_string(), text));
     }
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).with_context(|| format!("{name}: cannot read file"))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("{name}: cannot read file"))?;
     Ok((name, text))
 }
 

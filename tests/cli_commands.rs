@@ -28,7 +28,12 @@ fn run_stdin(args: &[&str], input: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("binary runs");
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
@@ -49,7 +54,10 @@ fn parse_multi(text: &str) -> Vec<Value> {
 fn key(v: &Value) -> (String, String, String) {
     (
         v["kind"].as_str().unwrap_or("").to_string(),
-        v["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
+        v["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
         v["metadata"]["name"].as_str().unwrap_or("").to_string(),
     )
 }
@@ -64,35 +72,68 @@ fn preview_yaml_prints_every_document_in_order_mutated_where_governed() {
     let docs = parse_multi(&text);
     let input = support::fixture_objects();
     assert_eq!(docs.len(), input.len());
-    assert_eq!(docs.iter().map(key).collect::<Vec<_>>(), input.iter().map(key).collect::<Vec<_>>());
+    assert_eq!(
+        docs.iter().map(key).collect::<Vec<_>>(),
+        input.iter().map(key).collect::<Vec<_>>()
+    );
     assert!(text.contains("\n---\n"));
 
-    let find = |kind: &str, name: &str| docs.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name).unwrap();
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap()
+    };
     assert_eq!(find("Deployment", "controller")["spec"]["replicas"], 3);
-    assert_eq!(find("HorizontalPodAutoscaler", "activator")["spec"]["minReplicas"], 5);
+    assert_eq!(
+        find("HorizontalPodAutoscaler", "activator")["spec"]["minReplicas"],
+        5
+    );
     let cm = find("ConfigMap", "config-leader-election");
     assert_eq!(cm["data"]["buckets"], "5");
-    let original_cm = input.iter().find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "config-leader-election").unwrap();
+    let original_cm = input
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "config-leader-election")
+        .unwrap();
     assert_eq!(cm["data"]["_example"], original_cm["data"]["_example"]);
     assert_eq!(cm["metadata"], original_cm["metadata"]);
     // untouched documents round-trip unchanged
     let gw = find("Deployment", "3scale-kourier-gateway");
-    let original_gw = input.iter().find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "3scale-kourier-gateway").unwrap();
+    let original_gw = input
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "3scale-kourier-gateway")
+        .unwrap();
     assert_eq!(gw, original_gw);
     // long image references stay plain scalars (no folded `>-` blocks)
-    assert!(!text.contains("image: >"), "folded image reference in output");
+    assert!(
+        !text.contains("image: >"),
+        "folded image reference in output"
+    );
 }
 
 #[test]
 fn preview_patches_prints_one_json_line_per_changed_document() {
-    let mut args = vec!["preview", "--policy", "examples/policy.yaml", "--output", "patches"];
+    let mut args = vec![
+        "preview",
+        "--policy",
+        "examples/policy.yaml",
+        "--output",
+        "patches",
+    ];
     args.extend(FIXTURES);
     let out = run(&args);
     assert!(out.status.success(), "{}", stderr(&out));
-    let lines: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).expect("JSON line")).collect();
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
     let got: Vec<(String, String)> = lines
         .iter()
-        .map(|l| (l["kind"].as_str().unwrap().to_string(), l["name"].as_str().unwrap().to_string()))
+        .map(|l| {
+            (
+                l["kind"].as_str().unwrap().to_string(),
+                l["name"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     let want = [
         ("ConfigMap", "config-leader-election"),
@@ -110,7 +151,10 @@ fn preview_patches_prints_one_json_line_per_changed_document() {
         assert_eq!(l["namespace"], "knative-serving");
         assert!(l["apiVersion"].is_string());
         assert!(!l["changes"].as_array().unwrap().is_empty());
-        let original = input.iter().find(|d| d["kind"] == l["kind"] && d["metadata"]["name"] == l["name"]).unwrap();
+        let original = input
+            .iter()
+            .find(|d| d["kind"] == l["kind"] && d["metadata"]["name"] == l["name"])
+            .unwrap();
         apply_rfc6902(original, &l["patch"]).expect("patch applies");
     }
 }
@@ -118,26 +162,42 @@ fn preview_patches_prints_one_json_line_per_changed_document() {
 #[test]
 fn preview_reads_stdin_and_defaults_namespace_less_documents_to_default() {
     let manifest = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: controller}\nspec: {replicas: 1}\n";
-    let policy = std::fs::read_to_string(repo_path("examples/policy.yaml")).unwrap()
-        .replace("targetNamespace: knative-serving", "targetNamespace: default");
+    let policy = std::fs::read_to_string(repo_path("examples/policy.yaml"))
+        .unwrap()
+        .replace(
+            "targetNamespace: knative-serving",
+            "targetNamespace: default",
+        );
     let dir = tempfile::tempdir().unwrap();
     let policy_path = dir.path().join("p.yaml");
     std::fs::write(&policy_path, policy).unwrap();
     let p = policy_path.to_str().unwrap();
-    for args in [vec!["preview", "--policy", p, "-o", "patches"], vec!["preview", "--policy", p, "-o", "patches", "-"]] {
+    for args in [
+        vec!["preview", "--policy", p, "-o", "patches"],
+        vec!["preview", "--policy", p, "-o", "patches", "-"],
+    ] {
         let out = run_stdin(&args, manifest);
         assert!(out.status.success(), "{}", stderr(&out));
         let line: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
         assert_eq!(line["namespace"], "default");
-        assert_eq!(line["changes"][0], "deployment/controller: spec.replicas 1 -> 3 (policy serving)");
+        assert_eq!(
+            line["changes"][0],
+            "deployment/controller: spec.replicas 1 -> 3 (policy serving)"
+        );
     }
 }
 
 #[test]
 fn preview_takes_several_policies_but_one_per_namespace() {
     let out = run(&[
-        "preview", "--policy", "examples/policy.yaml", "--policy", "examples/policies/kourier-system.yaml",
-        "-o", "patches", FIXTURES[2],
+        "preview",
+        "--policy",
+        "examples/policy.yaml",
+        "--policy",
+        "examples/policies/kourier-system.yaml",
+        "-o",
+        "patches",
+        FIXTURES[2],
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
@@ -150,20 +210,42 @@ fn preview_takes_several_policies_but_one_per_namespace() {
     let a = std::fs::read_to_string(repo_path("examples/policy.yaml")).unwrap();
     let b = std::fs::read_to_string(repo_path("examples/policies/kourier-system.yaml")).unwrap();
     std::fs::write(&both, format!("{a}---\n{b}")).unwrap();
-    let out = run(&["preview", "--policy", both.to_str().unwrap(), "-o", "patches", FIXTURES[2]]);
+    let out = run(&[
+        "preview",
+        "--policy",
+        both.to_str().unwrap(),
+        "-o",
+        "patches",
+        FIXTURES[2],
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), text);
 
-    let out = run(&["preview", "--policy", "examples/policy.yaml", "--policy", "examples/policy.yaml", FIXTURES[1]]);
+    let out = run(&[
+        "preview",
+        "--policy",
+        "examples/policy.yaml",
+        "--policy",
+        "examples/policy.yaml",
+        FIXTURES[1],
+    ]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("knative-serving") && stderr(&out).contains("one policy per namespace"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("knative-serving")
+            && stderr(&out).contains("one policy per namespace"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
 fn check_accepts_valid_policies() {
     let out = run(&["check", "examples/policy.yaml"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout(&out), "examples/policy.yaml: valid (policy serving for namespace knative-serving)\n");
+    assert_eq!(
+        stdout(&out),
+        "examples/policy.yaml: valid (policy serving for namespace knative-serving)\n"
+    );
     let out = run(&["check", "examples/policies/ha-disabled.yaml"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
@@ -172,22 +254,33 @@ fn check_accepts_valid_policies() {
 fn check_rejects_invalid_policies_with_every_error_on_stderr() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.yaml");
-    let text = std::fs::read_to_string(repo_path("examples/policy.yaml")).unwrap()
+    let text = std::fs::read_to_string(repo_path("examples/policy.yaml"))
+        .unwrap()
         .replace("replicas: 3", "replicas: 0")
         .replace("buckets: 5 ", "buckets: 12 ");
     std::fs::write(&bad, text).unwrap();
     let out = run(&["check", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
-    assert!(err.contains("bad.yaml: document 1: spec.replicas: must be between 1 and 100, got 0"), "{err}");
-    assert!(err.contains("spec.leaderElection.buckets") && err.contains("got 12"), "{err}");
+    assert!(
+        err.contains("bad.yaml: document 1: spec.replicas: must be between 1 and 100, got 0"),
+        "{err}"
+    );
+    assert!(
+        err.contains("spec.leaderElection.buckets") && err.contains("got 12"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 2, "{err}");
     assert!(stdout(&out).is_empty());
 
     std::fs::write(&bad, "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: x}\nspec: {targetNamespace: a, replcas: 2}\n").unwrap();
     let out = run(&["check", bad.to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("spec.replcas: unknown field \"replcas\""), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("spec.replcas: unknown field \"replcas\""),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -212,14 +305,40 @@ fn bad_input_names_the_file_and_the_document() {
         p.to_str().unwrap().to_string()
     };
     let ok_doc = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n";
-    let yaml_error = write("yaml-error.yaml", &format!("{ok_doc}---\nkind: [unclosed\n"));
-    let not_object = write("list.yaml", &format!("# header\n---\n{ok_doc}---\n- a\n- b\n"));
-    let no_kind = write("nokind.yaml", &format!("{ok_doc}---\n---\nmetadata: {{name: x}}\n"));
-    let missing = dir.path().join("missing.yaml").to_str().unwrap().to_string();
+    let yaml_error = write(
+        "yaml-error.yaml",
+        &format!("{ok_doc}---\nkind: [unclosed\n"),
+    );
+    let not_object = write(
+        "list.yaml",
+        &format!("# header\n---\n{ok_doc}---\n- a\n- b\n"),
+    );
+    let no_kind = write(
+        "nokind.yaml",
+        &format!("{ok_doc}---\n---\nmetadata: {{name: x}}\n"),
+    );
+    let missing = dir
+        .path()
+        .join("missing.yaml")
+        .to_str()
+        .unwrap()
+        .to_string();
     let cases: [(&str, &str, &[&str]); 4] = [
-        ("YAML error", &yaml_error, &["yaml-error.yaml", "document 2", "invalid YAML"]),
-        ("not a mapping (comment before the first --- is no document)", &not_object, &["list.yaml", "document 2", "not a Kubernetes object"]),
-        ("no apiVersion/kind", &no_kind, &["nokind.yaml", "document 3", "not a Kubernetes object"]),
+        (
+            "YAML error",
+            &yaml_error,
+            &["yaml-error.yaml", "document 2", "invalid YAML"],
+        ),
+        (
+            "not a mapping (comment before the first --- is no document)",
+            &not_object,
+            &["list.yaml", "document 2", "not a Kubernetes object"],
+        ),
+        (
+            "no apiVersion/kind",
+            &no_kind,
+            &["nokind.yaml", "document 3", "not a Kubernetes object"],
+        ),
         ("missing file", &missing, &["missing.yaml", "cannot read"]),
     ];
     for (name, file, needles) in cases {
@@ -229,7 +348,10 @@ fn bad_input_names_the_file_and_the_document() {
         for n in needles {
             assert!(err.contains(n), "{name}: {n:?} not in {err}");
         }
-        assert!(stdout(&out).is_empty(), "{name}: printed output despite the error");
+        assert!(
+            stdout(&out).is_empty(),
+            "{name}: printed output despite the error"
+        );
     }
     let out = run(&["check", &missing]);
     assert!(!out.status.success());

@@ -34,7 +34,11 @@ const NAMES: &[&str] = &[
 
 fn arb_aa() -> impl Strategy<Value = PodAntiAffinity> {
     (
-        prop::sample::select(vec![AntiAffinityType::Preferred, AntiAffinityType::Required, AntiAffinityType::None]),
+        prop::sample::select(vec![
+            AntiAffinityType::Preferred,
+            AntiAffinityType::Required,
+            AntiAffinityType::None,
+        ]),
         prop::option::of(prop::sample::select(vec![
             "kubernetes.io/hostname".to_string(),
             "topology.kubernetes.io/zone".to_string(),
@@ -59,15 +63,22 @@ fn arb_leader_election() -> impl Strategy<Value = LeaderElection> {
         (None, None, Some("500ms")),
         (Some("1m30s"), Some("1m"), Some("1.5s")),
     ]);
-    (prop::option::of(any::<bool>()), prop::option::of(1..=10i32), durations).prop_map(
-        |(enabled, buckets, (l, r, p))| LeaderElection {
+    (
+        prop::option::of(any::<bool>()),
+        prop::option::of(1..=10i32),
+        durations,
+    )
+        .prop_map(|(enabled, buckets, (l, r, p))| LeaderElection {
             enabled,
-            buckets: if enabled == Some(false) { buckets.map(|_| 1) } else { buckets },
+            buckets: if enabled == Some(false) {
+                buckets.map(|_| 1)
+            } else {
+                buckets
+            },
             lease_duration: l.map(String::from),
             renew_deadline: r.map(String::from),
             retry_period: p.map(String::from),
-        },
-    )
+        })
 }
 
 /// Random valid policies (checked by `Policy::from_resource`).
@@ -78,45 +89,61 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
         prop::option::of(arb_leader_election()),
         prop::option::of(arb_aa()),
         prop::option::of(prop_oneof![
-            arb_int_or_percent().prop_map(|v| PodDisruptionBudgetPolicy { min_available: Some(v), max_unavailable: None }),
-            arb_int_or_percent().prop_map(|v| PodDisruptionBudgetPolicy { min_available: None, max_unavailable: Some(v) }),
+            arb_int_or_percent().prop_map(|v| PodDisruptionBudgetPolicy {
+                min_available: Some(v),
+                max_unavailable: None
+            }),
+            arb_int_or_percent().prop_map(|v| PodDisruptionBudgetPolicy {
+                min_available: None,
+                max_unavailable: Some(v)
+            }),
         ]),
         prop::sample::subsequence(NAMES.to_vec(), 0..4),
         prop::collection::vec((prop::option::of(1..=9i32), prop::option::of(arb_aa())), 4),
         prop::sample::subsequence(NAMES.to_vec(), 0..3),
     )
-        .prop_map(|(ns, replicas, le, aa, pdb, wl_names, wl_fields, exclude)| {
-            let disabled = le.as_ref().is_some_and(|l| l.enabled == Some(false));
-            let cap = |r: Option<i32>| if disabled { r.map(|_| 1) } else { r };
-            let workloads: Vec<WorkloadOverride> = wl_names
-                .iter()
-                .zip(wl_fields)
-                .map(|(n, (r, a))| WorkloadOverride { name: n.to_string(), replicas: cap(r), pod_anti_affinity: a })
-                .collect();
-            let exclude: Vec<String> = exclude
-                .into_iter()
-                .filter(|e| !wl_names.contains(e))
-                .map(String::from)
-                .collect();
-            let mut res = HighAvailabilityPolicy::new(
-                "p",
-                HighAvailabilityPolicySpec {
-                    target_namespace: ns.to_string(),
-                    replicas: cap(replicas),
-                    leader_election: le,
-                    pod_anti_affinity: aa,
-                    pod_disruption_budget: pdb,
-                    workloads,
-                    exclude,
-                },
-            );
-            res.metadata.name = Some("p".into());
-            Policy::from_resource(&res).expect("generated policy is valid")
-        })
+        .prop_map(
+            |(ns, replicas, le, aa, pdb, wl_names, wl_fields, exclude)| {
+                let disabled = le.as_ref().is_some_and(|l| l.enabled == Some(false));
+                let cap = |r: Option<i32>| if disabled { r.map(|_| 1) } else { r };
+                let workloads: Vec<WorkloadOverride> = wl_names
+                    .iter()
+                    .zip(wl_fields)
+                    .map(|(n, (r, a))| WorkloadOverride {
+                        name: n.to_string(),
+                        replicas: cap(r),
+                        pod_anti_affinity: a,
+                    })
+                    .collect();
+                let exclude: Vec<String> = exclude
+                    .into_iter()
+                    .filter(|e| !wl_names.contains(e))
+                    .map(String::from)
+                    .collect();
+                let mut res = HighAvailabilityPolicy::new(
+                    "p",
+                    HighAvailabilityPolicySpec {
+                        target_namespace: ns.to_string(),
+                        replicas: cap(replicas),
+                        leader_election: le,
+                        pod_anti_affinity: aa,
+                        pod_disruption_budget: pdb,
+                        workloads,
+                        exclude,
+                    },
+                );
+                res.metadata.name = Some("p".into());
+                Policy::from_resource(&res).expect("generated policy is valid")
+            },
+        )
 }
 
 fn obj(m: Vec<(&str, Value)>) -> Value {
-    Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<Map<_, _>>())
+    Value::Object(
+        m.into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect::<Map<_, _>>(),
+    )
 }
 
 fn metadata(name: &str, ns: Option<&str>) -> Value {
@@ -213,7 +240,10 @@ fn arb_hpa() -> impl Strategy<Value = (Value, Option<&'static str>)> {
 }
 
 fn arb_pdb() -> impl Strategy<Value = (Value, Option<&'static str>)> {
-    let v = prop_oneof![(0..4i64).prop_map(|n| json!(n)), (0..=100u32).prop_map(|n| json!(format!("{n}%")))];
+    let v = prop_oneof![
+        (0..4i64).prop_map(|n| json!(n)),
+        (0..=100u32).prop_map(|n| json!(format!("{n}%")))
+    ];
     (
         prop::sample::select(NAMES.to_vec()),
         prop::option::of(prop::sample::select(NAMESPACES.to_vec())),
@@ -228,7 +258,15 @@ fn arb_pdb() -> impl Strategy<Value = (Value, Option<&'static str>)> {
             if let Some(m) = max {
                 spec["maxUnavailable"] = m;
             }
-            (obj(vec![("apiVersion", json!("policy/v1")), ("kind", json!("PodDisruptionBudget")), ("metadata", metadata(&format!("{app}-pdb"), ns)), ("spec", spec)]), ns)
+            (
+                obj(vec![
+                    ("apiVersion", json!("policy/v1")),
+                    ("kind", json!("PodDisruptionBudget")),
+                    ("metadata", metadata(&format!("{app}-pdb"), ns)),
+                    ("spec", spec),
+                ]),
+                ns,
+            )
         })
 }
 
@@ -237,13 +275,26 @@ fn arb_configmap() -> impl Strategy<Value = (Value, Option<&'static str>)> {
         prop::sample::select(vec!["config-leader-election", "config-autoscaler"]),
         prop::option::of(prop::sample::select(NAMESPACES.to_vec())),
         prop::option::of(prop::collection::btree_map(
-            prop::sample::select(vec!["buckets", "lease-duration", "renew-deadline", "retry-period", "_example", "a/b~c"]).prop_map(String::from),
-            prop::sample::select(vec!["1", "5", "60s", "1m", "40s", "10s", "x"]).prop_map(Value::from),
+            prop::sample::select(vec![
+                "buckets",
+                "lease-duration",
+                "renew-deadline",
+                "retry-period",
+                "_example",
+                "a/b~c",
+            ])
+            .prop_map(String::from),
+            prop::sample::select(vec!["1", "5", "60s", "1m", "40s", "10s", "x"])
+                .prop_map(Value::from),
             0..5,
         )),
     )
         .prop_map(|(name, ns, data)| {
-            let mut o = obj(vec![("apiVersion", json!("v1")), ("kind", json!("ConfigMap")), ("metadata", metadata(name, ns))]);
+            let mut o = obj(vec![
+                ("apiVersion", json!("v1")),
+                ("kind", json!("ConfigMap")),
+                ("metadata", metadata(name, ns)),
+            ]);
             if let Some(d) = data {
                 o["data"] = Value::Object(d.into_iter().collect());
             }
@@ -254,13 +305,22 @@ fn arb_configmap() -> impl Strategy<Value = (Value, Option<&'static str>)> {
 fn arb_fixture() -> impl Strategy<Value = (Value, Option<&'static str>)> {
     let objects = support::fixture_objects();
     prop::sample::select(objects).prop_map(|o| {
-        let ns = NAMESPACES.iter().copied().find(|n| o["metadata"]["namespace"] == *n);
+        let ns = NAMESPACES
+            .iter()
+            .copied()
+            .find(|n| o["metadata"]["namespace"] == *n);
         (o, ns)
     })
 }
 
 fn arb_object() -> impl Strategy<Value = (Value, Option<&'static str>)> {
-    prop_oneof![arb_deployment(), arb_hpa(), arb_pdb(), arb_configmap(), arb_fixture()]
+    prop_oneof![
+        arb_deployment(),
+        arb_hpa(),
+        arb_pdb(),
+        arb_configmap(),
+        arb_fixture()
+    ]
 }
 
 fn arb_ctx() -> impl Strategy<Value = Context> {
@@ -270,7 +330,11 @@ fn arb_ctx() -> impl Strategy<Value = Context> {
 }
 
 fn run(policy: &Policy, ns: &str, object: &Value, ctx: &Context) -> engine::Outcome {
-    let input = Input { operation: Operation::Update, namespace: ns, object };
+    let input = Input {
+        operation: Operation::Update,
+        namespace: ns,
+        object,
+    };
     engine::mutate_object(policy, &input, ctx).expect("valid objects never error")
 }
 

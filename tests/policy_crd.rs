@@ -26,7 +26,15 @@ fn structural_violations(node: &Value, path: &str, out: &mut Vec<String>) {
     if ty.is_none() && !int_or_string && !preserve {
         out.push(format!("{path}: no type"));
     }
-    for forbidden in ["$ref", "anyOf", "oneOf", "allOf", "not", "definitions", "$schema"] {
+    for forbidden in [
+        "$ref",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "not",
+        "definitions",
+        "$schema",
+    ] {
         if node.get(forbidden).is_some() {
             out.push(format!("{path}: {forbidden}"));
         }
@@ -92,7 +100,9 @@ fn violations(schema: &Value, value: &Value, path: &str, out: &mut Vec<String>) 
     }
     if let Some(s) = value.as_str() {
         let len = s.chars().count() as u64;
-        if schema["minLength"].as_u64().is_some_and(|m| len < m) || schema["maxLength"].as_u64().is_some_and(|m| len > m) {
+        if schema["minLength"].as_u64().is_some_and(|m| len < m)
+            || schema["maxLength"].as_u64().is_some_and(|m| len > m)
+        {
             out.push(format!("{path}: length"));
         }
         if let Some(e) = schema["enum"].as_array()
@@ -135,7 +145,10 @@ fn policy_doc(rel: &str) -> Value {
 fn crd_is_cluster_scoped_with_status_printer_columns_and_short_name() {
     let crd = crd();
     assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
-    assert_eq!(crd["metadata"]["name"], "highavailabilitypolicies.knativeha.dev");
+    assert_eq!(
+        crd["metadata"]["name"],
+        "highavailabilitypolicies.knativeha.dev"
+    );
     assert_eq!(crd["spec"]["scope"], "Cluster");
     assert_eq!(crd["spec"]["names"]["shortNames"], json!(["hap"]));
     let v = &crd["spec"]["versions"][0];
@@ -143,7 +156,12 @@ fn crd_is_cluster_scoped_with_status_printer_columns_and_short_name() {
     assert_eq!(v["served"], true);
     assert_eq!(v["storage"], true);
     assert_eq!(v["subresources"]["status"], json!({}));
-    let columns: Vec<&str> = v["additionalPrinterColumns"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    let columns: Vec<&str> = v["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
     assert_eq!(columns, ["Target namespace", "Ready", "Age"]);
 }
 
@@ -154,7 +172,10 @@ fn schema_is_structural() {
     assert!(out.is_empty(), "{out:#?}");
     // metadata at the root may only be `type: object` (the API server owns it)
     let metadata = &schema()["properties"]["metadata"];
-    assert!(metadata.is_null() || *metadata == json!({"type": "object"}), "{metadata}");
+    assert!(
+        metadata.is_null() || *metadata == json!({"type": "object"}),
+        "{metadata}"
+    );
 }
 
 #[test]
@@ -163,13 +184,28 @@ fn schema_carries_the_bounds() {
     let spec = &s["properties"]["spec"]["properties"];
     assert_eq!(spec["replicas"]["minimum"], 1);
     assert_eq!(spec["replicas"]["maximum"], 100);
-    assert_eq!(spec["workloads"]["items"]["properties"]["replicas"]["maximum"], 100);
-    assert_eq!(spec["leaderElection"]["properties"]["buckets"]["minimum"], 1);
-    assert_eq!(spec["leaderElection"]["properties"]["buckets"]["maximum"], 10);
+    assert_eq!(
+        spec["workloads"]["items"]["properties"]["replicas"]["maximum"],
+        100
+    );
+    assert_eq!(
+        spec["leaderElection"]["properties"]["buckets"]["minimum"],
+        1
+    );
+    assert_eq!(
+        spec["leaderElection"]["properties"]["buckets"]["maximum"],
+        10
+    );
     for d in ["leaseDuration", "renewDeadline", "retryPeriod"] {
-        assert!(spec["leaderElection"]["properties"][d]["pattern"].is_string(), "{d}");
+        assert!(
+            spec["leaderElection"]["properties"][d]["pattern"].is_string(),
+            "{d}"
+        );
     }
-    assert_eq!(spec["podAntiAffinity"]["properties"]["type"]["enum"], json!(["Preferred", "Required", "None"]));
+    assert_eq!(
+        spec["podAntiAffinity"]["properties"]["type"]["enum"],
+        json!(["Preferred", "Required", "None"])
+    );
     assert_eq!(spec["targetNamespace"]["maxLength"], 63);
     assert!(spec["targetNamespace"]["pattern"].is_string());
     for f in ["minAvailable", "maxUnavailable"] {
@@ -183,7 +219,11 @@ fn schema_carries_the_bounds() {
 #[test]
 fn example_policies_satisfy_the_schema_and_bad_values_do_not() {
     let s = schema();
-    for rel in ["examples/policy.yaml", "examples/policies/ha-disabled.yaml", "examples/policies/kourier-system.yaml"] {
+    for rel in [
+        "examples/policy.yaml",
+        "examples/policies/ha-disabled.yaml",
+        "examples/policies/kourier-system.yaml",
+    ] {
         let mut out = Vec::new();
         violations(&s, &policy_doc(rel), "", &mut out);
         assert!(out.is_empty(), "{rel}: {out:?}");
@@ -191,11 +231,19 @@ fn example_policies_satisfy_the_schema_and_bad_values_do_not() {
     type Edit = fn(&mut Value);
     let bad: [(&str, Edit); 6] = [
         ("replicas 0", |v| v["spec"]["replicas"] = json!(0)),
-        ("replicas 101", |v| v["spec"]["workloads"][0]["replicas"] = json!(101)),
-        ("buckets 11", |v| v["spec"]["leaderElection"]["buckets"] = json!(11)),
-        ("type Sometimes", |v| v["spec"]["podAntiAffinity"]["type"] = json!("Sometimes")),
+        ("replicas 101", |v| {
+            v["spec"]["workloads"][0]["replicas"] = json!(101)
+        }),
+        ("buckets 11", |v| {
+            v["spec"]["leaderElection"]["buckets"] = json!(11)
+        }),
+        ("type Sometimes", |v| {
+            v["spec"]["podAntiAffinity"]["type"] = json!("Sometimes")
+        }),
         ("typo", |v| v["spec"]["replcas"] = json!(1)),
-        ("negative PDB", |v| v["spec"]["podDisruptionBudget"]["maxUnavailable"] = json!(-1)),
+        ("negative PDB", |v| {
+            v["spec"]["podDisruptionBudget"]["maxUnavailable"] = json!(-1)
+        }),
     ];
     for (name, edit) in bad {
         let mut doc = policy_doc("examples/policy.yaml");

@@ -31,54 +31,305 @@ type Edit = fn(&mut Value);
 
 /// (rule, edit to the example policy, expected path, text the message must contain)
 const CASES: &[(&str, Edit, &str, &str)] = &[
-    ("unknown spec field (typo)", |v| v["spec"]["replcas"] = json!(3), "spec.replcas", "unknown field \"replcas\""),
-    ("unknown top-level field", |v| v["extra"] = json!(1), "extra", "unknown field \"extra\""),
-    ("unknown nested field", |v| v["spec"]["leaderElection"]["bucket"] = json!(2), "spec.leaderElection.bucket", "unknown field"),
-    ("unknown field in a workload", |v| v["spec"]["workloads"][0]["replica"] = json!(2), "spec.workloads[0].replica", "unknown field"),
-    ("wrong apiVersion", |v| v["apiVersion"] = json!("knativeha.dev/v1"), "apiVersion", "\"knativeha.dev/v1\""),
-    ("wrong kind", |v| v["kind"] = json!("Policy"), "kind", "\"Policy\""),
-    ("spec missing", |v| { v.as_object_mut().unwrap().remove("spec"); }, "spec", "required"),
-    ("targetNamespace missing", |v| { v["spec"].as_object_mut().unwrap().remove("targetNamespace"); }, "spec.targetNamespace", "required"),
-    ("metadata.name missing", |v| v["metadata"] = json!({}), "metadata.name", "required"),
-    ("replicas of the wrong type", |v| v["spec"]["replicas"] = json!("3"), "spec.replicas", "\"3\""),
-    ("replicas below 1", |v| v["spec"]["replicas"] = json!(0), "spec.replicas", "got 0"),
-    ("replicas above 100", |v| v["spec"]["replicas"] = json!(101), "spec.replicas", "got 101"),
-    ("replicas beyond int32", |v| v["spec"]["replicas"] = json!(5_000_000_000i64), "spec.replicas", "5000000000"),
-    ("targetNamespace not a DNS label", |v| v["spec"]["targetNamespace"] = json!("Knative_Serving"), "spec.targetNamespace", "\"Knative_Serving\""),
-    ("targetNamespace too long", |v| v["spec"]["targetNamespace"] = json!("a".repeat(64)), "spec.targetNamespace", "aaaa"),
-    ("targetNamespace empty", |v| v["spec"]["targetNamespace"] = json!(""), "spec.targetNamespace", "\"\""),
-    ("buckets 0", |v| v["spec"]["leaderElection"]["buckets"] = json!(0), "spec.leaderElection.buckets", "got 0"),
-    ("buckets 11", |v| v["spec"]["leaderElection"]["buckets"] = json!(11), "spec.leaderElection.buckets", "got 11"),
-    ("enabled not a boolean", |v| v["spec"]["leaderElection"]["enabled"] = json!("no"), "spec.leaderElection.enabled", "\"no\""),
-    ("leaseDuration without unit", |v| v["spec"]["leaderElection"]["leaseDuration"] = json!("60"), "spec.leaderElection.leaseDuration", "\"60\""),
-    ("renewDeadline with a bad unit", |v| v["spec"]["leaderElection"]["renewDeadline"] = json!("40x"), "spec.leaderElection.renewDeadline", "\"40x\""),
-    ("retryPeriod zero", |v| v["spec"]["leaderElection"]["retryPeriod"] = json!("0s"), "spec.leaderElection.retryPeriod", "\"0s\""),
-    ("retryPeriod negative", |v| v["spec"]["leaderElection"]["retryPeriod"] = json!("-1s"), "spec.leaderElection.retryPeriod", "\"-1s\""),
-    ("leaseDuration not above renewDeadline", |v| v["spec"]["leaderElection"]["leaseDuration"] = json!("40s"), "spec.leaderElection.leaseDuration", "leaseDuration \"40s\" must be greater than renewDeadline \"40s\""),
-    ("renewDeadline not above retryPeriod", |v| v["spec"]["leaderElection"]["retryPeriod"] = json!("1m"), "spec.leaderElection.renewDeadline", "renewDeadline \"40s\" must be greater than retryPeriod \"1m\""),
-    ("ordering against Knative defaults", |v| v["spec"]["leaderElection"] = json!({"leaseDuration": "30s"}), "spec.leaderElection.leaseDuration", "renewDeadline (default \"40s\")"),
-    ("enabled false with global replicas 3", |v| v["spec"]["leaderElection"] = json!({"enabled": false}), "spec.replicas", "got 3"),
-    ("enabled false with workload replicas 5", |v| { v["spec"]["leaderElection"] = json!({"enabled": false}); v["spec"]["replicas"] = json!(1); }, "spec.workloads[0].replicas", "got 5"),
-    ("enabled false with buckets 5", |v| { v["spec"]["leaderElection"] = json!({"enabled": false, "buckets": 5}); v["spec"]["replicas"] = json!(1); v["spec"]["workloads"] = json!([]); }, "spec.leaderElection.buckets", "got 5"),
-    ("anti-affinity type unknown", |v| v["spec"]["podAntiAffinity"]["type"] = json!("Sometimes"), "spec.podAntiAffinity.type", "\"Sometimes\""),
-    ("anti-affinity type missing", |v| v["spec"]["podAntiAffinity"] = json!({"topologyKey": "x"}), "spec.podAntiAffinity.type", "required"),
-    ("topologyKey empty", |v| v["spec"]["podAntiAffinity"]["topologyKey"] = json!(""), "spec.podAntiAffinity.topologyKey", "\"\""),
-    ("workload topologyKey with spaces", |v| v["spec"]["workloads"][0]["podAntiAffinity"]["topologyKey"] = json!("a b"), "spec.workloads[0].podAntiAffinity.topologyKey", "\"a b\""),
-    ("PDB with both fields", |v| v["spec"]["podDisruptionBudget"] = json!({"minAvailable": 1, "maxUnavailable": 1}), "spec.podDisruptionBudget", "got both"),
-    ("PDB with neither field", |v| v["spec"]["podDisruptionBudget"] = json!({}), "spec.podDisruptionBudget", "got neither"),
-    ("PDB negative int", |v| v["spec"]["podDisruptionBudget"] = json!({"maxUnavailable": -1}), "spec.podDisruptionBudget.maxUnavailable", "got -1"),
-    ("PDB percentage over 100", |v| v["spec"]["podDisruptionBudget"] = json!({"minAvailable": "120%"}), "spec.podDisruptionBudget.minAvailable", "\"120%\""),
-    ("PDB string without percent", |v| v["spec"]["podDisruptionBudget"] = json!({"minAvailable": "two"}), "spec.podDisruptionBudget.minAvailable", "\"two\""),
-    ("PDB of the wrong type", |v| v["spec"]["podDisruptionBudget"] = json!({"minAvailable": true}), "spec.podDisruptionBudget.minAvailable", "true"),
-    ("workload name duplicated", |v| v["spec"]["workloads"][1]["name"] = json!("activator"), "spec.workloads[1].name", "duplicate workload \"activator\""),
-    ("workload name also excluded", |v| v["spec"]["workloads"][1]["name"] = json!("autoscaler-hpa"), "spec.workloads[1].name", "\"autoscaler-hpa\" is also listed in spec.exclude"),
-    ("workload name not a Deployment name", |v| v["spec"]["workloads"][0]["name"] = json!("Activator!"), "spec.workloads[0].name", "\"Activator!\""),
-    ("workload name missing", |v| v["spec"]["workloads"][0] = json!({"replicas": 2}), "spec.workloads[0].name", "required"),
-    ("workload replicas 0", |v| v["spec"]["workloads"][0]["replicas"] = json!(0), "spec.workloads[0].replicas", "got 0"),
-    ("workload replicas 101", |v| v["spec"]["workloads"][0]["replicas"] = json!(101), "spec.workloads[0].replicas", "got 101"),
-    ("exclude entry not a name", |v| v["spec"]["exclude"] = json!(["Bad Name"]), "spec.exclude[0]", "\"Bad Name\""),
-    ("exclude not a list", |v| v["spec"]["exclude"] = json!("autoscaler-hpa"), "spec.exclude", "\"autoscaler-hpa\""),
-    ("workloads not a list", |v| v["spec"]["workloads"] = json!({"name": "x"}), "spec.workloads", "{\"name\":\"x\"}"),
+    (
+        "unknown spec field (typo)",
+        |v| v["spec"]["replcas"] = json!(3),
+        "spec.replcas",
+        "unknown field \"replcas\"",
+    ),
+    (
+        "unknown top-level field",
+        |v| v["extra"] = json!(1),
+        "extra",
+        "unknown field \"extra\"",
+    ),
+    (
+        "unknown nested field",
+        |v| v["spec"]["leaderElection"]["bucket"] = json!(2),
+        "spec.leaderElection.bucket",
+        "unknown field",
+    ),
+    (
+        "unknown field in a workload",
+        |v| v["spec"]["workloads"][0]["replica"] = json!(2),
+        "spec.workloads[0].replica",
+        "unknown field",
+    ),
+    (
+        "wrong apiVersion",
+        |v| v["apiVersion"] = json!("knativeha.dev/v1"),
+        "apiVersion",
+        "\"knativeha.dev/v1\"",
+    ),
+    (
+        "wrong kind",
+        |v| v["kind"] = json!("Policy"),
+        "kind",
+        "\"Policy\"",
+    ),
+    (
+        "spec missing",
+        |v| {
+            v.as_object_mut().unwrap().remove("spec");
+        },
+        "spec",
+        "required",
+    ),
+    (
+        "targetNamespace missing",
+        |v| {
+            v["spec"].as_object_mut().unwrap().remove("targetNamespace");
+        },
+        "spec.targetNamespace",
+        "required",
+    ),
+    (
+        "metadata.name missing",
+        |v| v["metadata"] = json!({}),
+        "metadata.name",
+        "required",
+    ),
+    (
+        "replicas of the wrong type",
+        |v| v["spec"]["replicas"] = json!("3"),
+        "spec.replicas",
+        "\"3\"",
+    ),
+    (
+        "replicas below 1",
+        |v| v["spec"]["replicas"] = json!(0),
+        "spec.replicas",
+        "got 0",
+    ),
+    (
+        "replicas above 100",
+        |v| v["spec"]["replicas"] = json!(101),
+        "spec.replicas",
+        "got 101",
+    ),
+    (
+        "replicas beyond int32",
+        |v| v["spec"]["replicas"] = json!(5_000_000_000i64),
+        "spec.replicas",
+        "5000000000",
+    ),
+    (
+        "targetNamespace not a DNS label",
+        |v| v["spec"]["targetNamespace"] = json!("Knative_Serving"),
+        "spec.targetNamespace",
+        "\"Knative_Serving\"",
+    ),
+    (
+        "targetNamespace too long",
+        |v| v["spec"]["targetNamespace"] = json!("a".repeat(64)),
+        "spec.targetNamespace",
+        "aaaa",
+    ),
+    (
+        "targetNamespace empty",
+        |v| v["spec"]["targetNamespace"] = json!(""),
+        "spec.targetNamespace",
+        "\"\"",
+    ),
+    (
+        "buckets 0",
+        |v| v["spec"]["leaderElection"]["buckets"] = json!(0),
+        "spec.leaderElection.buckets",
+        "got 0",
+    ),
+    (
+        "buckets 11",
+        |v| v["spec"]["leaderElection"]["buckets"] = json!(11),
+        "spec.leaderElection.buckets",
+        "got 11",
+    ),
+    (
+        "enabled not a boolean",
+        |v| v["spec"]["leaderElection"]["enabled"] = json!("no"),
+        "spec.leaderElection.enabled",
+        "\"no\"",
+    ),
+    (
+        "leaseDuration without unit",
+        |v| v["spec"]["leaderElection"]["leaseDuration"] = json!("60"),
+        "spec.leaderElection.leaseDuration",
+        "\"60\"",
+    ),
+    (
+        "renewDeadline with a bad unit",
+        |v| v["spec"]["leaderElection"]["renewDeadline"] = json!("40x"),
+        "spec.leaderElection.renewDeadline",
+        "\"40x\"",
+    ),
+    (
+        "retryPeriod zero",
+        |v| v["spec"]["leaderElection"]["retryPeriod"] = json!("0s"),
+        "spec.leaderElection.retryPeriod",
+        "\"0s\"",
+    ),
+    (
+        "retryPeriod negative",
+        |v| v["spec"]["leaderElection"]["retryPeriod"] = json!("-1s"),
+        "spec.leaderElection.retryPeriod",
+        "\"-1s\"",
+    ),
+    (
+        "leaseDuration not above renewDeadline",
+        |v| v["spec"]["leaderElection"]["leaseDuration"] = json!("40s"),
+        "spec.leaderElection.leaseDuration",
+        "leaseDuration \"40s\" must be greater than renewDeadline \"40s\"",
+    ),
+    (
+        "renewDeadline not above retryPeriod",
+        |v| v["spec"]["leaderElection"]["retryPeriod"] = json!("1m"),
+        "spec.leaderElection.renewDeadline",
+        "renewDeadline \"40s\" must be greater than retryPeriod \"1m\"",
+    ),
+    (
+        "ordering against Knative defaults",
+        |v| v["spec"]["leaderElection"] = json!({"leaseDuration": "30s"}),
+        "spec.leaderElection.leaseDuration",
+        "renewDeadline (default \"40s\")",
+    ),
+    (
+        "enabled false with global replicas 3",
+        |v| v["spec"]["leaderElection"] = json!({"enabled": false}),
+        "spec.replicas",
+        "got 3",
+    ),
+    (
+        "enabled false with workload replicas 5",
+        |v| {
+            v["spec"]["leaderElection"] = json!({"enabled": false});
+            v["spec"]["replicas"] = json!(1);
+        },
+        "spec.workloads[0].replicas",
+        "got 5",
+    ),
+    (
+        "enabled false with buckets 5",
+        |v| {
+            v["spec"]["leaderElection"] = json!({"enabled": false, "buckets": 5});
+            v["spec"]["replicas"] = json!(1);
+            v["spec"]["workloads"] = json!([]);
+        },
+        "spec.leaderElection.buckets",
+        "got 5",
+    ),
+    (
+        "anti-affinity type unknown",
+        |v| v["spec"]["podAntiAffinity"]["type"] = json!("Sometimes"),
+        "spec.podAntiAffinity.type",
+        "\"Sometimes\"",
+    ),
+    (
+        "anti-affinity type missing",
+        |v| v["spec"]["podAntiAffinity"] = json!({"topologyKey": "x"}),
+        "spec.podAntiAffinity.type",
+        "required",
+    ),
+    (
+        "topologyKey empty",
+        |v| v["spec"]["podAntiAffinity"]["topologyKey"] = json!(""),
+        "spec.podAntiAffinity.topologyKey",
+        "\"\"",
+    ),
+    (
+        "workload topologyKey with spaces",
+        |v| v["spec"]["workloads"][0]["podAntiAffinity"]["topologyKey"] = json!("a b"),
+        "spec.workloads[0].podAntiAffinity.topologyKey",
+        "\"a b\"",
+    ),
+    (
+        "PDB with both fields",
+        |v| v["spec"]["podDisruptionBudget"] = json!({"minAvailable": 1, "maxUnavailable": 1}),
+        "spec.podDisruptionBudget",
+        "got both",
+    ),
+    (
+        "PDB with neither field",
+        |v| v["spec"]["podDisruptionBudget"] = json!({}),
+        "spec.podDisruptionBudget",
+        "got neither",
+    ),
+    (
+        "PDB negative int",
+        |v| v["spec"]["podDisruptionBudget"] = json!({"maxUnavailable": -1}),
+        "spec.podDisruptionBudget.maxUnavailable",
+        "got -1",
+    ),
+    (
+        "PDB percentage over 100",
+        |v| v["spec"]["podDisruptionBudget"] = json!({"minAvailable": "120%"}),
+        "spec.podDisruptionBudget.minAvailable",
+        "\"120%\"",
+    ),
+    (
+        "PDB string without percent",
+        |v| v["spec"]["podDisruptionBudget"] = json!({"minAvailable": "two"}),
+        "spec.podDisruptionBudget.minAvailable",
+        "\"two\"",
+    ),
+    (
+        "PDB of the wrong type",
+        |v| v["spec"]["podDisruptionBudget"] = json!({"minAvailable": true}),
+        "spec.podDisruptionBudget.minAvailable",
+        "true",
+    ),
+    (
+        "workload name duplicated",
+        |v| v["spec"]["workloads"][1]["name"] = json!("activator"),
+        "spec.workloads[1].name",
+        "duplicate workload \"activator\"",
+    ),
+    (
+        "workload name also excluded",
+        |v| v["spec"]["workloads"][1]["name"] = json!("autoscaler-hpa"),
+        "spec.workloads[1].name",
+        "\"autoscaler-hpa\" is also listed in spec.exclude",
+    ),
+    (
+        "workload name not a Deployment name",
+        |v| v["spec"]["workloads"][0]["name"] = json!("Activator!"),
+        "spec.workloads[0].name",
+        "\"Activator!\"",
+    ),
+    (
+        "workload name missing",
+        |v| v["spec"]["workloads"][0] = json!({"replicas": 2}),
+        "spec.workloads[0].name",
+        "required",
+    ),
+    (
+        "workload replicas 0",
+        |v| v["spec"]["workloads"][0]["replicas"] = json!(0),
+        "spec.workloads[0].replicas",
+        "got 0",
+    ),
+    (
+        "workload replicas 101",
+        |v| v["spec"]["workloads"][0]["replicas"] = json!(101),
+        "spec.workloads[0].replicas",
+        "got 101",
+    ),
+    (
+        "exclude entry not a name",
+        |v| v["spec"]["exclude"] = json!(["Bad Name"]),
+        "spec.exclude[0]",
+        "\"Bad Name\"",
+    ),
+    (
+        "exclude not a list",
+        |v| v["spec"]["exclude"] = json!("autoscaler-hpa"),
+        "spec.exclude",
+        "\"autoscaler-hpa\"",
+    ),
+    (
+        "workloads not a list",
+        |v| v["spec"]["workloads"] = json!({"name": "x"}),
+        "spec.workloads",
+        "{\"name\":\"x\"}",
+    ),
 ];
 
 #[test]
@@ -86,7 +337,10 @@ fn the_example_policy_is_valid() {
     let policy = Policy::from_json(&base()).expect("example policy valid");
     assert_eq!(policy.name, "serving");
     assert_eq!(policy.spec.target_namespace, "knative-serving");
-    for rel in ["examples/policies/ha-disabled.yaml", "examples/policies/kourier-system.yaml"] {
+    for rel in [
+        "examples/policies/ha-disabled.yaml",
+        "examples/policies/kourier-system.yaml",
+    ] {
         support::load_policy(rel);
     }
 }
@@ -103,7 +357,10 @@ fn every_rule_rejects_its_failing_case_naming_path_and_value() {
         );
         // Display carries both too (what `check` prints).
         let shown = Policy::from_json(&doc).unwrap_err().to_string();
-        assert!(shown.contains(path) && shown.contains(needle), "{rule}: {shown}");
+        assert!(
+            shown.contains(path) && shown.contains(needle),
+            "{rule}: {shown}"
+        );
     }
 }
 
@@ -114,8 +371,15 @@ fn all_errors_are_collected_not_just_the_first() {
     doc["spec"]["leaderElection"]["buckets"] = json!(11);
     doc["spec"]["workloads"][0]["replicas"] = json!(101);
     let paths: Vec<String> = errors_of(&doc).into_iter().map(|(p, _)| p).collect();
-    for want in ["spec.replicas", "spec.leaderElection.buckets", "spec.workloads[0].replicas"] {
-        assert!(paths.iter().any(|p| p == want), "{want} missing from {paths:?}");
+    for want in [
+        "spec.replicas",
+        "spec.leaderElection.buckets",
+        "spec.workloads[0].replicas",
+    ] {
+        assert!(
+            paths.iter().any(|p| p == want),
+            "{want} missing from {paths:?}"
+        );
     }
     let mut doc = base();
     doc["spec"]["replcas"] = json!(3);
@@ -138,7 +402,10 @@ fn raw_api_server_objects_are_accepted() {
 
 #[test]
 fn from_yaml_reports_yaml_errors() {
-    assert!(matches!(Policy::from_yaml("spec: [unclosed"), Err(PolicyError::Parse(_))));
+    assert!(matches!(
+        Policy::from_yaml("spec: [unclosed"),
+        Err(PolicyError::Parse(_))
+    ));
     let err = Policy::from_yaml("- a list").unwrap_err().to_string();
     assert!(err.contains("(document)") && err.contains("array"), "{err}");
 }
@@ -146,7 +413,8 @@ fn from_yaml_reports_yaml_errors() {
 #[test]
 fn parse_policies_reads_multi_document_files_and_names_the_bad_document() {
     let a = std::fs::read_to_string(support::repo_path("examples/policy.yaml")).unwrap();
-    let b = std::fs::read_to_string(support::repo_path("examples/policies/kourier-system.yaml")).unwrap();
+    let b = std::fs::read_to_string(support::repo_path("examples/policies/kourier-system.yaml"))
+        .unwrap();
     let both = format!("{a}---\n# comment only\n---\n{b}");
     let policies = policy::parse_policies(&both).unwrap();
     let names: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
@@ -157,11 +425,17 @@ fn parse_policies_reads_multi_document_files_and_names_the_bad_document() {
     let flat = err.flatten();
     assert_eq!(flat.len(), 1, "{flat:?}");
     let shown = flat[0].to_string();
-    assert!(shown.starts_with("document 3: spec.replicas") && shown.contains("got 0"), "{shown}");
+    assert!(
+        shown.starts_with("document 3: spec.replicas") && shown.contains("got 0"),
+        "{shown}"
+    );
 
     let dup = format!("{a}---\n{a}");
     let shown = policy::parse_policies(&dup).unwrap_err().to_string();
-    assert!(shown.contains("document 2") && shown.contains("knative-serving"), "{shown}");
+    assert!(
+        shown.contains("document 2") && shown.contains("knative-serving"),
+        "{shown}"
+    );
 
     assert!(policy::parse_policies("# nothing\n").is_err());
 }
@@ -171,19 +445,46 @@ fn arb_json() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
         any::<i64>().prop_map(Value::from),
-        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
         "[a-zA-Z0-9%./-]{0,8}".prop_map(Value::from),
-        prop::sample::select(vec!["spec", "replicas", "knative-serving", "60s", "Required", "50%"]).prop_map(Value::from),
+        prop::sample::select(vec![
+            "spec",
+            "replicas",
+            "knative-serving",
+            "60s",
+            "Required",
+            "50%"
+        ])
+        .prop_map(Value::from),
     ];
     leaf.prop_recursive(4, 32, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
             prop::collection::btree_map(
                 prop::sample::select(vec![
-                    "apiVersion", "kind", "metadata", "name", "spec", "targetNamespace", "replicas",
-                    "leaderElection", "enabled", "buckets", "leaseDuration", "podAntiAffinity", "type",
-                    "topologyKey", "podDisruptionBudget", "minAvailable", "maxUnavailable", "workloads",
-                    "exclude", "status", "x",
+                    "apiVersion",
+                    "kind",
+                    "metadata",
+                    "name",
+                    "spec",
+                    "targetNamespace",
+                    "replicas",
+                    "leaderElection",
+                    "enabled",
+                    "buckets",
+                    "leaseDuration",
+                    "podAntiAffinity",
+                    "type",
+                    "topologyKey",
+                    "podDisruptionBudget",
+                    "minAvailable",
+                    "maxUnavailable",
+                    "workloads",
+                    "exclude",
+                    "status",
+                    "x",
                 ])
                 .prop_map(String::from),
                 inner,

@@ -52,7 +52,9 @@ pub fn anti_affinity_satisfied(
     };
     let (key, term) = match aa.kind {
         AntiAffinityType::Required => ("requiredDuringSchedulingIgnoredDuringExecution", None),
-        AntiAffinityType::Preferred => ("preferredDuringSchedulingIgnoredDuringExecution", Some(())),
+        AntiAffinityType::Preferred => {
+            ("preferredDuringSchedulingIgnoredDuringExecution", Some(()))
+        }
         AntiAffinityType::None => return true,
     };
     if current.len() != 1 {
@@ -271,7 +273,8 @@ fn flag(
     } else if !present.is_empty() {
         let pt = p.get_or_insert_with(|| Patcher::new(t.object));
         for i in present.iter().rev() {
-            pt.remove_index(&args_path, *i).map_err(|e| t.malformed(e))?;
+            pt.remove_index(&args_path, *i)
+                .map_err(|e| t.malformed(e))?;
         }
         changes.push(t.change(format!("container {cname} args - {DISABLE_HA_FLAG}")));
     }

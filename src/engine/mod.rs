@@ -317,7 +317,9 @@ pub fn mutate_object(
         return Ok(Outcome::default());
     };
     let metadata = obj.get("metadata").and_then(Value::as_object);
-    if let Some(ns) = metadata.and_then(|m| m.get("namespace")).and_then(Value::as_str)
+    if let Some(ns) = metadata
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
         && !ns.is_empty()
         && ns != input.namespace
     {

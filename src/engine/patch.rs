@@ -169,7 +169,10 @@ mod tests {
     #[test]
     fn set_creates_missing_parents_with_one_add() {
         let mut p = Patcher::new(&json!({"spec": {}}));
-        assert_eq!(p.set(&["spec", "template", "spec", "x"], json!(1)), Ok(true));
+        assert_eq!(
+            p.set(&["spec", "template", "spec", "x"], json!(1)),
+            Ok(true)
+        );
         assert_eq!(p.ops.len(), 1);
         let patch = serde_json::to_value(&p.ops).unwrap();
         assert_eq!(
@@ -204,6 +207,10 @@ mod tests {
     #[test]
     fn set_through_a_non_object_is_an_error() {
         let mut p = Patcher::new(&json!({"spec": "oops"}));
-        assert!(p.set(&["spec", "replicas"], json!(1)).unwrap_err().contains("spec"));
+        assert!(
+            p.set(&["spec", "replicas"], json!(1))
+                .unwrap_err()
+                .contains("spec")
+        );
     }
 }

@@ -52,18 +52,9 @@ const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     shortname = "hap",
     status = "HighAvailabilityPolicyStatus",
     doc = "Makes the Knative control plane in one namespace highly available at admission time.",
-    printcolumn(
-        name = "Target namespace",
-        type_ = "string",
-        json_path = ".spec.targetNamespace",
-        description = "The namespace this policy governs"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn = r#"{"name":"Target namespace","type":"string","description":"The namespace this policy governs","jsonPath":".spec.targetNamespace"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HighAvailabilityPolicySpec {
@@ -238,7 +229,10 @@ pub enum PolicyError {
     Many(Vec<PolicyError>),
     /// An error in one document of a multi-document file (1-based index).
     #[error("document {index}: {error}")]
-    Document { index: usize, error: Box<PolicyError> },
+    Document {
+        index: usize,
+        error: Box<PolicyError>,
+    },
 }
 
 impl PolicyError {
@@ -342,8 +336,8 @@ impl Policy {
         if !errors.is_empty() {
             return Err(PolicyError::from_list(errors));
         }
-        let res: HighAvailabilityPolicy = serde_json::from_value(value.clone())
-            .map_err(|e| PolicyError::Parse(e.to_string()))?;
+        let res: HighAvailabilityPolicy =
+            serde_json::from_value(value.clone()).map_err(|e| PolicyError::Parse(e.to_string()))?;
         Policy::from_resource(&res)
     }
 
@@ -444,4 +438,3 @@ pub fn parse_policies(text: &str) -> Result<Vec<Policy>, PolicyError> {
     }
     Ok(policies)
 }
-

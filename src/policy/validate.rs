@@ -122,7 +122,10 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
             let text = value.as_deref().unwrap_or(default);
             match parse_go_duration(text) {
                 Ok(0) => {
-                    errors.push(PolicyError::invalid(path, format!("must be a positive duration, got {text:?}")));
+                    errors.push(PolicyError::invalid(
+                        path,
+                        format!("must be a positive duration, got {text:?}"),
+                    ));
                     parsed.push(None);
                 }
                 Ok(ns) => parsed.push(Some(ns)),
@@ -148,7 +151,11 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
             && lease <= renew
         {
             errors.push(PolicyError::invalid(
-                if set(0) { "spec.leaderElection.leaseDuration" } else { "spec.leaderElection.renewDeadline" },
+                if set(0) {
+                    "spec.leaderElection.leaseDuration"
+                } else {
+                    "spec.leaderElection.renewDeadline"
+                },
                 format!("{} must be greater than {}", shown(0), shown(1)),
             ));
         }
@@ -157,7 +164,11 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
             && renew <= retry
         {
             errors.push(PolicyError::invalid(
-                if set(1) { "spec.leaderElection.renewDeadline" } else { "spec.leaderElection.retryPeriod" },
+                if set(1) {
+                    "spec.leaderElection.renewDeadline"
+                } else {
+                    "spec.leaderElection.retryPeriod"
+                },
                 format!("{} must be greater than {}", shown(1), shown(2)),
             ));
         }
@@ -200,13 +211,19 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
         if !is_dns1123_subdomain(&w.name) {
             errors.push(PolicyError::invalid(
                 format!("{path}.name"),
-                format!("must be a Deployment name (DNS-1123 subdomain), got {:?}", w.name),
+                format!(
+                    "must be a Deployment name (DNS-1123 subdomain), got {:?}",
+                    w.name
+                ),
             ));
         }
         if let Some(first) = seen.insert(w.name.as_str(), i) {
             errors.push(PolicyError::invalid(
                 format!("{path}.name"),
-                format!("duplicate workload {:?} (already at spec.workloads[{first}])", w.name),
+                format!(
+                    "duplicate workload {:?} (already at spec.workloads[{first}])",
+                    w.name
+                ),
             ));
         }
         if spec.exclude.iter().any(|e| e == &w.name) {
