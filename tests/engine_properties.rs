@@ -159,6 +159,7 @@ fn arb_existing_anti_affinity() -> impl Strategy<Value = Option<Value>> {
         json!({"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}),
         json!({"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}}]}),
         json!({}),
+        Value::Null,
     ]))
 }
 
@@ -187,10 +188,14 @@ fn arb_deployment() -> impl Strategy<Value = (Value, Option<&'static str>)> {
                 spec.insert("selector".into(), json!({"matchLabels": l}));
             }
             let mut affinity = Map::new();
+            let mut pod_spec_affinity_null = false;
             if let Some(aa) = aa {
                 affinity.insert("podAntiAffinity".into(), aa);
             }
-            if node_affinity {
+            if node_affinity && replicas.is_none_or(|r| r < 3) {
+                // some manifests carry `affinity: null`
+                pod_spec_affinity_null = true;
+            } else if node_affinity {
                 affinity.insert("nodeAffinity".into(), json!({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}));
             }
             let containers: Vec<Value> = containers
@@ -207,6 +212,8 @@ fn arb_deployment() -> impl Strategy<Value = (Value, Option<&'static str>)> {
             let mut pod_spec = json!({"containers": containers});
             if !affinity.is_empty() {
                 pod_spec["affinity"] = Value::Object(affinity);
+            } else if pod_spec_affinity_null {
+                pod_spec["affinity"] = Value::Null;
             }
             spec.insert("template".into(), json!({"metadata": {"labels": {"app": "x"}}, "spec": pod_spec}));
             (
@@ -295,8 +302,10 @@ fn arb_configmap() -> impl Strategy<Value = (Value, Option<&'static str>)> {
                 ("kind", json!("ConfigMap")),
                 ("metadata", metadata(name, ns)),
             ]);
-            if let Some(d) = data {
-                o["data"] = Value::Object(d.into_iter().collect());
+            match data {
+                Some(d) if d.len() <= 1 => o["data"] = Value::Null,
+                Some(d) => o["data"] = Value::Object(d.into_iter().collect()),
+                None => {}
             }
             (o, ns)
         })

@@ -75,6 +75,16 @@ impl Patcher {
             let Some(next) = map.get_mut(*key) else {
                 return Err(format!("{} vanished", path[..=i].join(".")));
             };
+            if !last && next.is_null() {
+                // `affinity: null`, `data: null`: replace the null by the nested value.
+                let v = nested(&path[i + 1..], value);
+                *next = v.clone();
+                self.ops.push(PatchOperation::Replace(ReplaceOperation {
+                    path: pointer(&path[..=i]),
+                    value: v,
+                }));
+                return Ok(true);
+            }
             if last {
                 if *next == value {
                     return Ok(false);
@@ -202,6 +212,17 @@ mod tests {
             serde_json::to_value(&p.ops).unwrap(),
             json!([{"op": "add", "path": "/data/a~1b~0c", "value": "v"}])
         );
+    }
+
+    #[test]
+    fn set_replaces_a_null_parent() {
+        let mut p = Patcher::new(&json!({"data": null}));
+        assert_eq!(p.set(&["data", "buckets"], json!("5")), Ok(true));
+        assert_eq!(
+            serde_json::to_value(&p.ops).unwrap(),
+            json!([{"op": "replace", "path": "/data", "value": {"buckets": "5"}}])
+        );
+        assert_eq!(p.doc, json!({"data": {"buckets": "5"}}));
     }
 
     #[test]
