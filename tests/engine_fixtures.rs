@@ -584,3 +584,33 @@ fn other_kinds_and_versions_are_ignored() {
     let svc = fixture("Service", "knative-serving", "controller");
     assert_eq!(run(&policy, "knative-serving", &svc).0, json!([]));
 }
+
+#[test]
+fn topology_spread_constraints_select_the_deployments_own_pods() {
+    let mut policy = load_policy("examples/policy.yaml");
+    policy.spec.topology_spread_constraints =
+        Some(vec![knative_ha_webhook::policy::TopologySpread {
+            topology_key: "topology.kubernetes.io/zone".into(),
+            max_skew: None,
+            when_unsatisfiable: None,
+        }]);
+    let d = fixture("Deployment", "knative-serving", "activator");
+    let (patch, changes) = run(&policy, "knative-serving", &d);
+    assert_eq!(
+        patch,
+        json!([{"op": "add", "path": "/spec/template/spec/topologySpreadConstraints", "value": [{
+            "labelSelector": {"matchLabels": {"app": "activator", "role": "activator"}},
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway"
+        }]}])
+    );
+    assert_eq!(
+        changes,
+        [
+            "deployment/activator: topology spread set to topology.kubernetes.io/zone (maxSkew 1, ScheduleAnyway) (policy serving)"
+        ]
+    );
+    let patched = apply_rfc6902(&d, &patch).unwrap();
+    assert_eq!(run(&policy, "knative-serving", &patched).0, json!([]));
+}

@@ -13,7 +13,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use knative_ha_webhook::engine::{self, Context, Input, Operation};
 use knative_ha_webhook::policy::{
     AntiAffinityType, HighAvailabilityPolicy, HighAvailabilityPolicySpec, LeaderElection,
-    PodAntiAffinity, PodDisruptionBudgetPolicy, Policy, WorkloadOverride,
+    PodAntiAffinity, PodDisruptionBudgetPolicy, Policy, TopologySpread, WhenUnsatisfiable,
+    WorkloadOverride,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -45,6 +46,28 @@ fn arb_aa() -> impl Strategy<Value = PodAntiAffinity> {
         ])),
     )
         .prop_map(|(kind, topology_key)| PodAntiAffinity { kind, topology_key })
+}
+
+fn arb_spread() -> impl Strategy<Value = Option<Vec<TopologySpread>>> {
+    prop::option::of(prop::sample::select(vec![
+        vec![TopologySpread {
+            topology_key: "topology.kubernetes.io/zone".into(),
+            max_skew: None,
+            when_unsatisfiable: None,
+        }],
+        vec![
+            TopologySpread {
+                topology_key: "topology.kubernetes.io/zone".into(),
+                max_skew: Some(2),
+                when_unsatisfiable: Some(WhenUnsatisfiable::DoNotSchedule),
+            },
+            TopologySpread {
+                topology_key: "kubernetes.io/hostname".into(),
+                max_skew: Some(1),
+                when_unsatisfiable: Some(WhenUnsatisfiable::ScheduleAnyway),
+            },
+        ],
+    ]))
 }
 
 fn arb_int_or_percent() -> impl Strategy<Value = IntOrString> {
@@ -99,20 +122,29 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
             }),
         ]),
         prop::sample::subsequence(NAMES.to_vec(), 0..4),
-        prop::collection::vec((prop::option::of(1..=9i32), prop::option::of(arb_aa())), 4),
+        prop::collection::vec(
+            (
+                prop::option::of(1..=9i32),
+                prop::option::of(arb_aa()),
+                arb_spread(),
+            ),
+            4,
+        ),
         prop::sample::subsequence(NAMES.to_vec(), 0..3),
+        arb_spread(),
     )
         .prop_map(
-            |(ns, replicas, le, aa, pdb, wl_names, wl_fields, exclude)| {
+            |(ns, replicas, le, aa, pdb, wl_names, wl_fields, exclude, spread)| {
                 let disabled = le.as_ref().is_some_and(|l| l.enabled == Some(false));
                 let cap = |r: Option<i32>| if disabled { r.map(|_| 1) } else { r };
                 let workloads: Vec<WorkloadOverride> = wl_names
                     .iter()
                     .zip(wl_fields)
-                    .map(|(n, (r, a))| WorkloadOverride {
+                    .map(|(n, (r, a, t))| WorkloadOverride {
                         name: n.to_string(),
                         replicas: cap(r),
                         pod_anti_affinity: a,
+                        topology_spread_constraints: t,
                     })
                     .collect();
                 let exclude: Vec<String> = exclude
@@ -127,6 +159,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                         replicas: cap(replicas),
                         leader_election: le,
                         pod_anti_affinity: aa,
+                        topology_spread_constraints: spread,
                         pod_disruption_budget: pdb,
                         workloads,
                         exclude,

@@ -5,12 +5,29 @@ use serde_json::{Value, json};
 
 use super::patch::Patcher;
 use super::{DISABLE_HA_DEPLOYMENTS, DISABLE_HA_FLAG, EngineError, Handled, Target};
-use crate::policy::{AntiAffinityType, PodAntiAffinity};
+use crate::policy::{AntiAffinityType, PodAntiAffinity, TopologySpread};
 
 const REPLICAS: &[&str] = &["spec", "replicas"];
 const MATCH_LABELS: &[&str] = &["spec", "selector", "matchLabels"];
 const ANTI_AFFINITY: &[&str] = &["spec", "template", "spec", "affinity", "podAntiAffinity"];
 const CONTAINERS: &[&str] = &["spec", "template", "spec", "containers"];
+const SPREAD: &[&str] = &["spec", "template", "spec", "topologySpreadConstraints"];
+
+/// The topologySpreadConstraints value the policy wants.
+pub fn spread_value(list: &[TopologySpread], match_labels: &Value) -> Value {
+    Value::Array(
+        list.iter()
+            .map(|c| {
+                json!({
+                    "labelSelector": {"matchLabels": match_labels},
+                    "maxSkew": c.max_skew(),
+                    "topologyKey": c.topology_key,
+                    "whenUnsatisfiable": c.when_unsatisfiable().as_str(),
+                })
+            })
+            .collect(),
+    )
+}
 
 fn is_disable_ha_arg(arg: &str) -> bool {
     let flag = arg.split('=').next().unwrap_or(arg);
@@ -156,6 +173,17 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         }
         _ => None,
     };
+    let spread = t
+        .workload(name)
+        .and_then(|w| w.topology_spread_constraints.as_ref())
+        .or(spec.topology_spread_constraints.as_ref())
+        .filter(|l| !l.is_empty());
+    let want_spread = match (spread, match_labels) {
+        (Some(list), Some(ml)) if !ml.is_empty() => {
+            Some((list, spread_value(list, &Value::Object(ml.clone()))))
+        }
+        _ => None,
+    };
     // Leader election flag: only on binaries that accept it, only when the
     // policy says something about leader election.
     let want_flag = match &spec.leader_election {
@@ -188,6 +216,28 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
                 aa.topology_key()
             )));
         }
+    }
+
+    if let Some((list, value)) = want_spread
+        && super::lookup(t.object, SPREAD)? != Some(&value)
+    {
+        for i in 1..SPREAD.len() {
+            let _ = t.object_at(&SPREAD[..i])?;
+        }
+        let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+        pt.set(SPREAD, value).map_err(|e| t.malformed(e))?;
+        let shown: Vec<String> = list
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} (maxSkew {}, {})",
+                    c.topology_key,
+                    c.max_skew(),
+                    c.when_unsatisfiable().as_str()
+                )
+            })
+            .collect();
+        changes.push(t.change(format!("topology spread set to {}", shown.join(", "))));
     }
 
     if let Some(disable) = want_flag {

@@ -72,6 +72,10 @@ pub struct HighAvailabilityPolicySpec {
     /// Pod anti-affinity for every governed Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_anti_affinity: Option<PodAntiAffinity>,
+    /// Topology spread constraints for every governed Deployment (replaces
+    /// the pod template's list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpread>>,
     /// Settings for every PodDisruptionBudget in the namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_disruption_budget: Option<PodDisruptionBudgetPolicy>,
@@ -195,6 +199,54 @@ pub struct WorkloadOverride {
     /// Pod anti-affinity for this Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_anti_affinity: Option<PodAntiAffinity>,
+    /// Topology spread constraints for this Deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpread>>,
+}
+
+/// What the scheduler does when a spread constraint cannot be met.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+pub enum WhenUnsatisfiable {
+    /// Schedule anyway, preferring placements that reduce the skew.
+    #[default]
+    ScheduleAnyway,
+    /// Leave the pod Pending.
+    DoNotSchedule,
+}
+
+impl WhenUnsatisfiable {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WhenUnsatisfiable::ScheduleAnyway => "ScheduleAnyway",
+            WhenUnsatisfiable::DoNotSchedule => "DoNotSchedule",
+        }
+    }
+}
+
+/// One topology spread constraint over the Deployment's own pods
+/// (`labelSelector` = the Deployment's `spec.selector.matchLabels`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TopologySpread {
+    /// Node label to spread over, e.g. topology.kubernetes.io/zone.
+    #[schemars(length(min = 1))]
+    pub topology_key: String,
+    /// Maximum allowed difference in pod count between domains (1..=100, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_skew: Option<i32>,
+    /// ScheduleAnyway (default) | DoNotSchedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_unsatisfiable: Option<WhenUnsatisfiable>,
+}
+
+impl TopologySpread {
+    pub fn max_skew(&self) -> i32 {
+        self.max_skew.unwrap_or(1)
+    }
+    pub fn when_unsatisfiable(&self) -> WhenUnsatisfiable {
+        self.when_unsatisfiable.unwrap_or_default()
+    }
 }
 
 /// Status written by the cluster source.
