@@ -503,7 +503,12 @@ proptest! {
     fn from_json_never_panics(spec in arb_json(), name in prop::option::of("[a-z]{0,5}")) {
         let mut doc = json!({"apiVersion": "knativeha.dev/v1alpha1", "kind": "HighAvailabilityPolicy", "spec": spec});
         if let Some(n) = name { doc["metadata"] = json!({"name": n}); }
-        let _ = Policy::from_json(&doc);
+        // every error names a field path (no pathless serde messages)
+        if let Err(e) = Policy::from_json(&doc) {
+            for err in e.flatten() {
+                prop_assert!(matches!(err, PolicyError::Invalid { .. }), "pathless error {err}");
+            }
+        }
         let _ = Policy::from_json(&doc["spec"]);
     }
 }

@@ -74,6 +74,14 @@ pub fn check_document(doc: &Value) -> Vec<PolicyError> {
             // Server-populated metadata (managedFields, uid, ...) and status
             // are the API server's business, not the policy's.
             "metadata" => {
+                for field in ["name", "namespace", "generateName"] {
+                    if let Some(v) = value.get(field).filter(|v| !v.is_string() && !v.is_null()) {
+                        errors.push(PolicyError::invalid(
+                            format!("metadata.{field}"),
+                            format!("must be a string, got {} {}", type_name(v), show(v)),
+                        ));
+                    }
+                }
                 if !value.is_object() {
                     errors.push(PolicyError::invalid(
                         "metadata",
@@ -127,11 +135,16 @@ pub fn check_value(schema: &Value, value: &Value, path: &str, errors: &mut Vec<P
         .and_then(Value::as_bool)
         == Some(true)
     {
-        if !(value.is_string() || value.is_i64() || value.is_u64()) {
+        let fits = match value {
+            Value::String(_) => true,
+            Value::Number(n) => n.as_i64().is_some_and(|i| i32::try_from(i).is_ok()),
+            _ => false,
+        };
+        if !fits {
             errors.push(PolicyError::invalid(
                 path,
                 format!(
-                    "must be an integer or a string, got {} {}",
+                    "must be a 32-bit integer or a string, got {} {}",
                     type_name(value),
                     show(value)
                 ),
