@@ -164,7 +164,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     }
     let want_aa = match (aa, match_labels) {
         (Some(aa), Some(ml)) if !ml.is_empty() => {
-            let current = super::lookup(t.object, ANTI_AFFINITY)?;
+            let current = super::lookup(t.object, ANTI_AFFINITY);
             if anti_affinity_satisfied(aa, ml, current) {
                 None
             } else {
@@ -203,11 +203,9 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     }
 
     if let Some((aa, value)) = want_aa {
-        let current = super::lookup(t.object, ANTI_AFFINITY)?;
+        let current = super::lookup(t.object, ANTI_AFFINITY);
         if current != Some(&value) {
-            for (i, _) in ANTI_AFFINITY.iter().enumerate().skip(1) {
-                let _ = t.object_at(&ANTI_AFFINITY[..i])?;
-            }
+            super::check_parents(t, ANTI_AFFINITY)?;
             let pt = p.get_or_insert_with(|| Patcher::new(t.object));
             pt.set(ANTI_AFFINITY, value).map_err(|e| t.malformed(e))?;
             changes.push(t.change(format!(
@@ -219,11 +217,9 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     }
 
     if let Some((list, value)) = want_spread
-        && super::lookup(t.object, SPREAD)? != Some(&value)
+        && super::lookup(t.object, SPREAD) != Some(&value)
     {
-        for i in 1..SPREAD.len() {
-            let _ = t.object_at(&SPREAD[..i])?;
-        }
+        super::check_parents(t, SPREAD)?;
         let pt = p.get_or_insert_with(|| Patcher::new(t.object));
         pt.set(SPREAD, value).map_err(|e| t.malformed(e))?;
         let shown: Vec<String> = list
@@ -253,7 +249,7 @@ fn flag(
     disable: bool,
     changes: &mut Vec<String>,
 ) -> Result<(), EngineError> {
-    let containers = match super::lookup(t.object, CONTAINERS)? {
+    let containers = match super::lookup(t.object, CONTAINERS) {
         None => return Ok(()),
         Some(Value::Array(items)) => items,
         Some(other) => {
