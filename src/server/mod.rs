@@ -369,6 +369,7 @@ impl Server {
             shutting_down: shutting_down.clone(),
             metrics: metrics.clone(),
         };
+        let metrics_addr = metrics_listener.local_addr().ok();
         let (metrics_stop_tx, metrics_stop_rx) = watch::channel(false);
         let probe_router = probes::router(readiness, registry);
         let metrics_task = tokio::spawn(async move {
@@ -399,9 +400,12 @@ impl Server {
             limits: config.limits,
             connections: connections.clone(),
         };
+        let bound = https.listener.local_addr().ok();
+        let metrics_bound = metrics_addr;
         let accept_task = tokio::spawn(https.run(stop_accept_rx, close_rx));
         tracing::info!(
-            listen = %config.listen, metrics_listen = %config.metrics_listen,
+            listen = %bound.map(|a| a.to_string()).unwrap_or_default(),
+            metrics_listen = %metrics_bound.map(|a| a.to_string()).unwrap_or_default(),
             "serving POST /mutate over HTTPS"
         );
 
