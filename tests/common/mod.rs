@@ -64,6 +64,33 @@ impl Pki {
         }
     }
 
+    /// A leaf whose key is the given PKCS#8 PEM key (e.g. an RSA key).
+    pub fn leaf_with_key(&self, names: &[&str], cn: &str, pkcs8_pem: &str) -> String {
+        let key = KeyPair::from_pem(pkcs8_pem).unwrap();
+        let mut params =
+            CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.signed_by(&key, &self.issuer).unwrap().pem()
+    }
+
+    /// An intermediate CA signed by this one: its PEM and the intermediate.
+    pub fn intermediate(&self, name: &str) -> (String, Pki) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let pem = cert.pem();
+        (
+            pem.clone(),
+            Pki {
+                ca_pem: pem,
+                issuer: Issuer::new(params, key),
+            },
+        )
+    }
+
     /// A server leaf for the service name, localhost and 127.0.0.1.
     pub fn server_leaf(&self, cn: &str) -> Pair {
         self.leaf(&[SVC, "localhost", "127.0.0.1"], cn)
@@ -125,6 +152,49 @@ impl SecretDir {
             let _ = std::fs::remove_dir_all(root.join(old));
         }
     }
+}
+
+/// A test key from `tests/common/keys/`.
+pub fn test_key(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/common/keys")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// The CN of the certificate the server presented on `resp`'s connection.
+pub fn peer_cn(resp: &reqwest::Response) -> String {
+    let info = resp
+        .extensions()
+        .get::<reqwest::tls::TlsInfo>()
+        .expect("client built with tls_info(true)");
+    let der = info.peer_certificate().expect("server certificate");
+    let (_, cert) = x509_parser::parse_x509_certificate(der).unwrap();
+    cert.subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A client that opens a new connection (new handshake) for every request
+/// and records the server certificate.
+pub fn fresh_client(ca_pem: &str, addr: SocketAddr) -> reqwest::Client {
+    knative_ha_webhook::tls::install_crypto_provider();
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
+        .resolve(SVC, addr)
+        .pool_max_idle_per_host(0)
+        .tls_info(true)
+        .http1_only()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
 }
 
 /// Which HTTP version the client may negotiate (by ALPN).
