@@ -26,10 +26,10 @@ pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{what} {path}: no PEM {expected} found")]
     Empty {
@@ -51,10 +51,10 @@ pub enum TlsError {
     },
     #[error("building the TLS configuration: {0}")]
     Config(String),
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}: {error}")]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("generating a self-signed certificate: {0}")]
     Generate(String),
@@ -253,9 +253,9 @@ impl TlsReloader {
         match &source {
             TlsSource::SelfSigned { ca_out, client_ca } => {
                 let generated = generate_self_signed(&["localhost", "127.0.0.1", "::1"])?;
-                std::fs::write(ca_out, &generated.ca_pem).map_err(|source| TlsError::Write {
+                std::fs::write(ca_out, &generated.ca_pem).map_err(|error| TlsError::Write {
                     path: ca_out.clone(),
-                    source,
+                    error,
                 })?;
                 let key = certified_key(
                     generated.cert_pem.as_bytes(),
@@ -363,9 +363,9 @@ impl TlsReloader {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+    std::fs::read(path).map_err(|error| TlsError::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     })
 }
 

@@ -150,11 +150,11 @@ pub enum ServerError {
         "the webhook's namespace is unknown: pass --namespace or set POD_NAMESPACE (needed without --policy-file)"
     )]
     NoNamespace,
-    #[error("binding {what} {addr}: {source}")]
+    #[error("binding {what} {addr}: {error}")]
     Bind {
         what: &'static str,
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
@@ -281,18 +281,18 @@ impl Server {
         let tls = TlsReloader::new(config.tls.clone(), metrics.clone())?;
         let listener = TcpListener::bind(config.listen)
             .await
-            .map_err(|source| ServerError::Bind {
+            .map_err(|error| ServerError::Bind {
                 what: "HTTPS listener",
                 addr: config.listen,
-                source,
+                error,
             })?;
         let metrics_listener =
             TcpListener::bind(config.metrics_listen)
                 .await
-                .map_err(|source| ServerError::Bind {
+                .map_err(|error| ServerError::Bind {
                     what: "metrics listener",
                     addr: config.metrics_listen,
-                    source,
+                    error,
                 })?;
         Ok(Server {
             config,

@@ -17,18 +17,18 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum FileSourceError {
-    #[error("reading policy file {path}: {source}")]
+    #[error("reading policy file {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("policy file {path}: {source}")]
-    Invalid { path: PathBuf, source: PolicyError },
-    #[error("policy file {path}: document {index}: {source}")]
+    #[error("policy file {path}: {error}")]
+    Invalid { path: PathBuf, error: PolicyError },
+    #[error("policy file {path}: document {index}: {error}")]
     InvalidDocument {
         path: PathBuf,
         index: usize,
-        source: PolicyError,
+        error: PolicyError,
     },
     #[error("policy file {path}: no policy document found")]
     Empty { path: PathBuf },
@@ -39,7 +39,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Policy>, FileSourceError> {
     let docs: Vec<serde_json::Value> =
         serde_saphyr::from_multiple(text).map_err(|e| FileSourceError::Invalid {
             path: path.to_path_buf(),
-            source: PolicyError::Parse(e.to_string()),
+            error: PolicyError::Parse(e.to_string()),
         })?;
     let docs: Vec<_> = docs.into_iter().filter(|d| !d.is_null()).collect();
     if docs.is_empty() {
@@ -50,10 +50,10 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Policy>, FileSourceError> {
     docs.iter()
         .enumerate()
         .map(|(index, doc)| {
-            Policy::from_json(doc).map_err(|source| FileSourceError::InvalidDocument {
+            Policy::from_json(doc).map_err(|error| FileSourceError::InvalidDocument {
                 path: path.to_path_buf(),
                 index: index + 1,
-                source,
+                error,
             })
         })
         .collect()
@@ -61,9 +61,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Policy>, FileSourceError> {
 
 /// Reads and parses the file; returns its bytes and the snapshot.
 pub fn load(path: &Path) -> Result<(Vec<u8>, Snapshot), FileSourceError> {
-    let bytes = std::fs::read(path).map_err(|source| FileSourceError::Read {
+    let bytes = std::fs::read(path).map_err(|error| FileSourceError::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     let text = String::from_utf8_lossy(&bytes);
     let policies = parse(&text, path)?;
@@ -104,7 +104,7 @@ impl FileSource {
     pub fn poll(&mut self) -> Option<Result<(), FileSourceError>> {
         let bytes = match std::fs::read(&self.path) {
             Ok(b) => b,
-            Err(source) => {
+            Err(error) => {
                 // A missing file (e.g. mid symlink swap) keeps the old policy;
                 // report it once.
                 if self.last.take().is_none() {
@@ -112,7 +112,7 @@ impl FileSource {
                 }
                 let err = FileSourceError::Read {
                     path: self.path.clone(),
-                    source,
+                    error,
                 };
                 self.metrics.policy_reload(false);
                 tracing::error!(error = %err, "policy file unreadable; keeping the previous policy");
