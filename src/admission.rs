@@ -314,7 +314,11 @@ pub fn review(snapshot: &Snapshot, body: &[u8], opts: &ReviewOptions) -> ReviewR
         response,
     };
     reply.body = serde_json::to_value(&out).unwrap_or_else(|e| {
-        error_body(500, "InternalError", &format!("serialising the response: {e}"))
+        error_body(
+            500,
+            "InternalError",
+            &format!("serialising the response: {e}"),
+        )
     });
     reply
 }
@@ -431,7 +435,10 @@ mod tests {
         let allow = review(&snapshot(), &body, &ReviewOptions::default());
         assert_eq!(allow.outcome, Outcome::ErrorAllowed);
         assert_eq!(allow.body["response"]["allowed"], true);
-        assert_eq!(allow.body["response"]["warnings"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            allow.body["response"]["warnings"].as_array().unwrap().len(),
+            1
+        );
         let deny = review(
             &snapshot(),
             &body,

@@ -157,10 +157,9 @@ pub fn server_config(
                     message: e.to_string(),
                 })?;
             }
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                    .build()
-                    .map_err(|e| TlsError::Config(format!("client CA {}: {e}", path.display())))?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                .build()
+                .map_err(|e| TlsError::Config(format!("client CA {}: {e}", path.display())))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
@@ -209,9 +208,10 @@ pub fn generate_self_signed(names: &[&str]) -> Result<SelfSigned, TlsError> {
     let mut leaf_params =
         CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
             .map_err(err)?;
-    leaf_params
-        .distinguished_name
-        .push(DnType::CommonName, names.first().copied().unwrap_or("localhost"));
+    leaf_params.distinguished_name.push(
+        DnType::CommonName,
+        names.first().copied().unwrap_or("localhost"),
+    );
     let leaf = leaf_params.signed_by(&leaf_key, &issuer).map_err(err)?;
     Ok(SelfSigned {
         ca_pem: ca_cert.pem(),

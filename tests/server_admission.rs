@@ -21,7 +21,9 @@ async fn post(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Value,
 }
 
 fn decode_patch(response: &Value) -> json_patch::Patch {
-    let b64 = response["patch"].as_str().expect("patch is a base64 string");
+    let b64 = response["patch"]
+        .as_str()
+        .expect("patch is a base64 string");
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(b64)
         .expect("standard base64");
@@ -44,11 +46,20 @@ async fn knative_objects_get_patches_that_apply_over_http1_and_h2() {
             d["metadata"]["namespace"] == "knative-serving"
                 && matches!(
                     d["kind"].as_str(),
-                    Some("Deployment" | "ConfigMap" | "HorizontalPodAutoscaler" | "PodDisruptionBudget")
+                    Some(
+                        "Deployment"
+                            | "ConfigMap"
+                            | "HorizontalPodAutoscaler"
+                            | "PodDisruptionBudget"
+                    )
                 )
         })
         .collect();
-    assert!(objects.len() >= 8, "fixture objects found: {}", objects.len());
+    assert!(
+        objects.len() >= 8,
+        "fixture objects found: {}",
+        objects.len()
+    );
 
     for proto in [Proto::Http1, Proto::H2] {
         let client = fx.client(proto);
@@ -59,8 +70,12 @@ async fn knative_objects_get_patches_that_apply_over_http1_and_h2() {
                 object["metadata"]["name"].as_str().unwrap()
             );
             let uid = format!("uid-{i}");
-            let (status, body, version) =
-                post(&client, &fx.url(), &review(&uid, "CREATE", "knative-serving", object)).await;
+            let (status, body, version) = post(
+                &client,
+                &fx.url(),
+                &review(&uid, "CREATE", "knative-serving", object),
+            )
+            .await;
             let want_version = match proto {
                 Proto::Http1 => reqwest::Version::HTTP_11,
                 Proto::H2 => reqwest::Version::HTTP_2,
@@ -85,9 +100,15 @@ async fn knative_objects_get_patches_that_apply_over_http1_and_h2() {
                 .as_array()
                 .map(|a| a.iter().map(|w| w.as_str().unwrap().to_string()).collect())
                 .unwrap_or_default();
-            assert_eq!(warnings, expected.changes, "{what}: warnings are the engine's changes");
+            assert_eq!(
+                warnings, expected.changes,
+                "{what}: warnings are the engine's changes"
+            );
             if expected.is_empty() {
-                assert!(response.get("patch").is_none(), "{what}: no patch when nothing changes");
+                assert!(
+                    response.get("patch").is_none(),
+                    "{what}: no patch when nothing changes"
+                );
                 assert!(response.get("patchType").is_none(), "{what}");
                 continue;
             }
@@ -97,7 +118,10 @@ async fn knative_objects_get_patches_that_apply_over_http1_and_h2() {
             json_patch::patch(&mut got, &patch).unwrap_or_else(|e| panic!("{what}: {e}"));
             let mut want = object.clone();
             json_patch::patch(&mut want, &expected.patch).unwrap();
-            assert_eq!(got, want, "{what}: patched object equals the engine's result");
+            assert_eq!(
+                got, want,
+                "{what}: patched object equals the engine's result"
+            );
         }
     }
     fx.server.stop().await;
@@ -258,7 +282,12 @@ async fn bad_requests_get_json_errors() {
                 .send()
                 .await
                 .unwrap_or_else(|e| panic!("{proto:?} {}: {e}", case.name));
-            assert_eq!(resp.status().as_u16(), case.status, "{proto:?} {}", case.name);
+            assert_eq!(
+                resp.status().as_u16(),
+                case.status,
+                "{proto:?} {}",
+                case.name
+            );
             let body: Value = resp
                 .json()
                 .await
@@ -283,8 +312,11 @@ async fn bad_requests_get_json_errors() {
     assert_eq!(status, 200);
     let metrics = metrics_text(fx.server.metrics_addr).await;
     assert!(
-        sample(&metrics, "knative_ha_webhook_http_errors_total{reason=\"payload_too_large\"}")
-            .unwrap_or(0.0)
+        sample(
+            &metrics,
+            "knative_ha_webhook_http_errors_total{reason=\"payload_too_large\"}"
+        )
+        .unwrap_or(0.0)
             >= 2.0,
         "{metrics}"
     );
@@ -300,33 +332,61 @@ async fn admitted_unchanged_cases() {
 
     // DELETE and CONNECT: allowed, no patch, no warning.
     for op in ["DELETE", "CONNECT"] {
-        let (status, body, _) =
-            post(&client, &fx.url(), &review(op, op, "knative-serving", &controller)).await;
+        let (status, body, _) = post(
+            &client,
+            &fx.url(),
+            &review(op, op, "knative-serving", &controller),
+        )
+        .await;
         assert_eq!(status, 200);
         let r = &body["response"];
         assert_eq!(r["allowed"], true, "{op}");
-        assert!(r.get("patch").is_none() && r.get("patchType").is_none(), "{op}: {body}");
+        assert!(
+            r.get("patch").is_none() && r.get("patchType").is_none(),
+            "{op}: {body}"
+        );
         assert!(r.get("warnings").is_none(), "{op}: {body}");
     }
 
     // A namespace without a policy: allowed, no patch, no warning.
     let mut elsewhere = controller.clone();
     elsewhere["metadata"]["namespace"] = json!("default");
-    let (_, body, _) = post(&client, &fx.url(), &review("other", "CREATE", "default", &elsewhere)).await;
+    let (_, body, _) = post(
+        &client,
+        &fx.url(),
+        &review("other", "CREATE", "default", &elsewhere),
+    )
+    .await;
     let r = &body["response"];
     assert_eq!(r["allowed"], true);
-    assert!(r.get("patch").is_none() && r.get("warnings").is_none(), "{body}");
+    assert!(
+        r.get("patch").is_none() && r.get("warnings").is_none(),
+        "{body}"
+    );
 
     // Namespace omitted in the request: taken from the object.
     let mut no_ns = review("no-ns", "CREATE", "", &controller);
-    no_ns["request"].as_object_mut().unwrap().remove("namespace");
+    no_ns["request"]
+        .as_object_mut()
+        .unwrap()
+        .remove("namespace");
     let (status, body, _) = post(&client, &fx.url(), &no_ns).await;
     assert_eq!(status, 200);
     assert_eq!(body["response"]["uid"], "no-ns");
 
     // UPDATE is mutated like CREATE (same patch as CREATE for the same object).
-    let (_, create, _) = post(&client, &fx.url(), &review("c", "CREATE", "knative-serving", &controller)).await;
-    let (_, update, _) = post(&client, &fx.url(), &review("c", "UPDATE", "knative-serving", &controller)).await;
+    let (_, create, _) = post(
+        &client,
+        &fx.url(),
+        &review("c", "CREATE", "knative-serving", &controller),
+    )
+    .await;
+    let (_, update, _) = post(
+        &client,
+        &fx.url(),
+        &review("c", "UPDATE", "knative-serving", &controller),
+    )
+    .await;
     assert_eq!(create["response"], update["response"]);
     fx.server.stop().await;
 }
@@ -471,7 +531,12 @@ async fn metrics_expose_the_named_series_with_bounded_labels() {
     let fx = Fixture::start().await;
     let client = fx.client(Proto::Http1);
     let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
-    post(&client, &fx.url(), &review("m1", "CREATE", "knative-serving", &controller)).await;
+    post(
+        &client,
+        &fx.url(),
+        &review("m1", "CREATE", "knative-serving", &controller),
+    )
+    .await;
     // An unknown kind and an odd one must not create new label values.
     let mut odd = review("m2", "CREATE", "knative-serving", &controller);
     odd["request"]["kind"]["kind"] = json!("SomethingNew-12345");
@@ -491,7 +556,14 @@ async fn metrics_expose_the_named_series_with_bounded_labels() {
     }
     assert!(!metrics.contains("SomethingNew"), "kind label is bounded");
     assert!(metrics.contains("kind=\"other\""), "{metrics}");
-    let expiry = sample(&metrics, "knative_ha_webhook_certificate_expiry_timestamp_seconds").unwrap();
-    assert_eq!(expiry, 67_090_118_400.0, "rcgen's default notAfter (4096-01-01)");
+    let expiry = sample(
+        &metrics,
+        "knative_ha_webhook_certificate_expiry_timestamp_seconds",
+    )
+    .unwrap();
+    assert_eq!(
+        expiry, 67_090_118_400.0,
+        "rcgen's default notAfter (4096-01-01)"
+    );
     fx.server.stop().await;
 }

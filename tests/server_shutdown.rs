@@ -75,7 +75,10 @@ fn wait_exit(p: &mut Proc, limit: Duration) -> std::process::ExitStatus {
         if let Some(status) = p.child.try_wait().unwrap() {
             return status;
         }
-        assert!(std::time::Instant::now() < deadline, "process did not exit in time");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process did not exit in time"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -122,7 +125,8 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     );
     let client = localhost_client(&ca_pem, addr);
     let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
-    let body = serde_json::to_vec(&review("before", "CREATE", "knative-serving", &controller)).unwrap();
+    let body =
+        serde_json::to_vec(&review("before", "CREATE", "knative-serving", &controller)).unwrap();
     let url = format!("https://localhost:{}/mutate", addr.port());
     let resp = client.post(&url).body(body.clone()).send().await.unwrap();
     assert_eq!(resp.status(), 200);
@@ -141,7 +145,13 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
         .connect("localhost".try_into().unwrap(), tcp)
         .await
         .unwrap();
-    let in_flight = serde_json::to_vec(&review("in-flight", "CREATE", "knative-serving", &controller)).unwrap();
+    let in_flight = serde_json::to_vec(&review(
+        "in-flight",
+        "CREATE",
+        "knative-serving",
+        &controller,
+    ))
+    .unwrap();
     let head = format!(
         "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         in_flight.len()
@@ -169,7 +179,11 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     assert_eq!(resp.status(), 200, "served during the delay (kept-alive)");
     let fresh = localhost_client(&ca_pem, addr);
     let resp = fresh.post(&url).body(body.clone()).send().await.unwrap();
-    assert_eq!(resp.status(), 200, "served during the delay (new connection)");
+    assert_eq!(
+        resp.status(),
+        200,
+        "served during the delay (new connection)"
+    );
 
     // After the delay the listener closes ...
     assert!(
@@ -207,12 +221,24 @@ fn start_up_errors_exit_non_zero_with_a_clear_message() {
     let cases: Vec<(&str, Vec<&str>, &str)> = vec![
         (
             "invalid policy file",
-            vec!["serve", "--policy-file", bad_policy.to_str().unwrap(), "--self-signed", ca],
+            vec![
+                "serve",
+                "--policy-file",
+                bad_policy.to_str().unwrap(),
+                "--self-signed",
+                ca,
+            ],
             "bad-policy.yaml",
         ),
         (
             "missing policy file",
-            vec!["serve", "--policy-file", "/nonexistent/policy.yaml", "--self-signed", ca],
+            vec![
+                "serve",
+                "--policy-file",
+                "/nonexistent/policy.yaml",
+                "--self-signed",
+                ca,
+            ],
             "/nonexistent/policy.yaml",
         ),
         (
@@ -222,13 +248,30 @@ fn start_up_errors_exit_non_zero_with_a_clear_message() {
         ),
         (
             "no cluster configuration",
-            vec!["serve", "--namespace", "knative-ha", "--self-signed", ca,
-                 "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+            vec![
+                "serve",
+                "--namespace",
+                "knative-ha",
+                "--self-signed",
+                ca,
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ],
             "no Kubernetes configuration",
         ),
         (
             "bad shutdown delay",
-            vec!["serve", "--policy-file", policy.to_str().unwrap(), "--self-signed", ca, "--shutdown-delay", "10"],
+            vec![
+                "serve",
+                "--policy-file",
+                policy.to_str().unwrap(),
+                "--self-signed",
+                ca,
+                "--shutdown-delay",
+                "10",
+            ],
             "missing unit",
         ),
     ];
@@ -245,6 +288,9 @@ fn start_up_errors_exit_non_zero_with_a_clear_message() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{name}: must fail");
-        assert!(stderr.contains(want), "{name}: stderr lacks {want:?}:\n{stderr}");
+        assert!(
+            stderr.contains(want),
+            "{name}: stderr lacks {want:?}:\n{stderr}"
+        );
     }
 }

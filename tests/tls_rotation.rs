@@ -36,7 +36,8 @@ fn start_load(fx: &Fixture) -> Load {
         .into_iter()
         .enumerate()
         .map(|(n, client)| {
-            let (ok, failed, errors, stop) = (ok.clone(), failed.clone(), errors.clone(), stop.clone());
+            let (ok, failed, errors, stop) =
+                (ok.clone(), failed.clone(), errors.clone(), stop.clone());
             let url = fx.url();
             let body = review("load", "CREATE", "knative-serving", &controller);
             tokio::spawn(async move {
@@ -58,11 +59,17 @@ fn start_load(fx: &Fixture) -> Load {
                         }
                         Ok(status) => {
                             failed.fetch_add(1, Ordering::SeqCst);
-                            errors.lock().unwrap().push(format!("sender {n} #{i}: status {status}"));
+                            errors
+                                .lock()
+                                .unwrap()
+                                .push(format!("sender {n} #{i}: status {status}"));
                         }
                         Err(e) => {
                             failed.fetch_add(1, Ordering::SeqCst);
-                            errors.lock().unwrap().push(format!("sender {n} #{i}: {e:?}"));
+                            errors
+                                .lock()
+                                .unwrap()
+                                .push(format!("sender {n} #{i}: {e:?}"));
                         }
                     }
                     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -110,7 +117,8 @@ async fn symlink_swap_rotation_under_load_and_bad_pairs_are_refused() {
     let a = fx.pki.server_leaf("server-3");
     let b = fx.pki.server_leaf("server-4");
     let errors_before = tls_reload_errors(&fx).await;
-    fx.secret.swap_raw(a.cert_pem.as_bytes(), b.key_pem.as_bytes());
+    fx.secret
+        .swap_raw(a.cert_pem.as_bytes(), b.key_pem.as_bytes());
     assert!(
         wait_until(Duration::from_secs(10), || async {
             tls_reload_errors(&fx).await > errors_before
@@ -137,12 +145,20 @@ async fn symlink_swap_rotation_under_load_and_bad_pairs_are_refused() {
     // 4. The complete pair lands: loaded.
     fx.secret.swap(&c);
     assert!(
-        wait_until(Duration::from_secs(10), || async { served_cn(&fx).await == "server-5" }).await,
+        wait_until(Duration::from_secs(10), || async {
+            served_cn(&fx).await == "server-5"
+        })
+        .await,
         "server-5 loaded once complete"
     );
     let m = metrics_text(fx.server.metrics_addr).await;
     assert!(
-        sample(&m, "knative_ha_webhook_tls_reloads_total{result=\"success\"}").unwrap() >= 3.0,
+        sample(
+            &m,
+            "knative_ha_webhook_tls_reloads_total{result=\"success\"}"
+        )
+        .unwrap()
+            >= 3.0,
         "{m}"
     );
 
@@ -152,7 +168,11 @@ async fn symlink_swap_rotation_under_load_and_bad_pairs_are_refused() {
         t.await.unwrap();
     }
     let errors = load.errors.lock().unwrap().clone();
-    assert_eq!(load.failed.load(Ordering::SeqCst), 0, "failed requests: {errors:?}");
+    assert_eq!(
+        load.failed.load(Ordering::SeqCst),
+        0,
+        "failed requests: {errors:?}"
+    );
     assert!(load.ok.load(Ordering::SeqCst) > 30, "the senders did send");
     fx.server.stop().await;
 }

@@ -62,10 +62,18 @@ async fn key_formats_and_chains_are_served() {
             key: write(dir.path(), "tls.key", &key),
             client_ca: None,
         };
-        let server = Running::start(Config::for_tests(tls, PolicySource::File(example_policy_path()))).await;
+        let server = Running::start(Config::for_tests(
+            tls,
+            PolicySource::File(example_policy_path()),
+        ))
+        .await;
         for proto in [Proto::Http1, Proto::H2] {
             let c = client(&pki.ca_pem, server.addr, proto, None);
-            assert_eq!(send(&c, server.addr).await.unwrap(), 200, "{name} {proto:?}");
+            assert_eq!(
+                send(&c, server.addr).await.unwrap(),
+                200,
+                "{name} {proto:?}"
+            );
         }
         server.stop().await;
     }
@@ -84,7 +92,11 @@ async fn leaf_without_its_intermediate_is_not_trusted() {
         key: write(dir.path(), "tls.key", &leaf.key_pem),
         client_ca: None,
     };
-    let server = Running::start(Config::for_tests(tls, PolicySource::File(example_policy_path()))).await;
+    let server = Running::start(Config::for_tests(
+        tls,
+        PolicySource::File(example_policy_path()),
+    ))
+    .await;
     let c = client(&pki.ca_pem, server.addr, Proto::Http1, None);
     assert!(send(&c, server.addr).await.is_err());
     server.stop().await;
@@ -103,17 +115,31 @@ async fn mutual_tls_accepts_only_clients_of_the_client_ca() {
         key: write(dir.path(), "tls.key", &pair.key_pem),
         client_ca: Some(ca_path.clone()),
     };
-    let server = Running::start(Config::for_tests(tls, PolicySource::File(example_policy_path()))).await;
+    let server = Running::start(Config::for_tests(
+        tls,
+        PolicySource::File(example_policy_path()),
+    ))
+    .await;
     let good = client_pki.leaf(&["kube-apiserver"], "kube-apiserver");
     let wrong = other_pki.leaf(&["kube-apiserver"], "impostor");
 
     for proto in [Proto::Http1, Proto::H2] {
         let ok = client(&server_pki.ca_pem, server.addr, proto, Some(&good));
-        assert_eq!(send(&ok, server.addr).await.unwrap(), 200, "{proto:?}: client cert of the client CA");
+        assert_eq!(
+            send(&ok, server.addr).await.unwrap(),
+            200,
+            "{proto:?}: client cert of the client CA"
+        );
         let none = client(&server_pki.ca_pem, server.addr, proto, None);
-        assert!(send(&none, server.addr).await.is_err(), "{proto:?}: no client cert");
+        assert!(
+            send(&none, server.addr).await.is_err(),
+            "{proto:?}: no client cert"
+        );
         let bad = client(&server_pki.ca_pem, server.addr, proto, Some(&wrong));
-        assert!(send(&bad, server.addr).await.is_err(), "{proto:?}: client cert of another CA");
+        assert!(
+            send(&bad, server.addr).await.is_err(),
+            "{proto:?}: client cert of another CA"
+        );
     }
 
     // The client CA is reloaded: trust the other CA instead.
@@ -129,7 +155,10 @@ async fn mutual_tls_accepts_only_clients_of_the_client_ca() {
         "new client CA in force"
     );
     let old = fresh_identity_client(&server_pki.ca_pem, server.addr, &good);
-    assert!(send(&old, server.addr).await.is_err(), "old client CA no longer trusted");
+    assert!(
+        send(&old, server.addr).await.is_err(),
+        "old client CA no longer trusted"
+    );
     server.stop().await;
 }
 

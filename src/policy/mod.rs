@@ -139,8 +139,8 @@ impl Policy {
     /// source receives it from the API server). Unknown fields anywhere are
     /// errors.
     pub fn from_json(value: &serde_json::Value) -> Result<Policy, PolicyError> {
-        let res: HighAvailabilityPolicy = serde_json::from_value(value.clone())
-            .map_err(|e| PolicyError::Parse(e.to_string()))?;
+        let res: HighAvailabilityPolicy =
+            serde_json::from_value(value.clone()).map_err(|e| PolicyError::Parse(e.to_string()))?;
         Policy::from_resource(&res)
     }
 

@@ -156,16 +156,17 @@ impl Connection {
         });
         let router = self.router.clone();
         let active = active_requests.clone();
-        let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            let router = router.clone();
-            let active = active.clone();
-            async move {
-                active.fetch_add(1, Ordering::SeqCst);
-                let resp = router.oneshot(req.map(axum::body::Body::new)).await;
-                active.fetch_sub(1, Ordering::SeqCst);
-                resp
-            }
-        });
+        let service =
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let router = router.clone();
+                let active = active.clone();
+                async move {
+                    active.fetch_add(1, Ordering::SeqCst);
+                    let resp = router.oneshot(req.map(axum::body::Body::new)).await;
+                    active.fetch_sub(1, Ordering::SeqCst);
+                    resp
+                }
+            });
 
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder

@@ -38,10 +38,20 @@ pub struct ServeArgs {
     #[arg(long, env = "KHW_POLICY_FILE")]
     pub policy_file: Option<PathBuf>,
     /// Certificate chain (PEM, leaf first); reloaded when it changes.
-    #[arg(long, env = "KHW_TLS_CERT", requires = "tls_key", conflicts_with = "self_signed")]
+    #[arg(
+        long,
+        env = "KHW_TLS_CERT",
+        requires = "tls_key",
+        conflicts_with = "self_signed"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// Private key (PEM: PKCS#8, PKCS#1 or SEC1); reloaded when it changes.
-    #[arg(long, env = "KHW_TLS_KEY", requires = "tls_cert", conflicts_with = "self_signed")]
+    #[arg(
+        long,
+        env = "KHW_TLS_KEY",
+        requires = "tls_cert",
+        conflicts_with = "self_signed"
+    )]
     pub tls_key: Option<PathBuf>,
     /// Require client certificates signed by this CA bundle (PEM); reloaded when it changes.
     #[arg(long, env = "KHW_CLIENT_CA")]
@@ -88,11 +98,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(rest.len());
         if num_len == 0 {
-            return Err(format!("invalid duration {text:?}: expected a number at {rest:?}"));
+            return Err(format!(
+                "invalid duration {text:?}: expected a number at {rest:?}"
+            ));
         }
-        let value: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| format!("invalid duration {text:?}: bad number {:?}", &rest[..num_len]))?;
+        let value: f64 = rest[..num_len].parse().map_err(|_| {
+            format!(
+                "invalid duration {text:?}: bad number {:?}",
+                &rest[..num_len]
+            )
+        })?;
         rest = &rest[num_len..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -104,7 +119,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
-            "" => return Err(format!("invalid duration {text:?}: missing unit (e.g. 10s)")),
+            "" => {
+                return Err(format!(
+                    "invalid duration {text:?}: missing unit (e.g. 10s)"
+                ));
+            }
             u => return Err(format!("invalid duration {text:?}: unknown unit {u:?}")),
         };
         rest = &rest[unit_len..];
@@ -249,7 +268,11 @@ pub struct Server {
     tls: Arc<TlsReloader>,
     shutting_down: Arc<AtomicBool>,
     file_source: Option<FileSource>,
-    cluster: Option<(kube::Client, crate::sources::cluster::ClusterMetrics, String)>,
+    cluster: Option<(
+        kube::Client,
+        crate::sources::cluster::ClusterMetrics,
+        String,
+    )>,
 }
 
 impl Server {
@@ -279,21 +302,21 @@ impl Server {
         };
 
         let tls = TlsReloader::new(config.tls.clone(), metrics.clone())?;
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|error| ServerError::Bind {
-                what: "HTTPS listener",
-                addr: config.listen,
-                error,
-            })?;
-        let metrics_listener =
-            TcpListener::bind(config.metrics_listen)
+        let listener =
+            TcpListener::bind(config.listen)
                 .await
                 .map_err(|error| ServerError::Bind {
-                    what: "metrics listener",
-                    addr: config.metrics_listen,
+                    what: "HTTPS listener",
+                    addr: config.listen,
                     error,
                 })?;
+        let metrics_listener = TcpListener::bind(config.metrics_listen)
+            .await
+            .map_err(|error| ServerError::Bind {
+                what: "metrics listener",
+                addr: config.metrics_listen,
+                error,
+            })?;
         Ok(Server {
             config,
             listener,
@@ -429,11 +452,8 @@ impl Server {
         let _ = stop_accept_tx.send(true);
         let _ = accept_task.await;
         let _ = close_tx.send(true);
-        let drained = tokio::time::timeout(
-            config.drain_timeout,
-            connections.acquire_many(max as u32),
-        )
-        .await;
+        let drained =
+            tokio::time::timeout(config.drain_timeout, connections.acquire_many(max as u32)).await;
         match drained {
             Ok(_) => tracing::info!("all connections closed"),
             Err(_) => tracing::warn!(

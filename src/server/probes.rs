@@ -70,7 +70,11 @@ pub fn router(readiness: Readiness, registry: Arc<Registry>) -> Router {
 }
 
 async fn healthz() -> Response {
-    (StatusCode::OK, axum::Json(serde_json::json!({"live": true}))).into_response()
+    (
+        StatusCode::OK,
+        axum::Json(serde_json::json!({"live": true})),
+    )
+        .into_response()
 }
 
 async fn readyz(State(state): State<ProbeState>) -> Response {

@@ -45,7 +45,10 @@ async fn not_found(State(state): State<AppState>, uri: axum::http::Uri) -> Respo
     json_error(
         StatusCode::NOT_FOUND,
         "NotFound",
-        &format!("no such path {}; the webhook serves POST /mutate", uri.path()),
+        &format!(
+            "no such path {}; the webhook serves POST /mutate",
+            uri.path()
+        ),
     )
 }
 
@@ -101,7 +104,10 @@ async fn mutate(State(state): State<AppState>, headers: HeaderMap, body: Body) -
             );
         }
         Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+        Ok(Err(e))
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
             return too_large(metrics);
         }
         Ok(Err(e)) => {

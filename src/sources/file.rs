@@ -107,9 +107,7 @@ impl FileSource {
             Err(error) => {
                 // A missing file (e.g. mid symlink swap) keeps the old policy;
                 // report it once.
-                if self.last.take().is_none() {
-                    return None;
-                }
+                self.last.take()?;
                 let err = FileSourceError::Read {
                     path: self.path.clone(),
                     error,
@@ -175,9 +173,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("policy.yaml");
         std::fs::write(&path, "spec: {nope: 1}").unwrap();
-        let err = FileSource::start(path.clone(), PolicyStore::default(), Metrics::unregistered())
-            .err()
-            .unwrap();
+        let err = FileSource::start(
+            path.clone(),
+            PolicyStore::default(),
+            Metrics::unregistered(),
+        )
+        .err()
+        .unwrap();
         assert!(err.to_string().contains("policy.yaml"), "{err}");
     }
 
@@ -187,7 +189,8 @@ mod tests {
         let path = dir.path().join("policy.yaml");
         std::fs::write(&path, POLICY).unwrap();
         let store = PolicyStore::default();
-        let mut src = FileSource::start(path.clone(), store.clone(), Metrics::unregistered()).unwrap();
+        let mut src =
+            FileSource::start(path.clone(), store.clone(), Metrics::unregistered()).unwrap();
         assert!(store.load().policy_for("knative-serving").is_some());
         assert!(src.poll().is_none(), "unchanged file is not reloaded");
 
@@ -198,6 +201,9 @@ mod tests {
 
         std::fs::write(&path, "apiVersion: [").unwrap();
         assert!(matches!(src.poll(), Some(Err(_))));
-        assert!(store.load().policy_for("other-ns").is_some(), "old policy kept");
+        assert!(
+            store.load().policy_for("other-ns").is_some(),
+            "old policy kept"
+        );
     }
 }

@@ -206,7 +206,12 @@ pub enum Proto {
 }
 
 /// An HTTPS client trusting only `ca_pem` and resolving [`SVC`] to `addr`.
-pub fn client(ca_pem: &str, addr: SocketAddr, proto: Proto, identity: Option<&Pair>) -> reqwest::Client {
+pub fn client(
+    ca_pem: &str,
+    addr: SocketAddr,
+    proto: Proto,
+    identity: Option<&Pair>,
+) -> reqwest::Client {
     knative_ha_webhook::tls::install_crypto_provider();
     let mut b = reqwest::Client::builder()
         .use_rustls_tls()
@@ -381,10 +386,8 @@ impl Fixture {
     pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Fixture {
         let pki = Pki::new("test CA");
         let secret = SecretDir::new(&pki.server_leaf("server-1"));
-        let mut config = Config::for_tests(
-            secret.source(),
-            PolicySource::File(example_policy_path()),
-        );
+        let mut config =
+            Config::for_tests(secret.source(), PolicySource::File(example_policy_path()));
         tweak(&mut config);
         let server = Running::start(config).await;
         Fixture {
