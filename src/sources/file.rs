@@ -24,39 +24,15 @@ pub enum FileSourceError {
     },
     #[error("policy file {path}: {error}")]
     Invalid { path: PathBuf, error: PolicyError },
-    #[error("policy file {path}: document {index}: {error}")]
-    InvalidDocument {
-        path: PathBuf,
-        index: usize,
-        error: PolicyError,
-    },
-    #[error("policy file {path}: no policy document found")]
-    Empty { path: PathBuf },
 }
 
-/// Parses every policy document of `text` (YAML, `---`-separated).
+/// Parses every policy document of `text` (YAML, `---`-separated) with
+/// [`crate::policy::parse_policies`].
 pub fn parse(text: &str, path: &Path) -> Result<Vec<Policy>, FileSourceError> {
-    let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| FileSourceError::Invalid {
-            path: path.to_path_buf(),
-            error: PolicyError::Parse(e.to_string()),
-        })?;
-    let docs: Vec<_> = docs.into_iter().filter(|d| !d.is_null()).collect();
-    if docs.is_empty() {
-        return Err(FileSourceError::Empty {
-            path: path.to_path_buf(),
-        });
-    }
-    docs.iter()
-        .enumerate()
-        .map(|(index, doc)| {
-            Policy::from_json(doc).map_err(|error| FileSourceError::InvalidDocument {
-                path: path.to_path_buf(),
-                index: index + 1,
-                error,
-            })
-        })
-        .collect()
+    crate::policy::parse_policies(text).map_err(|error| FileSourceError::Invalid {
+        path: path.to_path_buf(),
+        error,
+    })
 }
 
 /// Reads and parses the file; returns its bytes and the snapshot.
