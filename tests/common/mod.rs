@@ -405,3 +405,22 @@ impl Fixture {
         mutate_url(self.server.addr)
     }
 }
+
+/// A raw TLS connection to the server (HTTP/1.1 by hand), verifying it as [`SVC`].
+pub async fn raw_tls(
+    ca_pem: &str,
+    addr: SocketAddr,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    knative_ha_webhook::tls::install_crypto_provider();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in knative_ha_webhook::tls::parse_chain(ca_pem.as_bytes(), Path::new("ca")).unwrap() {
+        roots.add(c).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    connector.connect(SVC.try_into().unwrap(), tcp).await.unwrap()
+}
