@@ -140,12 +140,55 @@ impl Harness {
             .map(|p| (p.name.clone(), p.spec.replicas))
     }
 
+    /// Waits until `want` (policy name, replicas) is in force for
+    /// `namespace`; for knative-serving also checks, on that same snapshot,
+    /// what the engine does to the real controller Deployment.
     async fn wait_in_force(&self, namespace: &str, want: Option<(&str, i32)>) {
-        let want = want.map(|(n, r)| (n.to_string(), Some(r)));
-        wait_until(&format!("policy for {namespace} to be {want:?}"), || {
-            (self.in_force(namespace) == want).then_some(())
+        let want_owned = want.map(|(n, r)| (n.to_string(), Some(r)));
+        let snapshot = wait_until(&format!("policy for {namespace} to be {want_owned:?}"), || {
+            let snap = self.store.load();
+            let got = snap
+                .policy_for(namespace)
+                .map(|p| (p.name.clone(), p.spec.replicas));
+            (got == want_owned).then_some(snap)
         })
         .await;
+        if namespace != SERVING {
+            return;
+        }
+        let mutation = snapshot
+            .mutate(&Input {
+                operation: Operation::Create,
+                namespace: SERVING,
+                object: controller(),
+            })
+            .expect("engine accepts the controller Deployment");
+        match (want, mutation) {
+            (None, None) => {}
+            (None, Some(m)) => panic!("no policy in force, yet a mutation: {m:?}"),
+            (Some(_), None) => panic!("policy in force, yet no mutation"),
+            (Some((_, replicas)), Some(m)) => {
+                let mut obj = controller().clone();
+                json_patch::patch(&mut obj, &m.patch).expect("the engine's patch applies");
+                let hpa_backed = snapshot
+                    .hpa_targets
+                    .get(SERVING)
+                    .is_some_and(|t| t.contains("controller"));
+                if hpa_backed {
+                    assert_eq!(
+                        obj["spec"]["replicas"], controller()["spec"]["replicas"],
+                        "an HPA scales controller: the policy leaves its replicas alone"
+                    );
+                } else {
+                    assert_eq!(
+                        obj["spec"]["replicas"],
+                        json!(replicas),
+                        "the engine applies the policy in force: {:?}",
+                        m.changes
+                    );
+                }
+            }
+        }
     }
 
     /// What the engine returns for the real controller Deployment: `None`
@@ -525,7 +568,10 @@ async fn crd_missing_configmaps_alone_work_and_a_later_crd_is_picked_up() {
 async fn hpa_reflector_feeds_hpa_targets() {
     let api = FakeApi::start().await;
     api.create("autoscaling", "horizontalpodautoscalers", hpa(SERVING, "activator", "activator"));
+    api.create(GROUP, HAPS, hap("serving", SERVING, 3));
     let h = Harness::synced(api).await;
+    // No HPA on controller yet: the policy sets its replicas.
+    h.wait_in_force(SERVING, Some(("serving", 3))).await;
     let targets = |h: &Harness| {
         h.store
             .load()
@@ -541,6 +587,14 @@ async fn hpa_reflector_feeds_hpa_targets() {
         (targets(&h) == ["activator", "controller"]).then_some(())
     })
     .await;
+    // Now an HPA scales controller: the engine leaves its replicas alone.
+    h.wait_in_force(SERVING, Some(("serving", 3))).await;
+    let m = h.mutate_controller().expect("policy in force");
+    assert!(
+        !m.patch.0.iter().any(|op| op.path().to_string() == "/spec/replicas"),
+        "no replicas op for an HPA-scaled Deployment: {:?}",
+        m.changes
+    );
     h.api.delete("autoscaling", "horizontalpodautoscalers", SERVING, "activator");
     wait_until("activator HPA gone", || (targets(&h) == ["controller"]).then_some(())).await;
 }
@@ -594,4 +648,29 @@ async fn restarted_source_does_not_rewrite_an_unchanged_status() {
     second.api.create(GROUP, HAPS, hap("later", "later-ns", 1));
     second.wait_ready("later", "True", "Valid").await;
     assert_eq!(h.status_patches("serving"), patches);
+}
+
+#[tokio::test]
+async fn each_kind_of_invalid_edit_keeps_the_last_valid_version() {
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit, &str); 4] = [
+        ("unknown field", |o| o["spec"]["replicaz"] = json!(4), "replicaz"),
+        ("replicas out of bounds", |o| o["spec"]["replicas"] = json!(1000), "spec.replicas"),
+        ("replicas of the wrong type", |o| o["spec"]["replicas"] = json!("three"), "replicas"),
+        ("empty target namespace", |o| o["spec"]["targetNamespace"] = json!(""), "targetNamespace"),
+    ];
+    let h = Harness::synced(FakeApi::start().await).await;
+    h.api.create(GROUP, HAPS, hap("serving", SERVING, 3));
+    h.wait_in_force(SERVING, Some(("serving", 3))).await;
+    for (case, edit, field) in cases {
+        let valid = h.api.get(GROUP, HAPS, "", "serving").unwrap();
+        h.api.update(GROUP, HAPS, "", "serving", edit);
+        let ready = h.wait_ready("serving", "False", "Invalid").await;
+        let message = ready["message"].as_str().unwrap();
+        assert!(message.contains(field), "{case}: message names {field}: {message}");
+        h.wait_in_force(SERVING, Some(("serving", 3))).await;
+        // Back to the valid spec for the next case.
+        h.api.update(GROUP, HAPS, "", "serving", |o| o["spec"] = valid["spec"].clone());
+        h.wait_ready("serving", "True", "Valid").await;
+    }
 }
