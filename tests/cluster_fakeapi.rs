@@ -30,18 +30,37 @@ fn deployment(name: &str) -> Deployment {
 async fn generation_and_resource_version_bookkeeping() {
     let api = FakeApi::start().await;
     let deps: Api<Deployment> = Api::namespaced(api.client().await, "ns");
-    let created = deps.create(&PostParams::default(), &deployment("d")).await.unwrap();
+    let created = deps
+        .create(&PostParams::default(), &deployment("d"))
+        .await
+        .unwrap();
     assert_eq!(created.metadata.generation, Some(1));
     assert!(created.metadata.uid.is_some());
-    let rv1: u64 = created.metadata.resource_version.clone().unwrap().parse().unwrap();
+    let rv1: u64 = created
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap();
 
     // A spec change bumps generation and resourceVersion.
     let patched = deps
-        .patch("d", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}})))
+        .patch(
+            "d",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
         .await
         .unwrap();
     assert_eq!(patched.metadata.generation, Some(2));
-    let rv2: u64 = patched.metadata.resource_version.clone().unwrap().parse().unwrap();
+    let rv2: u64 = patched
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(rv2 > rv1);
 
     // A label change bumps resourceVersion only.
@@ -85,12 +104,21 @@ async fn generation_and_resource_version_bookkeeping() {
     // PUT with a stale resourceVersion: 409 Conflict.
     let mut stale = created.clone();
     stale.spec.replicas = Some(7);
-    let err = deps.replace("d", &PostParams::default(), &stale).await.unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409), "{err:?}");
+    let err = deps
+        .replace("d", &PostParams::default(), &stale)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 409),
+        "{err:?}"
+    );
 
     deps.delete("d", &DeleteParams::default()).await.unwrap();
     let err = deps.get("d").await.unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 404), "{err:?}");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
@@ -107,7 +135,10 @@ async fn list_honours_label_and_field_selectors_and_pages() {
     let client = api.client().await;
     let all: Api<ConfigMap> = Api::all(client.clone());
     let names = |l: kube::core::ObjectList<ConfigMap>| {
-        l.items.into_iter().map(|c| c.metadata.name.unwrap()).collect::<Vec<_>>()
+        l.items
+            .into_iter()
+            .map(|c| c.metadata.name.unwrap())
+            .collect::<Vec<_>>()
     };
     let lp = ListParams::default().labels("knativeha.dev/policy=true");
     assert_eq!(names(all.list(&lp).await.unwrap()), ["a", "c"]);
@@ -133,14 +164,30 @@ async fn list_honours_label_and_field_selectors_and_pages() {
 async fn watch_streams_events_selector_transitions_and_410() {
     let api = FakeApi::start().await;
     let cms: Api<ConfigMap> = Api::namespaced(api.client().await, "ns");
-    api.create("", "configmaps", json!({"metadata": {"name": "seed", "namespace": "other"}}));
+    api.create(
+        "",
+        "configmaps",
+        json!({"metadata": {"name": "seed", "namespace": "other"}}),
+    );
     let start = api.resource_version().to_string();
     let wp = WatchParams::default().labels("pick=me");
     let mut stream = cms.watch(&wp, &start).await.unwrap().boxed();
-    api.create("", "configmaps", json!({"metadata": {"name": "a", "namespace": "ns", "labels": {"pick": "me"}}}));
-    api.create("", "configmaps", json!({"metadata": {"name": "b", "namespace": "ns"}}));
-    api.update("", "configmaps", "ns", "b", |o| o["metadata"]["labels"] = json!({"pick": "me"}));
-    api.update("", "configmaps", "ns", "a", |o| o["metadata"]["labels"] = json!({}));
+    api.create(
+        "",
+        "configmaps",
+        json!({"metadata": {"name": "a", "namespace": "ns", "labels": {"pick": "me"}}}),
+    );
+    api.create(
+        "",
+        "configmaps",
+        json!({"metadata": {"name": "b", "namespace": "ns"}}),
+    );
+    api.update("", "configmaps", "ns", "b", |o| {
+        o["metadata"]["labels"] = json!({"pick": "me"})
+    });
+    api.update("", "configmaps", "ns", "a", |o| {
+        o["metadata"]["labels"] = json!({})
+    });
     let mut seen = Vec::new();
     while seen.len() < 3 {
         match stream.next().await.unwrap().unwrap() {
@@ -155,7 +202,11 @@ async fn watch_streams_events_selector_transitions_and_410() {
 
     // After compaction, a watch from an old resourceVersion gets 410.
     api.compact();
-    let mut old = cms.watch(&WatchParams::default(), &start).await.unwrap().boxed();
+    let mut old = cms
+        .watch(&WatchParams::default(), &start)
+        .await
+        .unwrap()
+        .boxed();
     match old.next().await.unwrap().unwrap() {
         WatchEvent::Error(e) => assert_eq!(e.code, 410),
         other => panic!("expected 410, got {other:?}"),
@@ -181,10 +232,19 @@ async fn uninstalled_resource_is_404_and_registered_ones_are_generic() {
     let client = api.client().await;
     let ar = ApiResource::erase::<knative_ha_webhook::policy::HighAvailabilityPolicy>(&());
     let haps: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    assert!(haps.list(&ListParams::default()).await.unwrap().items.is_empty());
+    assert!(
+        haps.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
     api.set_installed("knativeha.dev", "highavailabilitypolicies", false);
     let err = haps.list(&ListParams::default()).await.unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 404), "{err:?}");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err:?}"
+    );
 
     // Leases (for the reconcile issue) work like any other resource.
     let leases: Api<Lease> = Api::namespaced(client.clone(), "knative-serving");
@@ -193,12 +253,26 @@ async fn uninstalled_resource_is_404_and_registered_ones_are_generic() {
     .unwrap();
     leases.create(&PostParams::default(), &lease).await.unwrap();
     assert_eq!(
-        leases.get("l").await.unwrap().spec.unwrap().holder_identity.as_deref(),
+        leases
+            .get("l")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .holder_identity
+            .as_deref(),
         Some("me")
     );
 
     // A newly registered custom resource.
-    api.register(ResourceDef::new("example.dev", "v1", "widgets", "Widget", false, false));
+    api.register(ResourceDef::new(
+        "example.dev",
+        "v1",
+        "widgets",
+        "Widget",
+        false,
+        false,
+    ));
     let wr = ApiResource {
         group: "example.dev".into(),
         version: "v1".into(),
@@ -216,12 +290,19 @@ async fn uninstalled_resource_is_404_and_registered_ones_are_generic() {
 #[tokio::test]
 async fn stop_refuses_connections_and_restart_serves_the_same_store() {
     let api = FakeApi::start().await;
-    api.create("", "configmaps", json!({"metadata": {"name": "kept", "namespace": "ns"}}));
+    api.create(
+        "",
+        "configmaps",
+        json!({"metadata": {"name": "kept", "namespace": "ns"}}),
+    );
     let cms: Api<ConfigMap> = Api::namespaced(api.client().await, "ns");
     assert!(cms.get("kept").await.is_ok());
     api.stop().await;
     assert!(cms.get("kept").await.is_err(), "server down: requests fail");
     api.restart().await;
     let fresh: Api<ConfigMap> = Api::namespaced(api.client().await, "ns");
-    assert_eq!(fresh.get("kept").await.unwrap().metadata.name.as_deref(), Some("kept"));
+    assert_eq!(
+        fresh.get("kept").await.unwrap().metadata.name.as_deref(),
+        Some("kept")
+    );
 }

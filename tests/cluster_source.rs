@@ -145,13 +145,16 @@ impl Harness {
     /// what the engine does to the real controller Deployment.
     async fn wait_in_force(&self, namespace: &str, want: Option<(&str, i32)>) {
         let want_owned = want.map(|(n, r)| (n.to_string(), Some(r)));
-        let snapshot = wait_until(&format!("policy for {namespace} to be {want_owned:?}"), || {
-            let snap = self.store.load();
-            let got = snap
-                .policy_for(namespace)
-                .map(|p| (p.name.clone(), p.spec.replicas));
-            (got == want_owned).then_some(snap)
-        })
+        let snapshot = wait_until(
+            &format!("policy for {namespace} to be {want_owned:?}"),
+            || {
+                let snap = self.store.load();
+                let got = snap
+                    .policy_for(namespace)
+                    .map(|p| (p.name.clone(), p.spec.replicas));
+                (got == want_owned).then_some(snap)
+            },
+        )
         .await;
         if namespace != SERVING {
             return;
@@ -176,7 +179,8 @@ impl Harness {
                     .is_some_and(|t| t.contains("controller"));
                 if hpa_backed {
                     assert_eq!(
-                        obj["spec"]["replicas"], controller()["spec"]["replicas"],
+                        obj["spec"]["replicas"],
+                        controller()["spec"]["replicas"],
                         "an HPA scales controller: the policy leaves its replicas alone"
                     );
                 } else {
@@ -263,11 +267,17 @@ impl Harness {
 async fn create_puts_policy_in_force_and_marks_it_ready_once() {
     let h = Harness::synced(FakeApi::start().await).await;
     assert_eq!(h.in_force(SERVING), None);
-    assert!(h.mutate_controller().is_none(), "no policy yet: no mutation");
+    assert!(
+        h.mutate_controller().is_none(),
+        "no policy yet: no mutation"
+    );
 
     h.api.create(GROUP, HAPS, hap("serving", SERVING, 3));
     h.wait_in_force(SERVING, Some(("serving", 3))).await;
-    assert!(h.mutate_controller().is_some(), "policy in force: engine runs");
+    assert!(
+        h.mutate_controller().is_some(),
+        "policy in force: engine runs"
+    );
 
     let ready = h.wait_ready("serving", "True", "Valid").await;
     assert_eq!(ready["observedGeneration"], 1);
@@ -317,7 +327,10 @@ async fn invalid_edit_keeps_last_valid_version_and_reports_the_field() {
     });
     let ready = h.wait_ready("serving", "False", "Invalid").await;
     let message = ready["message"].as_str().unwrap();
-    assert!(message.contains("replicaz"), "message names the field: {message}");
+    assert!(
+        message.contains("replicaz"),
+        "message names the field: {message}"
+    );
     assert_eq!(
         h.in_force(SERVING),
         Some(("serving".to_string(), Some(3))),
@@ -403,7 +416,10 @@ async fn resource_wins_over_configmap_which_gets_an_event() {
     assert_eq!(event["regarding"]["kind"], "ConfigMap");
     assert_eq!(event["metadata"]["namespace"], OWN_NS);
     assert!(
-        event["note"].as_str().unwrap().contains("HighAvailabilityPolicy/from-cr"),
+        event["note"]
+            .as_str()
+            .unwrap()
+            .contains("HighAvailabilityPolicy/from-cr"),
         "{event}"
     );
 
@@ -444,7 +460,8 @@ async fn configmap_outside_own_namespace_or_unlabelled_is_ignored() {
 async fn invalid_configmap_gets_a_warning_event_and_applies_nothing() {
     let h = Harness::synced(FakeApi::start().await).await;
     let yaml = policy_yaml("cm", SERVING, 2).replace("replicas: 2", "replicas: 2\n  bogusField: 1");
-    h.api.create("", "configmaps", policy_configmap("bad-cm", &yaml));
+    h.api
+        .create("", "configmaps", policy_configmap("bad-cm", &yaml));
     let event = wait_until("Invalid event on the ConfigMap", || {
         h.api
             .events_for("bad-cm")
@@ -486,7 +503,9 @@ async fn gone_410_forces_a_relist_that_sees_missed_changes() {
         (h.lists_of(list_path) > lists_before).then_some(())
     })
     .await;
-    h.api.update(GROUP, HAPS, "", "serving", |o| o["spec"]["replicas"] = json!(4));
+    h.api.update(GROUP, HAPS, "", "serving", |o| {
+        o["spec"]["replicas"] = json!(4)
+    });
     h.wait_in_force(SERVING, Some(("serving", 4))).await;
 
     // Changes made while the source cannot watch, with the event log
@@ -510,7 +529,7 @@ async fn dropped_watch_connections_resume_without_losing_changes() {
         h.api.update(GROUP, HAPS, "", "serving", |o| {
             o["spec"]["replicas"] = json!(replicas)
         });
-        h.wait_in_force(SERVING, Some(("serving", replicas as i32))).await;
+        h.wait_in_force(SERVING, Some(("serving", replicas))).await;
     }
 }
 
@@ -532,13 +551,18 @@ async fn api_server_restart_keeps_policies_and_picks_up_changes() {
     // The source notices (the metric goes down) and keeps what it had.
     h.wait_metric(r#"knative_ha_webhook_source_up{source="policies"} 0"#)
         .await;
-    assert!(h.metrics_text().contains("knative_ha_webhook_watch_errors_total{source=\"policies\"}"));
+    assert!(
+        h.metrics_text()
+            .contains("knative_ha_webhook_watch_errors_total{source=\"policies\"}")
+    );
     assert_eq!(h.in_force(SERVING), Some(("serving".into(), Some(3))));
     assert_eq!(h.in_force("other-ns"), Some(("from-cm".into(), Some(2))));
     assert!(h.store.load().synced, "stays synced while the API is down");
     assert!(h.mutate_controller().is_some());
 
-    h.api.update(GROUP, HAPS, "", "serving", |o| o["spec"]["replicas"] = json!(9));
+    h.api.update(GROUP, HAPS, "", "serving", |o| {
+        o["spec"]["replicas"] = json!(9)
+    });
     h.api.restart().await;
     h.wait_in_force(SERVING, Some(("serving", 9))).await;
     h.wait_metric(r#"knative_ha_webhook_source_up{source="policies"} 1"#)
@@ -567,7 +591,11 @@ async fn crd_missing_configmaps_alone_work_and_a_later_crd_is_picked_up() {
 #[tokio::test]
 async fn hpa_reflector_feeds_hpa_targets() {
     let api = FakeApi::start().await;
-    api.create("autoscaling", "horizontalpodautoscalers", hpa(SERVING, "activator", "activator"));
+    api.create(
+        "autoscaling",
+        "horizontalpodautoscalers",
+        hpa(SERVING, "activator", "activator"),
+    );
     api.create(GROUP, HAPS, hap("serving", SERVING, 3));
     let h = Harness::synced(api).await;
     // No HPA on controller yet: the policy sets its replicas.
@@ -582,7 +610,11 @@ async fn hpa_reflector_feeds_hpa_targets() {
     };
     assert_eq!(targets(&h), vec!["activator".to_string()]);
 
-    h.api.create("autoscaling", "horizontalpodautoscalers", hpa(SERVING, "ctl", "controller"));
+    h.api.create(
+        "autoscaling",
+        "horizontalpodautoscalers",
+        hpa(SERVING, "ctl", "controller"),
+    );
     wait_until("controller HPA seen", || {
         (targets(&h) == ["activator", "controller"]).then_some(())
     })
@@ -591,12 +623,23 @@ async fn hpa_reflector_feeds_hpa_targets() {
     h.wait_in_force(SERVING, Some(("serving", 3))).await;
     let m = h.mutate_controller().expect("policy in force");
     assert!(
-        !m.patch.0.iter().any(|op| op.path().to_string() == "/spec/replicas"),
+        !m.patch
+            .0
+            .iter()
+            .any(|op| op.path().to_string().as_str() == "/spec/replicas"),
         "no replicas op for an HPA-scaled Deployment: {:?}",
         m.changes
     );
-    h.api.delete("autoscaling", "horizontalpodautoscalers", SERVING, "activator");
-    wait_until("activator HPA gone", || (targets(&h) == ["controller"]).then_some(())).await;
+    h.api.delete(
+        "autoscaling",
+        "horizontalpodautoscalers",
+        SERVING,
+        "activator",
+    );
+    wait_until("activator HPA gone", || {
+        (targets(&h) == ["controller"]).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -624,9 +667,13 @@ async fn not_synced_until_every_first_list_completes() {
     })
     .await;
     assert!(!h.store.load().synced);
-    assert!(h.ready("serving").is_none(), "no status is written before the first sync");
+    assert!(
+        h.ready("serving").is_none(),
+        "no status is written before the first sync"
+    );
 
-    h.api.release_lists("autoscaling", "horizontalpodautoscalers");
+    h.api
+        .release_lists("autoscaling", "horizontalpodautoscalers");
     h.wait_synced().await;
     h.wait_ready("serving", "True", "Valid").await;
     h.wait_metric("knative_ha_webhook_cluster_synced 1").await;
@@ -654,10 +701,26 @@ async fn restarted_source_does_not_rewrite_an_unchanged_status() {
 async fn each_kind_of_invalid_edit_keeps_the_last_valid_version() {
     type Edit = fn(&mut Value);
     let cases: [(&str, Edit, &str); 4] = [
-        ("unknown field", |o| o["spec"]["replicaz"] = json!(4), "replicaz"),
-        ("replicas out of bounds", |o| o["spec"]["replicas"] = json!(1000), "spec.replicas"),
-        ("replicas of the wrong type", |o| o["spec"]["replicas"] = json!("three"), "replicas"),
-        ("empty target namespace", |o| o["spec"]["targetNamespace"] = json!(""), "targetNamespace"),
+        (
+            "unknown field",
+            |o| o["spec"]["replicaz"] = json!(4),
+            "replicaz",
+        ),
+        (
+            "replicas out of bounds",
+            |o| o["spec"]["replicas"] = json!(1000),
+            "spec.replicas",
+        ),
+        (
+            "replicas of the wrong type",
+            |o| o["spec"]["replicas"] = json!("three"),
+            "replicas",
+        ),
+        (
+            "empty target namespace",
+            |o| o["spec"]["targetNamespace"] = json!(""),
+            "targetNamespace",
+        ),
     ];
     let h = Harness::synced(FakeApi::start().await).await;
     h.api.create(GROUP, HAPS, hap("serving", SERVING, 3));
@@ -667,10 +730,15 @@ async fn each_kind_of_invalid_edit_keeps_the_last_valid_version() {
         h.api.update(GROUP, HAPS, "", "serving", edit);
         let ready = h.wait_ready("serving", "False", "Invalid").await;
         let message = ready["message"].as_str().unwrap();
-        assert!(message.contains(field), "{case}: message names {field}: {message}");
+        assert!(
+            message.contains(field),
+            "{case}: message names {field}: {message}"
+        );
         h.wait_in_force(SERVING, Some(("serving", 3))).await;
         // Back to the valid spec for the next case.
-        h.api.update(GROUP, HAPS, "", "serving", |o| o["spec"] = valid["spec"].clone());
+        h.api.update(GROUP, HAPS, "", "serving", |o| {
+            o["spec"] = valid["spec"].clone()
+        });
         h.wait_ready("serving", "True", "Valid").await;
     }
 }

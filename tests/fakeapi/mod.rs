@@ -312,7 +312,12 @@ impl Store {
         } else {
             String::new()
         };
-        let key = (res.group.clone(), res.plural.clone(), ns.clone(), name.clone());
+        let key = (
+            res.group.clone(),
+            res.plural.clone(),
+            ns.clone(),
+            name.clone(),
+        );
         if self.objects.contains_key(&key) {
             return Err(ApiError::new(
                 409,
@@ -340,10 +345,10 @@ impl Store {
         }
         obj["apiVersion"] = json!(res.api_version());
         obj["kind"] = json!(res.kind);
-        if res.status_subresource {
-            if let Some(o) = obj.as_object_mut() {
-                o.remove("status");
-            }
+        if res.status_subresource
+            && let Some(o) = obj.as_object_mut()
+        {
+            o.remove("status");
         }
         self.objects.insert(key, obj.clone());
         self.record(res, "ADDED", None, obj.clone());
@@ -378,19 +383,16 @@ impl Store {
             return Err(ApiError::new(400, "BadRequest", "body is not an object"));
         }
         let old_rv = old["metadata"]["resourceVersion"].as_str().unwrap_or("");
-        if check_rv {
-            if let Some(given) = new["metadata"]["resourceVersion"].as_str() {
-                if !given.is_empty() && given != old_rv {
-                    return Err(ApiError::new(
-                        409,
-                        "Conflict",
-                        format!(
-                            "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
-                            res.plural
-                        ),
-                    ));
-                }
-            }
+        let given = new["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if check_rv && !given.is_empty() && given != old_rv {
+            return Err(ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                    res.plural
+                ),
+            ));
         }
         if status_only {
             let status = new.get("status").cloned();
@@ -413,11 +415,20 @@ impl Store {
         if !new.get("metadata").is_some_and(Value::is_object) {
             new["metadata"] = json!({});
         }
-        for field in ["name", "namespace", "uid", "creationTimestamp", "generation"] {
+        for field in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "generation",
+        ] {
             match old["metadata"].get(field) {
                 Some(v) => new["metadata"][field] = v.clone(),
                 None => {
-                    new["metadata"].as_object_mut().expect("object").remove(field);
+                    new["metadata"]
+                        .as_object_mut()
+                        .expect("object")
+                        .remove(field);
                 }
             }
         }
@@ -488,7 +499,12 @@ impl Store {
         self.replace(res, namespace, name, doc, status_only, check_rv)
     }
 
-    fn delete(&mut self, res: &ResourceDef, namespace: &str, name: &str) -> Result<Value, ApiError> {
+    fn delete(
+        &mut self,
+        res: &ResourceDef,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         let ns = if res.namespaced { namespace } else { "" };
         let key = (
             res.group.clone(),
@@ -656,7 +672,11 @@ fn error_response(e: ApiError) -> Response {
 fn not_found_resource() -> Response {
     json_response(
         404,
-        &status_value(404, "NotFound", "the server could not find the requested resource"),
+        &status_value(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ),
     )
 }
 
@@ -770,7 +790,9 @@ impl FakeApi {
     }
 
     fn spawn_server(&self, listener: TcpListener) {
-        let router = Router::new().fallback(handle).with_state(self.shared.clone());
+        let router = Router::new()
+            .fallback(handle)
+            .with_state(self.shared.clone());
         let handle = tokio::spawn(serve(listener, router));
         *self.server.lock().expect("server handle") = Some(handle);
     }
@@ -850,8 +872,10 @@ impl FakeApi {
     /// HTTP status codes (e.g. 500).
     pub fn fail_lists(&self, group: &str, plural: &str, codes: &[u16]) {
         self.shared.with_store(|s| {
-            s.list_failures
-                .insert((group.into(), plural.into()), codes.iter().rev().copied().collect());
+            s.list_failures.insert(
+                (group.into(), plural.into()),
+                codes.iter().rev().copied().collect(),
+            );
         });
     }
 
@@ -862,8 +886,10 @@ impl FakeApi {
     }
 
     pub fn release_lists(&self, group: &str, plural: &str) {
-        self.shared
-            .with_store(|s| s.held_lists.remove(&(group.to_string(), plural.to_string())));
+        self.shared.with_store(|s| {
+            s.held_lists
+                .remove(&(group.to_string(), plural.to_string()))
+        });
         self.shared.released.send_modify(|n| *n += 1);
     }
 
@@ -876,7 +902,10 @@ impl FakeApi {
                 .resource(group, plural)
                 .unwrap_or_else(|| panic!("resource {group}/{plural} not registered"))
                 .clone();
-            let ns = obj["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+            let ns = obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
             s.create(&res, &ns, obj, true)
                 .unwrap_or_else(|e| panic!("create {plural}: {e:?}"))
         })
@@ -893,7 +922,10 @@ impl FakeApi {
         edit: impl FnOnce(&mut Value),
     ) -> Value {
         self.shared.with_store(|s| {
-            let res = s.resource(group, plural).expect("resource registered").clone();
+            let res = s
+                .resource(group, plural)
+                .expect("resource registered")
+                .clone();
             let key = (group.into(), plural.into(), namespace.into(), name.into());
             let mut obj = s
                 .objects
@@ -908,7 +940,10 @@ impl FakeApi {
 
     pub fn delete(&self, group: &str, plural: &str, namespace: &str, name: &str) -> Value {
         self.shared.with_store(|s| {
-            let res = s.resource(group, plural).expect("resource registered").clone();
+            let res = s
+                .resource(group, plural)
+                .expect("resource registered")
+                .clone();
             s.delete(&res, namespace, name)
                 .unwrap_or_else(|e| panic!("delete {plural} {name}: {e:?}"))
         })
@@ -1011,7 +1046,9 @@ fn parse_path(store: &Store, path: &str) -> Path {
                     json!({"name": g, "versions": versions, "preferredVersion": versions[0]})
                 })
                 .collect();
-            return Path::Discovery(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}));
+            return Path::Discovery(
+                json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}),
+            );
         }
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
@@ -1113,10 +1150,10 @@ async fn handle(
     let Some(res) = shared.with_store(|s| s.installed(&group, &plural)) else {
         return not_found_resource();
     };
-    if let Some(sub) = &subresource {
-        if sub != "status" || !res.status_subresource {
-            return not_found_resource();
-        }
+    if let Some(sub) = &subresource
+        && (sub != "status" || !res.status_subresource)
+    {
+        return not_found_resource();
     }
     let status_only = subresource.is_some();
     let content_type = headers
@@ -1125,7 +1162,8 @@ async fn handle(
         .unwrap_or("application/json")
         .to_string();
     let parse_body = || -> Result<Value, ApiError> {
-        serde_json::from_slice(&body).map_err(|e| ApiError::new(400, "BadRequest", format!("body: {e}")))
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::new(400, "BadRequest", format!("body: {e}")))
     };
     let result = match (method.clone(), name) {
         (Method::GET, None) => {
@@ -1138,20 +1176,33 @@ async fn handle(
         (Method::POST, None) => parse_body()
             .and_then(|obj| shared.with_store(|s| s.create(&res, &namespace, obj, false))),
         (Method::GET, Some(name)) => shared.with_store(|s| {
-            let ns = if res.namespaced { namespace.clone() } else { String::new() };
+            let ns = if res.namespaced {
+                namespace.clone()
+            } else {
+                String::new()
+            };
             s.objects
                 .get(&(res.group.clone(), res.plural.clone(), ns, name.clone()))
                 .cloned()
-                .ok_or_else(|| ApiError::new(404, "NotFound", format!("{} \"{name}\" not found", res.plural)))
+                .ok_or_else(|| {
+                    ApiError::new(
+                        404,
+                        "NotFound",
+                        format!("{} \"{name}\" not found", res.plural),
+                    )
+                })
         }),
         (Method::PUT, Some(name)) => parse_body().and_then(|obj| {
             shared.with_store(|s| s.replace(&res, &namespace, &name, obj, status_only, true))
         }),
-        (Method::PATCH, Some(name)) => shared.with_store(|s| {
-            s.patch(&res, &namespace, &name, &content_type, &body, status_only)
-        }),
+        (Method::PATCH, Some(name)) => shared
+            .with_store(|s| s.patch(&res, &namespace, &name, &content_type, &body, status_only)),
         (Method::DELETE, Some(name)) => shared.with_store(|s| s.delete(&res, &namespace, &name)),
-        _ => Err(ApiError::new(405, "MethodNotAllowed", format!("{method} not supported here"))),
+        _ => Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!("{method} not supported here"),
+        )),
     };
     match result {
         Ok(v) => json_response(if method == Method::POST { 201 } else { 200 }, &v),
@@ -1161,8 +1212,14 @@ async fn handle(
 
 fn selectors(query: &HashMap<String, String>) -> Selectors {
     Selectors {
-        labels: query.get("labelSelector").map(|s| parse_selector(s)).unwrap_or_default(),
-        fields: query.get("fieldSelector").map(|s| parse_selector(s)).unwrap_or_default(),
+        labels: query
+            .get("labelSelector")
+            .map(|s| parse_selector(s))
+            .unwrap_or_default(),
+        fields: query
+            .get("fieldSelector")
+            .map(|s| parse_selector(s))
+            .unwrap_or_default(),
     }
 }
 
@@ -1183,15 +1240,28 @@ async fn list(
     }
     let failure = shared.with_store(|s| s.list_failures.get_mut(&res.key()).and_then(Vec::pop));
     if let Some(code) = failure {
-        return json_response(code, &status_value(code, "InternalError", "injected list failure"));
+        return json_response(
+            code,
+            &status_value(code, "InternalError", "injected list failure"),
+        );
     }
     let sel = selectors(&query);
     let limit: usize = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
-    let offset: usize = query.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let offset: usize = query
+        .get("continue")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     shared.with_store(|s| {
         let all: Vec<Value> = s.matching(&res, &namespace, &sel).cloned().collect();
-        let end = if limit == 0 { all.len() } else { (offset + limit).min(all.len()) };
-        let items: Vec<Value> = all.get(offset.min(all.len())..end).unwrap_or_default().to_vec();
+        let end = if limit == 0 {
+            all.len()
+        } else {
+            (offset + limit).min(all.len())
+        };
+        let items: Vec<Value> = all
+            .get(offset.min(all.len())..end)
+            .unwrap_or_default()
+            .to_vec();
         let mut metadata = json!({"resourceVersion": s.rv.to_string()});
         if end < all.len() {
             metadata["continue"] = json!(end.to_string());
@@ -1226,7 +1296,9 @@ fn pending_events(
     store
         .log
         .iter()
-        .filter(|e| e.rv > since && e.res == key && (namespace.is_empty() || e.namespace == namespace))
+        .filter(|e| {
+            e.rv > since && e.res == key && (namespace.is_empty() || e.namespace == namespace)
+        })
         .filter_map(|e| {
             let now = sel.matches(&e.object);
             let before = e.old.as_ref().is_some_and(|o| sel.matches(o));
@@ -1294,11 +1366,7 @@ fn start_watch(
         let gone_event = |rv: u64| {
             event_line(
                 "ERROR",
-                &status_value(
-                    410,
-                    "Expired",
-                    &format!("too old resource version: {rv}"),
-                ),
+                &status_value(410, "Expired", &format!("too old resource version: {rv}")),
             )
         };
         if gone {

@@ -67,10 +67,7 @@ pub enum Verdict {
     /// still be in force: see `kept`).
     Invalid { message: String, kept: bool },
     /// Valid, but another object governs the same namespace.
-    Conflict {
-        namespace: String,
-        winner: String,
-    },
+    Conflict { namespace: String, winner: String },
 }
 
 impl Verdict {

@@ -240,7 +240,12 @@ impl State {
         if !self.synced() {
             return Ok(());
         }
-        for t in self.policies.live.values().chain(self.configmaps.live.values()) {
+        for t in self
+            .policies
+            .live
+            .values()
+            .chain(self.configmaps.live.values())
+        {
             let obj = &t.object;
             let key = (obj.origin, obj.uid.clone());
             let Some(verdict) = self.merged.verdicts.get(&key) else {
