@@ -80,6 +80,8 @@ pub struct ServeArgs {
     /// The webhook's own namespace (where policy ConfigMaps are read from).
     #[arg(long, env = "POD_NAMESPACE")]
     pub namespace: Option<String>,
+    #[command(flatten)]
+    pub reconcile: crate::reconcile::ReconcileArgs,
 }
 
 /// Parses a Go-style duration (`10s`, `1m30s`, `1.5s`, `250ms`, `0`).
@@ -157,6 +159,8 @@ pub struct Config {
     pub limits: Limits,
     pub tls_poll_interval: Duration,
     pub policy_poll_interval: Duration,
+    /// Bring existing objects in line (`--reconcile`); None when off.
+    pub reconcile: Option<crate::reconcile::ReconcileConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -188,6 +192,8 @@ pub enum ServerError {
     ClusterSource(String),
     #[error("serving metrics: {0}")]
     Metrics(std::io::Error),
+    #[error(transparent)]
+    Reconcile(#[from] crate::reconcile::ReconcileError),
 }
 
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -235,6 +241,10 @@ impl Config {
             limits: Limits::default(),
             tls_poll_interval: Duration::from_millis(500),
             policy_poll_interval: crate::sources::file::POLL_INTERVAL,
+            reconcile: crate::reconcile::ReconcileConfig::from_args(
+                &args.reconcile,
+                args.namespace.as_deref(),
+            )?,
         })
     }
 
@@ -253,6 +263,7 @@ impl Config {
             limits: Limits::default(),
             tls_poll_interval: Duration::from_millis(200),
             policy_poll_interval: Duration::from_millis(200),
+            reconcile: None,
         }
     }
 }
@@ -273,6 +284,7 @@ pub struct Server {
         crate::sources::cluster::ClusterMetrics,
         String,
     )>,
+    reconciler: Option<crate::reconcile::Reconciler>,
 }
 
 impl Server {
@@ -301,6 +313,24 @@ impl Server {
             }
         };
 
+        let reconciler = match &config.reconcile {
+            Some(rc) => {
+                let client = match &cluster {
+                    Some((client, _, _)) => client.clone(),
+                    None => kube::Client::try_default()
+                        .await
+                        .map_err(|e| ServerError::Kube(e.to_string()))?,
+                };
+                let m = crate::reconcile::ReconcileMetrics::register(&mut registry);
+                Some(crate::reconcile::Reconciler::new(
+                    client,
+                    rc.clone(),
+                    store.clone(),
+                    m,
+                ))
+            }
+            None => None,
+        };
         let tls = TlsReloader::new(config.tls.clone(), metrics.clone())?;
         let listener =
             TcpListener::bind(config.listen)
@@ -328,6 +358,7 @@ impl Server {
             shutting_down: Arc::new(AtomicBool::new(false)),
             file_source,
             cluster,
+            reconciler,
         })
     }
 
@@ -364,6 +395,7 @@ impl Server {
             shutting_down,
             file_source,
             cluster,
+            reconciler,
         } = self;
         let mut background = tokio::task::JoinSet::new();
         if let TlsSource::Files { .. } = config.tls {
@@ -385,6 +417,9 @@ impl Server {
                 let _ = cluster_err_tx.send(msg).await;
             });
         }
+
+        let (reconcile_stop, reconcile_stop_rx) = watch::channel(false);
+        let reconcile_task = reconciler.map(|r| tokio::spawn(r.run(reconcile_stop_rx)));
 
         let readiness = probes::Readiness {
             store: store.clone(),
@@ -442,6 +477,11 @@ impl Server {
         }
 
         shutting_down.store(true, Ordering::SeqCst);
+        // Stop reconciling and give the Lease up (bounded).
+        let _ = reconcile_stop.send(true);
+        if let Some(task) = reconcile_task {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
         tracing::info!(
             delay_ms = config.shutdown_delay.as_millis() as u64,
             "shutting down: readiness now fails; still serving during the shutdown delay"
