@@ -16,6 +16,7 @@ pub const POD_TEMPLATE: &str = "/spec/template";
 
 /// One change the policy asks for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ChangeLine {
     /// The engine's change line, e.g.
     /// `deployment/controller: spec.replicas 1 -> 3 (policy serving)`.
