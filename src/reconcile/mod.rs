@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -485,8 +486,6 @@ async fn reconcile_object(
     )
 }
 
-use serde_json::Value;
-
 /// Reconciles the given namespaces of `snapshot` once (every governed
 /// namespace when `namespaces` is None).
 pub async fn reconcile_once(
@@ -727,5 +726,110 @@ async fn elect(
         Ok(true) => tracing::info!("reconcile: released the Lease"),
         Ok(false) => {}
         Err(e) => tracing::warn!(error = %e, "reconcile: releasing the Lease failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        r: ReconcileArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ReconcileArgs, String> {
+        Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+            .map(|c| c.r)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn flags_and_defaults() {
+        let d = parse(&[]).unwrap();
+        assert!(!d.enabled && !d.dry_run && d.pod_templates);
+        assert_eq!(d.interval, Duration::from_secs(600));
+        assert_eq!(d.rate, 5.0);
+        let cases: &[(&str, &[&str], fn(&ReconcileArgs) -> bool)] = &[
+            ("enabled", &["--reconcile"], |a| a.enabled),
+            ("dry run", &["--reconcile-dry-run"], |a| a.dry_run),
+            (
+                "pod templates off",
+                &["--reconcile-pod-templates=false"],
+                |a| !a.pod_templates,
+            ),
+            (
+                "pod templates bare flag",
+                &["--reconcile-pod-templates"],
+                |a| a.pod_templates,
+            ),
+            ("interval", &["--reconcile-interval", "1m30s"], |a| {
+                a.interval == Duration::from_secs(90)
+            }),
+            ("rate", &["--reconcile-rate", "0.5"], |a| a.rate == 0.5),
+        ];
+        for (what, args, check) in cases {
+            let a = parse(args).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(check(&a), "{what}: {a:?}");
+        }
+        for bad in [
+            &["--reconcile-rate", "0"][..],
+            &["--reconcile-rate", "-1"],
+            &["--reconcile-rate", "fast"],
+            &["--reconcile-interval", "10"],
+            &["--reconcile-pod-templates=maybe"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn config_needs_a_namespace_only_when_enabled() {
+        let off = parse(&[]).unwrap();
+        assert!(ReconcileConfig::from_args(&off, None).unwrap().is_none());
+        let on = parse(&["--reconcile", "--reconcile-dry-run"]).unwrap();
+        let c = ReconcileConfig::from_args(&on, Some("khw"))
+            .unwrap()
+            .expect("enabled");
+        assert_eq!(c.lease.namespace, "khw");
+        assert_eq!(c.lease.name, LEASE_NAME);
+        assert!(c.dry_run);
+        if !std::path::Path::new(SA_NAMESPACE_FILE).exists() {
+            assert!(matches!(
+                ReconcileConfig::from_args(&on, None),
+                Err(ReconcileError::NoNamespace)
+            ));
+        }
+    }
+
+    fn policy(ns: &str, replicas: i32) -> Arc<Policy> {
+        Arc::new(Policy {
+            name: "p".into(),
+            spec: crate::policy::HighAvailabilityPolicySpec {
+                target_namespace: ns.into(),
+                replicas: Some(replicas),
+                ..Default::default()
+            },
+        })
+    }
+
+    #[test]
+    fn changed_namespaces() {
+        let before: Seen = [
+            ("a".to_string(), (policy("a", 3), BTreeSet::new())),
+            ("b".to_string(), (policy("b", 3), BTreeSet::new())),
+            ("c".to_string(), (policy("c", 3), BTreeSet::new())),
+        ]
+        .into();
+        let mut now = before.clone();
+        now.insert("a".into(), (policy("a", 4), BTreeSet::new()));
+        now.insert("b".into(), (policy("b", 3), ["x".to_string()].into()));
+        now.insert("d".into(), (policy("d", 3), BTreeSet::new()));
+        now.remove("c");
+        let got: Vec<String> = changed(&before, &now).into_iter().collect();
+        assert_eq!(got, vec!["a", "b", "d"]);
+        assert!(changed(&now, &now).is_empty());
     }
 }
