@@ -214,7 +214,7 @@ pub async fn audit(
                     kind: Kind::of(object).map_or("object", Kind::as_str),
                     namespace: ns.clone(),
                     name: object["metadata"]["name"].as_str().unwrap_or("").into(),
-                    error,
+                    error: Box::new(error),
                 }
             })?;
             if let Some(d) = drift {

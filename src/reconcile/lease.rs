@@ -60,13 +60,16 @@ pub enum Round {
     Follower { holder: String },
 }
 
+/// What identifies one version of the Lease record: (holder, renewTime).
+type Record = (Option<String>, Option<String>);
+
 /// One replica's view of the Lease.
 pub struct Elector {
     api: Api<Lease>,
     config: LeaseConfig,
     /// (holder, renewTime, resourceVersion) last seen, and when it was
     /// first seen with those values.
-    observed: Option<((Option<String>, Option<String>), Instant)>,
+    observed: Option<(Record, Instant)>,
     /// When this replica last renewed successfully.
     last_renew: Option<Instant>,
 }

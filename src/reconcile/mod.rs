@@ -112,7 +112,7 @@ pub enum ReconcileError {
         kind: &'static str,
         namespace: String,
         name: String,
-        error: crate::engine::EngineError,
+        error: Box<crate::engine::EngineError>,
     },
 }
 
@@ -752,7 +752,8 @@ mod tests {
         assert!(!d.enabled && !d.dry_run && d.pod_templates);
         assert_eq!(d.interval, Duration::from_secs(600));
         assert_eq!(d.rate, 5.0);
-        let cases: &[(&str, &[&str], fn(&ReconcileArgs) -> bool)] = &[
+        type Check = fn(&ReconcileArgs) -> bool;
+        let cases: &[(&str, &[&str], Check)] = &[
             ("enabled", &["--reconcile"], |a| a.enabled),
             ("dry run", &["--reconcile-dry-run"], |a| a.dry_run),
             (
