@@ -835,3 +835,23 @@ async fn each_kind_of_invalid_edit_keeps_the_last_valid_version() {
         h.wait_ready("serving", "True", "Valid").await;
     }
 }
+
+#[tokio::test]
+async fn failed_status_write_is_retried_and_counted() {
+    let h = Harness::synced(FakeApi::start().await).await;
+    h.api.fail_next(
+        "PATCH",
+        "/apis/knativeha.dev/v1alpha1/highavailabilitypolicies/serving/status",
+        &[500],
+    );
+    h.api.create(GROUP, HAPS, hap("serving", SERVING, 3));
+    h.wait_in_force(SERVING, Some(("serving", 3))).await;
+    h.wait_ready("serving", "True", "Valid").await;
+    assert_eq!(
+        h.status_patches("serving"),
+        2,
+        "one failed write, one retry"
+    );
+    h.wait_metric("knative_ha_webhook_status_write_errors_total 1")
+        .await;
+}
