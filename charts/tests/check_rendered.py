@@ -355,7 +355,12 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         eq(csc.get("capabilities", {}).get("drop"), ["ALL"], "capabilities.drop")
         expect(not csc.get("capabilities", {}).get("add"), "capabilities.add must be empty")
         seccomp = csc.get("seccompProfile", psc.get("seccompProfile", {}))
-        eq(seccomp.get("type"), "RuntimeDefault", "seccompProfile.type")
+        eq(seccomp.get("type"), "RuntimeDefault", "container seccompProfile.type")
+        # Where the pod level sets them too, it must agree (it applies to every other container).
+        for key, want in (("seccompProfile", {"type": "RuntimeDefault"}), ("runAsNonRoot", True),
+                          ("runAsUser", NONROOT_UID)):
+            if key in psc:
+                eq(psc[key], want, f"pod securityContext.{key}")
         eq(pod.get("automountServiceAccountToken"), True, "automountServiceAccountToken (the server watches the API)")
         expect(not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC"), "host namespaces")
         res = r.container.get("resources", {})
@@ -494,6 +499,23 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         rep.check(f"{label}: no ServiceMonitor unless serviceMonitor.enabled", lambda: eq(len(sms), 0, "ServiceMonitors"))
 
 
+def check_defaults(r: Rendered, app_version: str) -> None:
+    """The defaults themselves (the checks above compare against values, so pin the defaults)."""
+    h = r.webhook_config["webhooks"][0]
+    eq(h["failurePolicy"], "Ignore", "default failurePolicy")
+    eq(h["timeoutSeconds"], 5, "default timeoutSeconds")
+    eq(h["reinvocationPolicy"], "IfNeeded", "default reinvocationPolicy")
+    eq(h["namespaceSelector"]["matchExpressions"][0]["values"], ["knative-serving"], "default governed namespaces")
+    eq(h["clientConfig"]["service"]["port"], 443, "default Service port")
+    eq(r.deployment["spec"]["replicas"], 2, "default replicas")
+    args = r.args()
+    eq((args["--listen"], args["--metrics-listen"]), ("0.0.0.0:8443", "0.0.0.0:9090"), "default listen addresses")
+    eq(args["--on-error"], "allow", "default --on-error")
+    expect("cert-manager.io/inject-ca-from" in r.webhook_config["metadata"].get("annotations", {}),
+           "cert-manager is the default TLS mode")
+    eq(r.container["image"], f"{r.values['image']['repository']}:{app_version}", "default image tag = appVersion")
+
+
 # ---------------------------------------------------------------------------------------------
 # Value sets
 
@@ -585,6 +607,7 @@ def main() -> int:
     rep = Report()
     chart = Chart(args.helm, args.chart)
     defaults = yaml.safe_load((args.chart / "values.yaml").read_text())
+    app_version = str(yaml.safe_load((args.chart / "Chart.yaml").read_text())["appVersion"])
     ca_bundle = base64.b64encode(args.ca_cert.read_bytes()).decode()
 
     crd_schema = None
@@ -614,6 +637,8 @@ def main() -> int:
         path.write_text(yaml.safe_dump_all(builtin, sort_keys=False))
         builtin_files.append(path)
         check_rendering(r, rep, label, crd_schema)
+        if label == "defaults":
+            rep.check("defaults: safe and HA out of the box", lambda r=r: check_defaults(r, app_version))
 
     for version in args.kube_versions.split(","):
         def validate(version=version):
