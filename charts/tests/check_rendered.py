@@ -16,6 +16,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -666,6 +667,35 @@ def main() -> int:
             expect(res.returncode != 0, f"helm template succeeded with {sets} in namespace {ns}")
             expect(fragment in res.stderr, f"error does not mention {fragment!r}: {res.stderr.strip()}")
         rep.check(f"rejects {name}", rejected)
+
+    # NOTES.txt is not rendered by `helm template`: render a copy of it as a value of a template.
+    notes_chart = Path(tempfile.mkdtemp(prefix="khw-notes-")) / "chart"
+    shutil.copytree(args.chart, notes_chart)
+    (notes_chart / "notes.txt").write_text((args.chart / "templates" / "NOTES.txt").read_text())
+    (notes_chart / "templates" / "notes-check.yaml").write_text(
+        'notes: |\n{{ tpl (.Files.Get "notes.txt") . | indent 2 }}\n')
+    for label, release, ns, over in scenarios(ca_bundle):
+        if label not in ("defaults", "customised", "policy-from-values"):
+            continue
+
+        def notes(label=label, release=release, ns=ns, over=over):
+            res = Chart(args.helm, notes_chart).render(release, ns, values=over)
+            expect(res.returncode == 0, res.stderr.strip())
+            text = [d for d in load_docs(res.stdout) if "notes" in d][0]["notes"]
+            r = Rendered(res.stdout, release, ns, deep_merge(defaults, over))
+            svc = r.service["metadata"]["name"]
+            mport = [p["port"] for p in r.service["spec"]["ports"] if p["name"] == "metrics"][0]
+            governed = r.values["governedNamespaces"][0]
+            for want in (f"kubectl -n {ns} get pods -l app.kubernetes.io/instance={release}",
+                         f"kubectl -n {governed} create deployment",
+                         "kubectl apply --dry-run=server -o yaml",
+                         f"kubectl -n {ns} port-forward svc/{svc} {mport}:{mport}",
+                         f"curl -s localhost:{mport}/metrics",
+                         "knativeha.dev/policy"):
+                expect(want in text, f"NOTES.txt lacks {want!r}")
+            expect("{{" not in text and "<no value>" not in text, "NOTES.txt has unrendered parts")
+        rep.check(f"{label}: NOTES.txt shows how to check pods, a server-side dry run and metrics", notes)
+    shutil.rmtree(notes_chart.parent, ignore_errors=True)
 
     print(f"rendered: {rep.passed} passed, {rep.failed} failed (renderings in {out_dir})")
     return 1 if rep.failed else 0
