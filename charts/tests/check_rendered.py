@@ -641,6 +641,8 @@ def main() -> int:
         if label == "defaults":
             rep.check("defaults: safe and HA out of the box", lambda r=r: check_defaults(r, app_version))
 
+    if crd_files:  # the CRD is a built-in kind: validate it too
+        builtin_files.append(crd_files[0])
     for version in args.kube_versions.split(","):
         def validate(version=version):
             res = subprocess.run([args.kv, "-k", version, "--strict", *map(str, builtin_files)],
@@ -649,7 +651,8 @@ def main() -> int:
             expect(res.returncode == 0 and "ERROR" not in text and "WARN" not in text,
                    f"kubernetes-validate rc={res.returncode}:\n{text}")
             expect(text.count("INFO") >= len(builtin_files), f"fewer validations than expected:\n{text}")
-        rep.check(f"kubernetes-validate -k {version} --strict: {len(builtin_files)} renderings, built-in kinds", validate)
+        rep.check(f"kubernetes-validate -k {version} --strict: {len(builtin_files)} files (renderings, CRD), built-in kinds",
+                  validate)
 
     if crd_schema is not None:
         def hap_rejected():
