@@ -12,7 +12,7 @@
 # Prints one line per check and ends with `chart: N passed, M failed`; exits non-zero on a failure.
 # Env: KHW_KUBE_VERSIONS (default 1.32.0,1.35.0), KHW_CHART_OUT (keep renderings there).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 CHART=charts/knative-ha-webhook
 TOOLS=$ROOT/.tools
@@ -35,7 +35,7 @@ pick_python() {
   # The first python3 that can create a venv with pip (Debian needs python3-venv; .ci/run installs it).
   local p
   for p in "${PYTHON:-}" python3 /usr/bin/python3; do
-    [ -n "$p" ] && command -v "$p" >/dev/null 2>&1 || continue
+    if [ -z "$p" ] || ! command -v "$p" >/dev/null 2>&1; then continue; fi
     if "$p" -c 'import venv, ensurepip' >/dev/null 2>&1; then echo "$p"; return 0; fi
   done
   return 1
@@ -43,8 +43,10 @@ pick_python() {
 if [ ! -x "$VENV/bin/kubernetes-validate" ] || ! "$VENV/bin/python" -c 'import yaml, jsonschema' >/dev/null 2>&1; then
   py=$(pick_python) || { echo "chart: no python3 with venv support (apt-get install python3-venv)" >&2; exit 1; }
   rm -rf "$VENV"
-  "$py" -m venv "$VENV" && "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PKGS[@]}" \
-    || { echo "chart: cannot install ${PY_PKGS[*]} into $VENV" >&2; exit 1; }
+  if ! { "$py" -m venv "$VENV" && "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PKGS[@]}"; }; then
+    echo "chart: cannot install ${PY_PKGS[*]} into $VENV" >&2
+    exit 1
+  fi
 fi
 PY=$VENV/bin/python
 KV=$VENV/bin/kubernetes-validate
@@ -116,13 +118,14 @@ fi
 
 # --- CRD drift ---------------------------------------------------------------------------------
 crd_files=("$CHART"/crds/*.yaml)
-if ! crd_out=$(cargo run --quiet --locked -- crd 2>"$work/crd.err"); then
+# The file must be exactly the command's stdout (a file, not $(...), keeps trailing newlines).
+if ! cargo run --quiet --locked -- crd >"$work/crd.yaml" 2>"$work/crd.err"; then
   fail "CRD drift: \`knative-ha-webhook crd\` failed" "$(head -c 400 "$work/crd.err")"
 elif [ ! -f "${crd_files[0]}" ]; then
   fail "CRD drift: no CRD file in $CHART/crds/"
 elif [ ${#crd_files[@]} -ne 1 ]; then
   fail "CRD drift: expected one file in $CHART/crds/, found ${#crd_files[@]}"
-elif cargo run --quiet --locked -- crd | cmp -s - "${crd_files[0]}"; then
+elif cmp -s "$work/crd.yaml" "${crd_files[0]}"; then
   pass "CRD drift: ${crd_files[0]} is byte-for-byte \`knative-ha-webhook crd\`"
 else
   fail "CRD drift: ${crd_files[0]} differs from \`knative-ha-webhook crd\`" \
