@@ -10,7 +10,7 @@
 #  - certs/generate.sh: SANs and chain verified with openssl
 #
 # Prints one line per check and ends with `chart: N passed, M failed`; exits non-zero on a failure.
-# Env: KHW_KUBE_VERSIONS (default 1.32.0,1.35.0), KHW_CHART_OUT (keep renderings there).
+# Env: KHW_KUBE_VERSIONS (default 1.28.0,1.32.0,1.35.0: the oldest supported, 1.32, a current one), KHW_CHART_OUT (keep renderings there).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -136,7 +136,7 @@ fi
 # --- rendered objects --------------------------------------------------------------------------
 render_out=${KHW_CHART_OUT:-$work/rendered}
 "$PY" charts/tests/check_rendered.py --helm "$HELM" --chart "$CHART" --kubernetes-validate "$KV" \
-  --kube-versions "${KHW_KUBE_VERSIONS:-1.32.0,1.35.0}" --ca-cert "$certs_out/ca.crt" --out "$render_out" \
+  --kube-versions "${KHW_KUBE_VERSIONS:-1.28.0,1.32.0,1.35.0}" --ca-cert "$certs_out/ca.crt" --out "$render_out" \
   | tee "$work/rendered.log"
 py_rc=${PIPESTATUS[0]}
 p=$(grep -c '^PASS ' "$work/rendered.log")
