@@ -137,6 +137,7 @@ fi
 render_out=${KHW_CHART_OUT:-$work/rendered}
 "$PY" charts/tests/check_rendered.py --helm "$HELM" --chart "$CHART" --kubernetes-validate "$KV" \
   --kube-versions "${KHW_KUBE_VERSIONS:-1.28.0,1.32.0,1.35.0}" --ca-cert "$certs_out/ca.crt" --out "$render_out" \
+  --khw-cmd "cargo run --quiet --locked --" \
   | tee "$work/rendered.log"
 py_rc=${PIPESTATUS[0]}
 p=$(grep -c '^PASS ' "$work/rendered.log")

@@ -16,6 +16,7 @@ import copy
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -50,6 +51,7 @@ MUTATE_PATH = "/mutate"
 LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/readyz"
 NONROOT_UID = 65532
+KHW_CMD: list[str] = []  # how to run knative-ha-webhook (set from --khw-cmd)
 
 CLUSTER_SCOPED = {
     "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "HighAvailabilityPolicy",
@@ -473,7 +475,15 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
             jsonschema.validate({k: hap[k] for k in ("spec",)}, {
                 "type": "object", "properties": {"spec": crd_schema["properties"]["spec"]}, "required": ["spec"]})
             expect(hap["spec"]["targetNamespace"] in v["governedNamespaces"], "targetNamespace is not governed")
-        rep.check(f"{label}: HighAvailabilityPolicy from values validates against the chart's CRD schema", policy)
+            if KHW_CMD:  # the server's own validation (`knative-ha-webhook check`), stricter than the schema
+                with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+                    yaml.safe_dump(hap, f)
+                try:
+                    res = subprocess.run([*KHW_CMD, "check", f.name], capture_output=True, text=True, check=False)
+                finally:
+                    os.unlink(f.name)
+                expect(res.returncode == 0, f"`knative-ha-webhook check` rejects it: {res.stderr.strip()}")
+        rep.check(f"{label}: HighAvailabilityPolicy from values passes the CRD schema and `knative-ha-webhook check`", policy)
     else:
         rep.check(f"{label}: no HighAvailabilityPolicy unless defaultPolicy.enabled",
                   lambda: eq(len(haps), 0, "HighAvailabilityPolicies"))
@@ -603,7 +613,9 @@ def main() -> int:
     ap.add_argument("--kube-versions", default="1.32.0")
     ap.add_argument("--ca-cert", required=True, type=Path, help="a PEM CA (from certs/generate.sh) for caBundle")
     ap.add_argument("--out", type=Path, help="keep the renderings here")
+    ap.add_argument("--khw-cmd", default="", help="command running knative-ha-webhook, e.g. 'cargo run --quiet --'")
     args = ap.parse_args()
+    KHW_CMD[:] = shlex.split(args.khw_cmd)
 
     rep = Report()
     chart = Chart(args.helm, args.chart)
