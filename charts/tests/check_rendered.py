@@ -371,6 +371,29 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         expect(res.get("limits", {}).get("memory"), "memory limit")
     rep.check(f"{label}: hardened security context and resources", hardening)
 
+    def image():
+        img = v["image"]
+        want = (f"{img['repository']}@{img['digest']}" if img.get("digest")
+                else f"{img['repository']}:{img.get('tag') or '<appVersion>'}")
+        got = r.container["image"]
+        if want.endswith(":<appVersion>"):
+            expect(got.startswith(img["repository"] + ":") and len(got) > len(img["repository"]) + 1, f"image {got!r}")
+        else:
+            eq(got, want, "image")
+        eq(r.container["imagePullPolicy"], img["pullPolicy"], "imagePullPolicy")
+        eq(r.deployment["spec"]["template"]["spec"].get("imagePullSecrets", []), v.get("imagePullSecrets", []),
+           "imagePullSecrets")
+        pod = r.deployment["spec"]["template"]
+        for k, val in v.get("podLabels", {}).items():
+            eq(pod["metadata"]["labels"].get(k), val, f"pod label {k}")
+        for k, val in v.get("podAnnotations", {}).items():
+            eq(pod["metadata"].get("annotations", {}).get(k), val, f"pod annotation {k}")
+        spec = pod["spec"]
+        eq(spec.get("nodeSelector", {}), v.get("nodeSelector", {}), "nodeSelector")
+        eq(spec.get("tolerations", []), v.get("tolerations", []), "tolerations")
+        eq(spec.get("priorityClassName", ""), v.get("priorityClassName", ""), "priorityClassName")
+    rep.check(f"{label}: image, pull secrets, pod labels/annotations, scheduling values", image)
+
     def availability():
         dep = r.deployment
         pod = dep["spec"]["template"]["spec"]
@@ -384,6 +407,7 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         pdbs = r.of_kind("PodDisruptionBudget")
         eq(len(pdbs), 1, "PodDisruptionBudgets")
         eq(pdbs[0]["spec"].get("maxUnavailable"), 1, "PDB maxUnavailable")
+        eq(pdbs[0]["spec"].get("unhealthyPodEvictionPolicy"), "AlwaysAllow", "PDB unhealthyPodEvictionPolicy")
         expect(selector_matches(pdbs[0]["spec"]["selector"], pod_labels), "PDB selector does not select the pods")
         aff = pod.get("affinity", {}).get("podAntiAffinity", {})
         terms = [t["podAffinityTerm"] for t in aff.get("preferredDuringSchedulingIgnoredDuringExecution", [])]
@@ -571,7 +595,8 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
           "imagePullSecrets": [{"name": "regcred"}], "priorityClassName": "system-cluster-critical",
           "nodeSelector": {"kubernetes.io/os": "linux"},
           "tolerations": [{"key": "control-plane", "operator": "Exists", "effect": "NoSchedule"}],
-          "image": {"repository": "registry.example.com/khw", "tag": "1.2.3", "pullPolicy": "Always"},
+          "image": {"repository": "registry.example.com/khw", "tag": "1.2.3", "pullPolicy": "Always",
+                    "digest": "sha256:" + "ab" * 32},
           "serviceAccount": {"annotations": {"example.com/role": "webhook"}}}),
     ]
 

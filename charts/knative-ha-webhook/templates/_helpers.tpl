@@ -63,10 +63,14 @@ ServiceAccount name.
 {{- end }}
 
 {{/*
-Image reference; the tag defaults to the chart's appVersion.
+Image reference: repository@digest when a digest is set, else repository:tag (tag defaults to appVersion).
 */}}
 {{- define "knative-ha-webhook.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/*
