@@ -551,6 +551,58 @@ def check_defaults(r: Rendered, app_version: str) -> None:
     eq(r.container["image"], f"{r.values['image']['repository']}:{app_version}", "default image tag = appVersion")
 
 
+# Values whose content is a Kubernetes object or free-form map: documented and typed as a whole.
+OPAQUE_VALUES = {"resources", "podSecurityContext", "securityContext", "defaultPolicy.spec", "affinity",
+                 "nodeSelector", "commonLabels", "podLabels", "podAnnotations", "serviceAccount.annotations",
+                 "webhook.annotations", "service.annotations", "serviceMonitor.labels"}
+
+
+def value_paths(d: dict, prefix: str = "") -> set[str]:
+    out = set()
+    for k, val in d.items():
+        path = f"{prefix}{k}"
+        out.add(path)
+        if isinstance(val, dict) and path not in OPAQUE_VALUES:
+            out |= value_paths(val, path + ".")
+    return out
+
+
+def schema_paths(schema: dict, prefix: str = "") -> set[str]:
+    out = set()
+    for k, sub in schema.get("properties", {}).items():
+        path = f"{prefix}{k}"
+        out.add(path)
+        if path not in OPAQUE_VALUES:
+            out |= schema_paths(sub, path + ".")
+    return out
+
+
+def check_values_documented(values_text: str) -> None:
+    """Every value in values.yaml has a comment right above it (opaque values: above the value)."""
+    lines = values_text.splitlines()
+    stack: list[tuple[int, str]] = []
+    undocumented = []
+    for i, line in enumerate(lines):
+        m = re.match(r"^( *)([A-Za-z][A-Za-z0-9]*):", line)
+        if not m:
+            continue
+        indent = len(m.group(1))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        parents = [name for _, name in stack]
+        path = ".".join(parents + [m.group(2)])
+        stack.append((indent, m.group(2)))
+        if any(".".join(parents[: j + 1]) in OPAQUE_VALUES for j in range(len(parents))):
+            continue  # inside an opaque value
+        leaf = not line.rstrip().endswith(":") or path in OPAQUE_VALUES
+        if not leaf:
+            continue  # a group (image:, server:, ...): its children carry the comments
+        prev = lines[i - 1].strip() if i else ""
+        if not prev.startswith("#"):
+            undocumented.append(path)
+    expect(not undocumented, f"values without a comment right above them: {undocumented}")
+
+
 # ---------------------------------------------------------------------------------------------
 # Value sets
 
@@ -647,6 +699,19 @@ def main() -> int:
     defaults = yaml.safe_load((args.chart / "values.yaml").read_text())
     app_version = str(yaml.safe_load((args.chart / "Chart.yaml").read_text())["appVersion"])
     ca_bundle = base64.b64encode(args.ca_cert.read_bytes()).decode()
+
+    values_text = (args.chart / "values.yaml").read_text()
+    rep.check("values.yaml: a comment on every value", lambda: check_values_documented(values_text))
+
+    def schema_covers():
+        schema = json.loads((args.chart / "values.schema.json").read_text())
+        in_values, in_schema = value_paths(defaults), schema_paths(schema)
+        eq(sorted(in_values - in_schema), [], "values missing from values.schema.json")
+        eq(sorted(in_schema - in_values), [], "schema properties missing from values.yaml")
+        eq(schema.get("additionalProperties"), False, "top-level additionalProperties")
+        jsonschema.Draft7Validator.check_schema(schema)
+        jsonschema.validate(defaults, schema)
+    rep.check("values.schema.json: covers exactly the values in values.yaml; defaults validate", schema_covers)
 
     crd_schema = None
     crd_files = sorted((args.chart / "crds").glob("*.yaml"))
