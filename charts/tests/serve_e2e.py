@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+sys.dont_write_bytecode = True  # no __pycache__ in the repository
 sys.path.insert(0, str(Path(__file__).parent))
 from check_rendered import Rendered, Report, eq, expect, load_docs  # noqa: E402
 
