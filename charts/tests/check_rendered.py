@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
+import functools
 import json
 import os
 import re
@@ -580,6 +581,7 @@ def schema_paths(schema: dict, prefix: str = "") -> set[str]:
 def check_values_documented(values_text: str) -> None:
     """Every value in values.yaml has a comment right above it (opaque values: above the value)."""
     lines = values_text.splitlines()
+    parsed = yaml.safe_load(values_text)
     stack: list[tuple[int, str]] = []
     undocumented = []
     for i, line in enumerate(lines):
@@ -594,8 +596,10 @@ def check_values_documented(values_text: str) -> None:
         stack.append((indent, m.group(2)))
         if any(".".join(parents[: j + 1]) in OPAQUE_VALUES for j in range(len(parents))):
             continue  # inside an opaque value
-        leaf = not line.rstrip().endswith(":") or path in OPAQUE_VALUES
-        if not leaf:
+        value = parsed
+        for part in path.split("."):
+            value = value[part]
+        if isinstance(value, dict) and path not in OPAQUE_VALUES:
             continue  # a group (image:, server:, ...): its children carry the comments
         prev = lines[i - 1].strip() if i else ""
         if not prev.startswith("#"):
@@ -712,6 +716,15 @@ def main() -> int:
         jsonschema.Draft7Validator.check_schema(schema)
         jsonschema.validate(defaults, schema)
     rep.check("values.schema.json: covers exactly the values in values.yaml; defaults validate", schema_covers)
+
+    def readme_lists_values():
+        readme = (args.chart / "README.md").read_text()
+        documented = set(re.findall(r"^\| `([A-Za-z][A-Za-z0-9.]*)` \|", readme, re.M))
+        leaves = {p for p in value_paths(defaults) if p in OPAQUE_VALUES or not isinstance(
+            functools.reduce(lambda d, k: d[k], p.split("."), defaults), dict)}
+        eq(sorted(leaves - documented), [], "values missing from the chart README's table")
+        eq(sorted(documented - leaves), [], "README table rows for values that do not exist")
+    rep.check("chart README.md: the values table lists exactly the values", readme_lists_values)
 
     crd_schema = None
     crd_files = sorted((args.chart / "crds").glob("*.yaml"))
