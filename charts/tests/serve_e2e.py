@@ -137,7 +137,10 @@ def main() -> int:
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         def probes():
-            wait_for(lambda: http_get(mport, "/readyz")[0] == 200, "/readyz 200", 60)
+            def ready():
+                expect(proc.poll() is None, f"the server exited with {proc.returncode} (log below)")
+                return http_get(mport, "/readyz")[0] == 200
+            wait_for(ready, "/readyz 200", 60)
             eq(http_get(mport, "/healthz")[0], 200, "/healthz status")
             status, body = http_get(mport, "/metrics")
             eq(status, 200, "/metrics status")
