@@ -403,7 +403,10 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         expect(selector_matches(dep["spec"]["selector"], pod_labels), "Deployment selector")
         grace = pod["terminationGracePeriodSeconds"]
         delay = duration_seconds(r.args()["--shutdown-delay"])
+        timeout = r.webhook_config["webhooks"][0]["timeoutSeconds"]
         expect(grace > delay, f"terminationGracePeriodSeconds {grace} must exceed --shutdown-delay {delay}s")
+        expect(grace >= delay + timeout,
+               f"terminationGracePeriodSeconds {grace} < shutdown delay {delay}s + webhook timeout {timeout}s")
         eq(dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0, "rolling update maxUnavailable")
         pdbs = r.of_kind("PodDisruptionBudget")
         eq(len(pdbs), 1, "PodDisruptionBudgets")
@@ -675,7 +678,9 @@ REJECTIONS = [
     ("caBundle that is not a base64 PEM certificate", "khw-system",
      ["certManager.enabled=false", "tls.existingSecret=my-tls", "tls.caBundle=aGVsbG8="], "PEM"),
     ("terminationGracePeriodSeconds <= shutdownDelay", "khw-system",
-     ["terminationGracePeriodSeconds=10"], "must be greater than server.shutdownDelay"),
+     ["terminationGracePeriodSeconds=10"], "must be at least server.shutdownDelay"),
+    ("terminationGracePeriodSeconds < shutdownDelay + timeoutSeconds", "khw-system",
+     ["terminationGracePeriodSeconds=14"], "+ webhook.timeoutSeconds"),
     ("shutdownDelay not whole seconds", "khw-system", ["server.shutdownDelay=1m"], "shutdownDelay"),
     ("defaultPolicy targeting an ungoverned namespace", "khw-system",
      ["defaultPolicy.enabled=true", "defaultPolicy.spec.targetNamespace=default"], "not one of governedNamespaces"),

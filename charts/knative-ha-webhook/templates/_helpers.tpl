@@ -106,8 +106,11 @@ so `helm template` / `helm install` fail with a clear message.
 {{- if has .Release.Namespace .Values.governedNamespaces }}
 {{- fail (printf "governedNamespaces must not contain the release namespace %q: the webhook must never govern its own namespace (install it in its own namespace, e.g. knative-ha-webhook)" .Release.Namespace) }}
 {{- end }}
-{{- if le (int .Values.terminationGracePeriodSeconds) (int (include "knative-ha-webhook.shutdownDelaySeconds" .)) }}
-{{- fail (printf "terminationGracePeriodSeconds (%d) must be greater than server.shutdownDelay (%s) so in-flight requests can finish" (int .Values.terminationGracePeriodSeconds) .Values.server.shutdownDelay) }}
+{{- /* After the delay the listener closes and in-flight reviews finish; the API server gives up on
+      a review after webhook.timeoutSeconds, so delay + timeout is the longest a shutdown needs. */}}
+{{- $needed := add (int (include "knative-ha-webhook.shutdownDelaySeconds" .)) (int .Values.webhook.timeoutSeconds) }}
+{{- if lt (int .Values.terminationGracePeriodSeconds) (int $needed) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be at least server.shutdownDelay (%s) + webhook.timeoutSeconds (%d), so in-flight requests can finish before the kill" (int .Values.terminationGracePeriodSeconds) .Values.server.shutdownDelay (int .Values.webhook.timeoutSeconds)) }}
 {{- end }}
 {{- if and .Values.defaultPolicy.enabled (not (has .Values.defaultPolicy.spec.targetNamespace .Values.governedNamespaces)) }}
 {{- fail (printf "defaultPolicy.spec.targetNamespace %q is not one of governedNamespaces %v: the webhook would never see its objects" .Values.defaultPolicy.spec.targetNamespace .Values.governedNamespaces) }}
