@@ -59,9 +59,6 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
         .arg("--policy-file")
         .arg(&policy_path)
         .args([
-            "--reconcile",
-            "--reconcile-rate",
-            "50",
             "--namespace",
             OWN_NS,
             "--listen",
@@ -74,6 +71,12 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
         .env("KUBECONFIG", api.kubeconfig_path())
         .env("HOME", dir.path())
         .env("POD_NAME", "webhook-0")
+        // The reconcile settings as the chart renders them (env vars).
+        .env("KHW_RECONCILE", "true")
+        .env("KHW_RECONCILE_INTERVAL", "10m")
+        .env("KHW_RECONCILE_DRY_RUN", "false")
+        .env("KHW_RECONCILE_POD_TEMPLATES", "true")
+        .env("KHW_RECONCILE_RATE", "50")
         .env("RUST_LOG", "info")
         .env_remove("KUBERNETES_SERVICE_HOST")
         .stdout(Stdio::null())
@@ -151,5 +154,30 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
     // No more writes than one per object.
     for (g, p, n) in &drifting {
         assert_eq!(api.patches_of(g, p, SERVING, n), 1, "{n}");
+    }
+}
+
+/// `KHW_RECONCILE` is read as a boolean: "false" leaves the reconciler off
+/// (so the missing namespace is no error), "true" turns it on.
+#[test]
+fn khw_reconcile_env_is_a_boolean() {
+    let cases = [
+        ("true", "--reconcile needs the webhook's namespace"),
+        ("false", "reading policy file /nonexistent/policy.yaml"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (value, want) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"))
+            .args(["serve", "--self-signed"])
+            .arg(dir.path().join("ca.pem"))
+            .args(["--policy-file", "/nonexistent/policy.yaml"])
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .env("KHW_RECONCILE", value)
+            .env_remove("POD_NAMESPACE")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "KHW_RECONCILE={value}");
+        assert!(stderr.contains(want), "KHW_RECONCILE={value}: {stderr}");
     }
 }
