@@ -688,6 +688,56 @@ impl Reconciler {
     }
 }
 
+/// A reconciler running in the background (see [`Reconciler::spawn`]).
+pub struct RunningReconciler {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningReconciler {
+    /// Stops reconciling and gives the Lease up; waits at most `timeout`.
+    pub async fn stop(self, timeout: Duration) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(timeout, self.task).await;
+    }
+}
+
+impl Reconciler {
+    /// For `serve`: the reconciler when `config` is set, with its metrics
+    /// registered in `registry`; reuses `client` (the cluster source's) or
+    /// builds one from the usual kubeconfig. Errors say why no client.
+    pub async fn prepare(
+        config: Option<&ReconcileConfig>,
+        client: Option<kube::Client>,
+        store: &PolicyStore,
+        registry: &mut prometheus_client::registry::Registry,
+    ) -> Result<Option<Reconciler>, kube::Error> {
+        let Some(config) = config else {
+            return Ok(None);
+        };
+        let client = match client {
+            Some(c) => c,
+            None => kube::Client::try_default().await?,
+        };
+        let metrics = ReconcileMetrics::register(registry);
+        Ok(Some(Reconciler::new(
+            client,
+            config.clone(),
+            store.clone(),
+            metrics,
+        )))
+    }
+
+    /// Runs in a background task until [`RunningReconciler::stop`].
+    pub fn spawn(self) -> RunningReconciler {
+        let (stop, rx) = watch::channel(false);
+        RunningReconciler {
+            stop,
+            task: tokio::spawn(self.run(rx)),
+        }
+    }
+}
+
 async fn elect(
     mut elector: lease::Elector,
     renew_every: Duration,

@@ -313,24 +313,15 @@ impl Server {
             }
         };
 
-        let reconciler = match &config.reconcile {
-            Some(rc) => {
-                let client = match &cluster {
-                    Some((client, _, _)) => client.clone(),
-                    None => kube::Client::try_default()
-                        .await
-                        .map_err(|e| ServerError::Kube(e.to_string()))?,
-                };
-                let m = crate::reconcile::ReconcileMetrics::register(&mut registry);
-                Some(crate::reconcile::Reconciler::new(
-                    client,
-                    rc.clone(),
-                    store.clone(),
-                    m,
-                ))
-            }
-            None => None,
-        };
+        let cluster_client = cluster.as_ref().map(|c| c.0.clone());
+        let reconciler = crate::reconcile::Reconciler::prepare(
+            config.reconcile.as_ref(),
+            cluster_client,
+            &store,
+            &mut registry,
+        )
+        .await
+        .map_err(|e| ServerError::Kube(e.to_string()))?;
         let tls = TlsReloader::new(config.tls.clone(), metrics.clone())?;
         let listener =
             TcpListener::bind(config.listen)
@@ -418,8 +409,7 @@ impl Server {
             });
         }
 
-        let (reconcile_stop, reconcile_stop_rx) = watch::channel(false);
-        let reconcile_task = reconciler.map(|r| tokio::spawn(r.run(reconcile_stop_rx)));
+        let reconciler = reconciler.map(crate::reconcile::Reconciler::spawn);
 
         let readiness = probes::Readiness {
             store: store.clone(),
@@ -477,10 +467,8 @@ impl Server {
         }
 
         shutting_down.store(true, Ordering::SeqCst);
-        // Stop reconciling and give the Lease up (bounded).
-        let _ = reconcile_stop.send(true);
-        if let Some(task) = reconcile_task {
-            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        if let Some(r) = reconciler {
+            r.stop(Duration::from_secs(5)).await; // gives the Lease up
         }
         tracing::info!(
             delay_ms = config.shutdown_delay.as_millis() as u64,
