@@ -650,3 +650,62 @@ async fn pod_templates_false_leaves_every_pod_template_alone() {
     assert!(drift_gauge(&env.reconcilers[r].metrics, "Deployment") > 0);
     let _ = KOURIER;
 }
+
+/// `--reconcile-pod-templates=false` with a policy whose replicas Knative
+/// already has: the Deployments' only drift is pod anti-affinity, so they
+/// get no PATCH at all, while the HPAs, PDBs and config-leader-election are
+/// written; the left drift is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_templates_false_skips_deployments_with_only_pod_template_drift() {
+    let mut env = Env::start().await;
+    let r = env.reconciler("pod-a", |c| c.pod_templates = false).await;
+    env.wait_leader(r).await;
+    let mut value = example_policy_value();
+    value["spec"]["replicas"] = json!(1);
+    let policy = policy_of(&value);
+    let exp = expectations(&env.api, &env.serving_keys(), &policy);
+    let template_only: BTreeSet<Key> = needing(&exp)
+        .into_iter()
+        .filter(|k| k.0 == "Deployment")
+        .collect();
+    let names: BTreeSet<&str> = template_only.iter().map(|k| k.2.as_str()).collect();
+    assert!(
+        names.contains("controller") && names.contains("autoscaler"),
+        "{names:?}"
+    );
+    for k in &template_only {
+        let want = exp[k].as_ref().unwrap();
+        assert_eq!(
+            want["spec"]["replicas"],
+            current(&env.api, k)["spec"]["replicas"],
+            "{k:?}: only template drift"
+        );
+    }
+    let others: BTreeMap<Key, Option<Value>> = exp
+        .iter()
+        .filter(|(k, _)| k.0 != "Deployment")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert!(
+        others.values().any(Option::is_some),
+        "some non-Deployment drift"
+    );
+
+    env.create_policy(value);
+    env.wait_converged(&others).await;
+    env.wait_runs(r, 1).await;
+    for k in &template_only {
+        assert_eq!(patches(&env.api, k), 0, "{k:?}");
+    }
+    for (k, v) in &others {
+        assert_eq!(patches(&env.api, k), usize::from(v.is_some()), "{k:?}");
+    }
+    assert_eq!(
+        drift_gauge(&env.reconcilers[r].metrics, "Deployment"),
+        template_only.len() as i64
+    );
+    assert_eq!(
+        drift_gauge(&env.reconcilers[r].metrics, "HorizontalPodAutoscaler"),
+        0
+    );
+}
