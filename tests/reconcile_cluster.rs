@@ -709,3 +709,38 @@ async fn pod_templates_false_skips_deployments_with_only_pod_template_drift() {
         0
     );
 }
+
+/// The periodic full run: someone scales controller back down by hand;
+/// the next periodic run (short interval here) restores it with one write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_run_repairs_drift_introduced_later() {
+    let mut env = Env::start().await;
+    let r = env
+        .reconciler("pod-a", |c| {
+            c.interval = std::time::Duration::from_millis(200)
+        })
+        .await;
+    env.wait_leader(r).await;
+    let value = example_policy_value();
+    let exp = expectations(&env.api, &env.serving_keys(), &policy_of(&value));
+    env.create_policy(value);
+    env.wait_converged(&exp).await;
+    let controller: Key = ("Deployment".into(), SERVING.into(), "controller".into());
+    assert_eq!(patches(&env.api, &controller), 1);
+
+    env.api
+        .update("apps", "deployments", SERVING, "controller", |d| {
+            d["spec"]["replicas"] = json!(1);
+        });
+    let api = env.api.clone();
+    let c = controller.clone();
+    wait_until("controller scaled back to 3 by a periodic run", || {
+        (current(&api, &c)["spec"]["replicas"] == 3).then_some(())
+    })
+    .await;
+    assert_eq!(patches(&env.api, &controller), 2);
+    assert_eq!(
+        content(&current(&env.api, &controller)),
+        exp[&controller].clone().unwrap()
+    );
+}
