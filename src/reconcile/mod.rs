@@ -177,7 +177,7 @@ impl ReconcileConfig {
                 namespace: namespace.to_string(),
                 name: LEASE_NAME.to_string(),
                 identity: identity.to_string(),
-                duration: Duration::from_secs(3),
+                duration: Duration::from_secs(5),
                 renew_every: Duration::from_millis(200),
             },
             poll: Duration::from_millis(50),
