@@ -181,3 +181,85 @@ fn khw_reconcile_env_is_a_boolean() {
         assert!(stderr.contains(want), "KHW_RECONCILE={value}: {stderr}");
     }
 }
+
+/// Dry run through the binary: one `drift (dry run; not written)` log line
+/// per drifting object, and not a single PATCH.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reconcile_dry_run_logs_drift_and_writes_nothing() {
+    use tokio::io::AsyncBufReadExt;
+    let api = FakeApi::start().await;
+    let policy_path = support::repo_path("examples/policy.yaml");
+    let policy = Policy::from_yaml(&std::fs::read_to_string(&policy_path).unwrap()).unwrap();
+    let ctx = knative_ha_webhook::engine::Context::default();
+    let mut drifting = std::collections::BTreeSet::new();
+    let mut all = Vec::new();
+    for obj in support::fixture_objects() {
+        let (group, plural) = match obj["kind"].as_str() {
+            Some("Deployment") => ("apps", "deployments"),
+            Some("HorizontalPodAutoscaler") => ("autoscaling", "horizontalpodautoscalers"),
+            Some("PodDisruptionBudget") => ("policy", "poddisruptionbudgets"),
+            Some("ConfigMap") if obj["metadata"]["name"] == "config-leader-election" => {
+                ("", "configmaps")
+            }
+            _ => continue,
+        };
+        let created = api.create(group, plural, obj);
+        let name = created["metadata"]["name"].as_str().unwrap().to_string();
+        let ns = created["metadata"]["namespace"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        if ns == SERVING
+            && plan::plan(&policy, SERVING, &created, &ctx, true)
+                .unwrap()
+                .is_some()
+        {
+            drifting.insert(name.clone());
+        }
+        all.push((group, plural, ns, name));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"))
+        .args(["serve", "--self-signed"])
+        .arg(dir.path().join("ca.pem"))
+        .arg("--policy-file")
+        .arg(&policy_path)
+        .args(["--namespace", OWN_NS, "--listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0", "--shutdown-delay", "0s"])
+        .args(["--reconcile", "--reconcile-dry-run"])
+        .env("KUBECONFIG", api.kubeconfig_path())
+        .env("HOME", dir.path())
+        .env("RUST_LOG", "info")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start serve");
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let sink = lines.clone();
+    let mut reader = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = reader.next_line().await {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                sink.lock().unwrap().push(v);
+            }
+        }
+    });
+    let logged = wait_until("a dry-run log line per drifting object", || {
+        let got: std::collections::BTreeSet<String> = lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l["message"] == "reconcile: drift (dry run; not written)")
+            .filter_map(|l| l["name"].as_str().map(str::to_string))
+            .collect();
+        (got == drifting).then_some(got)
+    })
+    .await;
+    assert!(logged.len() >= 5, "{logged:?}");
+    let _ = child.start_kill();
+    for (g, p, ns, n) in &all {
+        assert_eq!(api.patches_of(g, p, ns, n), 0, "{ns}/{n}");
+    }
+}
