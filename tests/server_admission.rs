@@ -567,3 +567,24 @@ async fn metrics_expose_the_named_series_with_bounded_labels() {
     );
     fx.server.stop().await;
 }
+
+/// An UPDATE carrying two objects of about 3 MiB each (under the 7 MiB limit).
+#[tokio::test]
+async fn large_update_review_is_answered() {
+    let fx = Fixture::start().await;
+    let mut controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    controller["metadata"]["annotations"] = json!({"pad": "a".repeat(3 * 1024 * 1024 - 4096)});
+    let mut body = review("big", "UPDATE", "knative-serving", &controller);
+    body["request"]["oldObject"] = controller.clone();
+    let size = serde_json::to_vec(&body).unwrap().len();
+    assert!(size > 6_000_000 && size < 7 * 1024 * 1024, "{size}");
+    for proto in [Proto::Http1, Proto::H2] {
+        let (status, resp, _) = post(&fx.client(proto), &fx.url(), &body).await;
+        assert_eq!(status, 200, "{proto:?}");
+        assert_eq!(resp["response"]["uid"], "big");
+        let mut patched = controller.clone();
+        json_patch::patch(&mut patched, &decode_patch(&resp["response"])).unwrap();
+        assert_eq!(patched["spec"]["replicas"], 3, "{proto:?}");
+    }
+    fx.server.stop().await;
+}
