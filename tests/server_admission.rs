@@ -503,6 +503,16 @@ async fn readiness_needs_a_certificate_and_fails_during_shutdown() {
         "ready once the certificate appears"
     );
 
+    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let h2 = client(&pki.ca_pem, server.addr, Proto::H2, None);
+    let (status, _, version) = post(
+        &h2,
+        &mutate_url(server.addr),
+        &review("h2-before", "CREATE", "knative-serving", &controller),
+    )
+    .await;
+    assert_eq!((status, version), (200, reqwest::Version::HTTP_2));
+
     server.begin_shutdown();
     assert!(
         wait_until(std::time::Duration::from_secs(10), || async move {
@@ -511,9 +521,18 @@ async fn readiness_needs_a_certificate_and_fails_during_shutdown() {
         .await,
         "not ready once shutting down"
     );
-    // Still serving during the shutdown delay.
+    // Still serving during the shutdown delay, also to the h2 client whose
+    // connection got a GOAWAY.
+    for _ in 0..3 {
+        let (status, _, _) = post(
+            &h2,
+            &mutate_url(server.addr),
+            &review("h2-during", "CREATE", "knative-serving", &controller),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
     let client = client(&pki.ca_pem, server.addr, Proto::Http1, None);
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
     let (status, _, _) = post(
         &client,
         &mutate_url(server.addr),

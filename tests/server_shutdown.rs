@@ -177,6 +177,13 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     // kept-alive connection and on a new one.
     let resp = client.post(&url).body(body.clone()).send().await.unwrap();
     assert_eq!(resp.status(), 200, "served during the delay (kept-alive)");
+    assert_eq!(
+        resp.headers()
+            .get("connection")
+            .map(|v| v.to_str().unwrap()),
+        Some("close"),
+        "HTTP/1.1 clients are told to move to a new connection"
+    );
     let fresh = localhost_client(&ca_pem, addr);
     let resp = fresh.post(&url).body(body.clone()).send().await.unwrap();
     assert_eq!(

@@ -415,8 +415,10 @@ impl Server {
         let connections = Arc::new(Semaphore::new(max));
         let (stop_accept_tx, stop_accept_rx) = watch::channel(false);
         let (close_tx, close_rx) = watch::channel(false);
+        let (draining_tx, draining_rx) = watch::channel(false);
         let https = listener::Listener {
             listener,
+            draining: draining_rx,
             router: router(state),
             tls,
             metrics,
@@ -442,6 +444,7 @@ impl Server {
         }
 
         shutting_down.store(true, Ordering::SeqCst);
+        let _ = draining_tx.send(true);
         tracing::info!(
             delay_ms = config.shutdown_delay.as_millis() as u64,
             "shutting down: readiness now fails; still serving during the shutdown delay"
