@@ -149,33 +149,51 @@ async fn controller_deployment_gets_three_replicas() {
     fx.server.stop().await;
 }
 
-/// The shipped example review answers with a patch for the controller.
+/// Every shipped example review (`examples/review*.json`) is answered like
+/// the engine says: uid mirrored, a patch exactly when the engine changes something.
 #[tokio::test]
-async fn example_review_json_is_a_valid_review() {
+async fn example_reviews_are_valid_reviews() {
     let fx = Fixture::start().await;
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/review.json"),
-    )
-    .unwrap();
-    let review: Value = serde_json::from_str(&text).unwrap();
-    let (status, body, _) = post(&fx.client(Proto::Http1), &fx.url(), &review).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["response"]["uid"], review["request"]["uid"]);
-    assert_eq!(body["response"]["allowed"], true);
-    let object = &review["request"]["object"];
-    let expected = example_snapshot()
-        .mutate(&Input {
-            operation: Operation::Create,
-            namespace: "knative-serving",
-            object,
-        })
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
-        .unwrap();
-    assert_eq!(
-        body["response"].get("patch").is_some(),
-        !expected.is_empty(),
-        "{body}"
-    );
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            name.starts_with("review") && name.ends_with(".json")
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "{files:?}");
+    for file in files {
+        let review: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let (status, body, _) = post(&fx.client(Proto::Http1), &fx.url(), &review).await;
+        assert_eq!(status, 200, "{}: {body}", file.display());
+        assert_eq!(body["response"]["uid"], review["request"]["uid"]);
+        assert_eq!(body["response"]["allowed"], true);
+        let object = &review["request"]["object"];
+        let expected = example_snapshot()
+            .mutate(&Input {
+                operation: match review["request"]["operation"].as_str().unwrap() {
+                    "CREATE" => Operation::Create,
+                    _ => Operation::Update,
+                },
+                namespace: review["request"]["namespace"].as_str().unwrap(),
+                object,
+            })
+            .unwrap()
+            .unwrap();
+        assert!(
+            !expected.is_empty(),
+            "{}: the example shows a change",
+            file.display()
+        );
+        let mut patched = object.clone();
+        json_patch::patch(&mut patched, &decode_patch(&body["response"])).unwrap();
+        let mut want = object.clone();
+        json_patch::patch(&mut want, &expected.patch).unwrap();
+        assert_eq!(patched, want, "{}", file.display());
+    }
     fx.server.stop().await;
 }
 
