@@ -477,29 +477,36 @@ impl Server {
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
+/// Installs the SIGTERM and SIGINT handlers now (call inside the runtime,
+/// before announcing readiness) and returns a future that completes on
+/// either signal.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match (
+        let handlers = (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
-        ) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => tracing::info!("received SIGTERM"),
-                    _ = int.recv() => tracing::info!("received SIGINT"),
+        );
+        async move {
+            match handlers {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => tracing::info!("received SIGTERM"),
+                        _ = int.recv() => tracing::info!("received SIGINT"),
+                    }
                 }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async move {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -511,8 +518,10 @@ pub fn run_cli(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        // Handlers first: a signal during start-up must not kill the process.
+        let signal = shutdown_signal();
         let server = Server::bind(config).await?;
-        server.run(shutdown_signal()).await?;
+        server.run(signal).await?;
         tracing::info!("stopped");
         Ok::<_, anyhow::Error>(())
     })?;
