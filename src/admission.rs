@@ -474,7 +474,9 @@ mod tests {
             Just(Value::Null),
             any::<bool>().prop_map(Value::from),
             any::<i64>().prop_map(Value::from),
-            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
             "[a-z/.-]{0,12}".prop_map(Value::from),
         ];
         leaf.prop_recursive(4, 48, 6, |inner| {
