@@ -319,11 +319,12 @@ async fn bad_requests_get_json_errors() {
             assert_eq!(body["code"], case.status, "{proto:?} {}", case.name);
         }
     }
-    // The server is still healthy after all that.
+    // The server is still healthy after all that; the API server's
+    // `?timeout=10s` query is accepted.
     let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
     let (status, _, _) = post(
         &fx.client(Proto::Http1),
-        &fx.url(),
+        &format!("{}?timeout=10s", fx.url()),
         &review("after", "CREATE", "knative-serving", &controller),
     )
     .await;
