@@ -517,14 +517,17 @@ pub fn run_cli(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         // Handlers first: a signal during start-up must not kill the process.
         let signal = shutdown_signal();
         let server = Server::bind(config).await?;
         server.run(signal).await?;
         tracing::info!("stopped");
         Ok::<_, anyhow::Error>(())
-    })?;
+    });
+    // Do not wait for a blocking file read that is still in progress.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    result?;
     Ok(ExitCode::SUCCESS)
 }
 
