@@ -11,12 +11,16 @@ mod fakeapi;
 use std::sync::{Arc, OnceLock};
 
 use fakeapi::{FakeApi, wait_until};
+use knative_ha_webhook::admission::ReviewOptions;
 use knative_ha_webhook::engine::{Input, Operation};
+use knative_ha_webhook::server::{AppState, router};
 use knative_ha_webhook::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
 use knative_ha_webhook::store::PolicyStore;
+use knative_ha_webhook::telemetry::Metrics;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
+use tower::ServiceExt;
 
 const GROUP: &str = "knativeha.dev";
 const HAPS: &str = "highavailabilitypolicies";
@@ -166,6 +170,30 @@ impl Harness {
                 object: controller(),
             })
             .expect("engine accepts the controller Deployment");
+        // The same through the server's /mutate route.
+        let via_mutate = self.replicas_via_mutate().await;
+        let hpa_backed_now = snapshot
+            .hpa_targets
+            .get(SERVING)
+            .is_some_and(|t| t.contains("controller"));
+        match want {
+            _ if !snapshot.synced => {
+                assert_eq!(via_mutate, None, "not synced: /mutate returns no patch")
+            }
+            None => assert_eq!(via_mutate, None, "no policy: /mutate returns no patch"),
+            Some(_) if hpa_backed_now => {
+                assert!(
+                    via_mutate.is_none()
+                        || via_mutate == Some(controller()["spec"]["replicas"].clone()),
+                    "HPA-scaled controller: /mutate leaves replicas alone: {via_mutate:?}"
+                )
+            }
+            Some((_, replicas)) => assert_eq!(
+                via_mutate,
+                Some(json!(replicas)),
+                "/mutate applies the policy in force"
+            ),
+        }
         match (want, mutation) {
             (None, None) => {}
             (None, Some(m)) => panic!("no policy in force, yet a mutation: {m:?}"),
@@ -206,6 +234,64 @@ impl Harness {
                 object: controller(),
             })
             .expect("engine accepts the controller Deployment")
+    }
+
+    /// POSTs an AdmissionReview (CREATE of the real controller Deployment)
+    /// to the server's `/mutate` route over this source's store; returns the
+    /// `response` of the review.
+    async fn post_mutate(&self) -> Value {
+        use base64::Engine as _;
+        let review = json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "00000000-0000-0000-0000-000000000001",
+                "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+                "name": "controller",
+                "namespace": SERVING,
+                "operation": "CREATE",
+                "userInfo": {"username": "kubernetes-admin"},
+                "object": controller(),
+                "oldObject": null,
+                "dryRun": false,
+            }
+        });
+        let state = AppState {
+            store: self.store.clone(),
+            metrics: Metrics::unregistered(),
+            options: ReviewOptions::default(),
+        };
+        let req = axum::http::Request::post("/mutate")
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(review.to_string()))
+            .unwrap();
+        let resp = router(state).oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let bytes = axum::body::to_bytes(resp.into_body(), 16 << 20)
+            .await
+            .unwrap();
+        let mut body: Value = serde_json::from_slice(&bytes).unwrap();
+        let mut response = body["response"].take();
+        assert_eq!(response["allowed"], true, "{response}");
+        if let Some(patch) = response["patch"].as_str() {
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(patch)
+                .expect("patch is base64");
+            response["patch"] = serde_json::from_slice(&raw).expect("patch is JSON");
+        }
+        response
+    }
+
+    /// `spec.replicas` of the controller Deployment after the patch `/mutate`
+    /// returns (None: no patch at all).
+    async fn replicas_via_mutate(&self) -> Option<Value> {
+        let response = self.post_mutate().await;
+        let patch = response.get("patch").filter(|p| !p.is_null())?;
+        let patch: json_patch::Patch = serde_json::from_value(patch.clone()).unwrap();
+        let mut obj = controller().clone();
+        json_patch::patch(&mut obj, &patch).expect("the /mutate patch applies");
+        Some(obj["spec"]["replicas"].clone())
     }
 
     fn ready(&self, name: &str) -> Option<Value> {
@@ -667,6 +753,13 @@ async fn not_synced_until_every_first_list_completes() {
     })
     .await;
     assert!(!h.store.load().synced);
+    let response = h.post_mutate().await;
+    assert!(
+        response.get("patch").is_none_or(Value::is_null),
+        "not synced: admitted without a patch: {response}"
+    );
+    let warnings = response["warnings"].to_string();
+    assert!(warnings.contains("not yet synced"), "{warnings}");
     assert!(
         h.ready("serving").is_none(),
         "no status is written before the first sync"
@@ -741,4 +834,24 @@ async fn each_kind_of_invalid_edit_keeps_the_last_valid_version() {
         });
         h.wait_ready("serving", "True", "Valid").await;
     }
+}
+
+#[tokio::test]
+async fn failed_status_write_is_retried_and_counted() {
+    let h = Harness::synced(FakeApi::start().await).await;
+    h.api.fail_next(
+        "PATCH",
+        "/apis/knativeha.dev/v1alpha1/highavailabilitypolicies/serving/status",
+        &[500],
+    );
+    h.api.create(GROUP, HAPS, hap("serving", SERVING, 3));
+    h.wait_in_force(SERVING, Some(("serving", 3))).await;
+    h.wait_ready("serving", "True", "Valid").await;
+    assert_eq!(
+        h.status_patches("serving"),
+        2,
+        "one failed write, one retry"
+    );
+    h.wait_metric("knative_ha_webhook_status_write_errors_total 1")
+        .await;
 }

@@ -191,6 +191,8 @@ struct Store {
     list_failures: HashMap<ResKey, Vec<u16>>,
     /// Lists of these resources wait until released.
     held_lists: HashSet<ResKey>,
+    /// Per (method, path): status codes the next such requests answer with.
+    failures: HashMap<(String, String), Vec<u16>>,
     requests: Vec<Request>,
 }
 
@@ -879,6 +881,17 @@ impl FakeApi {
         });
     }
 
+    /// The next `codes.len()` requests with this method and exact path
+    /// answer with these HTTP status codes (any verb, any path).
+    pub fn fail_next(&self, method: &str, path: &str, codes: &[u16]) {
+        self.shared.with_store(|s| {
+            s.failures.insert(
+                (method.to_string(), path.to_string()),
+                codes.iter().rev().copied().collect(),
+            );
+        });
+    }
+
     /// Lists of this resource wait until [`FakeApi::release_lists`].
     pub fn hold_lists(&self, group: &str, plural: &str) {
         self.shared
@@ -1128,14 +1141,24 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let query = parse_query(uri.query());
-    let parsed = shared.with_store(|s| {
+    let (parsed, injected) = shared.with_store(|s| {
         s.requests.push(Request {
             method: method.to_string(),
             path: uri.path().to_string(),
             query: uri.query().unwrap_or_default().to_string(),
         });
-        parse_path(s, uri.path())
+        let injected = s
+            .failures
+            .get_mut(&(method.to_string(), uri.path().to_string()))
+            .and_then(Vec::pop);
+        (parse_path(s, uri.path()), injected)
     });
+    if let Some(code) = injected {
+        return json_response(
+            code,
+            &status_value(code, "InternalError", "injected failure"),
+        );
+    }
     let (group, plural, namespace, name, subresource) = match parsed {
         Path::Discovery(v) => return json_response(200, &v),
         Path::NotFound => return not_found_resource(),

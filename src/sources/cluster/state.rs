@@ -74,6 +74,9 @@ struct State {
     merged: Merged,
     /// Status patches sent and not yet seen on the object, per uid.
     sent_status: HashMap<String, ReadyStatus>,
+    /// Status writes that failed; retried on the next retry tick only (not
+    /// at once, so an unreachable API server is not hammered).
+    failed: std::collections::HashSet<String>,
     /// The last Event written per ConfigMap uid.
     sent_event: HashMap<String, ReadyStatus>,
     /// The last verdict logged per object.
@@ -157,6 +160,7 @@ impl State {
             Msg::Watch(Source::Hpas, change) => Self::apply_hpa(&mut self.hpas, change),
             Msg::WriteFailed(uid) => {
                 self.sent_status.remove(&uid);
+                self.failed.insert(uid);
             }
         }
     }
@@ -236,9 +240,16 @@ impl State {
     /// Logs verdict changes and asks the writer for the status patches and
     /// Events that differ from what the objects already say. Only after the
     /// first full sync, so that verdicts are final.
-    fn report(&mut self, writes: &UnboundedSender<WriteReq>) -> Result<(), ClusterError> {
+    fn report(
+        &mut self,
+        writes: &UnboundedSender<WriteReq>,
+        retry: bool,
+    ) -> Result<(), ClusterError> {
         if !self.synced() {
             return Ok(());
+        }
+        if retry {
+            self.failed.clear();
         }
         for t in self
             .policies
@@ -276,7 +287,10 @@ impl State {
                 Origin::Resource => {
                     if t.status.matches(&desired) {
                         self.sent_status.remove(&obj.uid);
-                    } else if self.sent_status.get(&obj.uid) != Some(&desired) {
+                        self.failed.remove(&obj.uid);
+                    } else if !self.failed.contains(&obj.uid)
+                        && self.sent_status.get(&obj.uid) != Some(&desired)
+                    {
                         self.sent_status.insert(obj.uid.clone(), desired.clone());
                         writes
                             .send(WriteReq::Status {
@@ -306,6 +320,8 @@ impl State {
         self.logged.retain(|k, _| live.contains_key(k));
         self.sent_status
             .retain(|uid, _| live.contains_key(&(Origin::Resource, uid.clone())));
+        self.failed
+            .retain(|uid| live.contains_key(&(Origin::Resource, uid.clone())));
         self.sent_event
             .retain(|uid, _| live.contains_key(&(Origin::ConfigMap, uid.clone())));
         Ok(())
@@ -341,9 +357,9 @@ pub(crate) async fn run(
                         "cluster policy source synced"
                     );
                 }
-                state.report(&writes)?;
+                state.report(&writes, false)?;
             }
-            _ = retry.tick() => state.report(&writes)?,
+            _ = retry.tick() => state.report(&writes, true)?,
         }
     }
 }

@@ -34,6 +34,8 @@ pub(crate) async fn run(
     tx: UnboundedSender<Msg>,
     metrics: ClusterMetrics,
 ) -> Result<(), ClusterError> {
+    // Objects whose last status write failed: warn once per failure streak.
+    let mut failing = std::collections::HashSet::new();
     while let Some(req) = rx.recv().await {
         match req {
             WriteReq::Status {
@@ -47,15 +49,22 @@ pub(crate) async fn run(
                     .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                 {
-                    Ok(_) => tracing::debug!(
-                        policy = %name,
-                        ready = desired.status,
-                        reason = desired.reason,
-                        "status written"
-                    ),
+                    Ok(_) => {
+                        failing.remove(&uid);
+                        tracing::debug!(
+                            policy = %name,
+                            ready = desired.status,
+                            reason = desired.reason,
+                            "status written"
+                        )
+                    }
                     Err(err) => {
                         metrics.write_errors.inc();
-                        tracing::warn!(policy = %name, error = %err, "status write failed; will retry");
+                        if failing.insert(uid.clone()) {
+                            tracing::warn!(policy = %name, error = %err, "status write failed; will retry");
+                        } else {
+                            tracing::debug!(policy = %name, error = %err, "status write still failing");
+                        }
                         tx.send(Msg::WriteFailed(uid))
                             .map_err(|_| ClusterError::ChannelClosed("watch"))?;
                     }
