@@ -440,8 +440,10 @@ impl Server {
         let connections = Arc::new(Semaphore::new(max));
         let (stop_accept_tx, stop_accept_rx) = watch::channel(false);
         let (close_tx, close_rx) = watch::channel(false);
+        let (draining_tx, draining_rx) = watch::channel(false);
         let https = listener::Listener {
             listener,
+            draining: draining_rx,
             router: router(state),
             tls,
             metrics,
@@ -467,6 +469,7 @@ impl Server {
         }
 
         shutting_down.store(true, Ordering::SeqCst);
+        let _ = draining_tx.send(true);
         if let Some(r) = reconciler {
             r.stop(Duration::from_secs(5)).await; // gives the Lease up
         }
@@ -502,29 +505,36 @@ impl Server {
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
+/// Installs the SIGTERM and SIGINT handlers now (call inside the runtime,
+/// before announcing readiness) and returns a future that completes on
+/// either signal.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match (
+        let handlers = (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
-        ) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => tracing::info!("received SIGTERM"),
-                    _ = int.recv() => tracing::info!("received SIGINT"),
+        );
+        async move {
+            match handlers {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => tracing::info!("received SIGTERM"),
+                        _ = int.recv() => tracing::info!("received SIGINT"),
+                    }
                 }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async move {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -535,12 +545,17 @@ pub fn run_cli(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
+        // Handlers first: a signal during start-up must not kill the process.
+        let signal = shutdown_signal();
         let server = Server::bind(config).await?;
-        server.run(shutdown_signal()).await?;
+        server.run(signal).await?;
         tracing::info!("stopped");
         Ok::<_, anyhow::Error>(())
-    })?;
+    });
+    // Do not wait for a blocking file read that is still in progress.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    result?;
     Ok(ExitCode::SUCCESS)
 }
 
