@@ -31,13 +31,12 @@ import yaml
 # What the server needs: fixed by the project's contracts, not derived from the chart.
 
 EXPECTED_CLUSTER_RULES = [
-    {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies"], "verbs": ["list", "watch"]},
     {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies/status"], "verbs": ["patch"]},
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["list", "watch"]},
 ]
 EXPECTED_ROLE_RULES = [
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 # `serve --reconcile`: a Role per governed namespace (patch dropped in dry-run mode) and a Lease Role
@@ -309,6 +308,18 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         else:
             expect("objectSelector" not in h, "objectSelector rendered although honorSkipLabel=false")
     rep.check(f"{label}: namespaceSelector = governedNamespaces {v['governedNamespaces']}, skip-label objectSelector", selectors)
+
+    def reconciler_excluded():
+        h = r.webhook_config["webhooks"][0]
+        sa_name = r.deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        if v["reconcile"]["enabled"]:
+            eq(h.get("matchConditions"),
+               [{"name": "not-the-reconciler",
+                 "expression": f"request.userInfo.username != 'system:serviceaccount:{ns}:{sa_name}'"}],
+               "matchConditions excluding the reconciler's ServiceAccount")
+        else:
+            expect("matchConditions" not in h, "matchConditions rendered although reconcile is off")
+    rep.check(f"{label}: the reconciler's own writes are not re-mutated (matchConditions)", reconciler_excluded)
 
     def wiring():
         h = r.webhook_config["webhooks"][0]
