@@ -91,9 +91,13 @@ fn content(obj: &Value) -> Value {
     v
 }
 
+/// The example policy with `Required` anti-affinity, so that the Knative
+/// Deployments (which ship a `Preferred` term) have pod-template drift too.
 fn example_policy_value() -> Value {
     let text = std::fs::read_to_string(support::repo_path("examples/policy.yaml")).unwrap();
-    serde_saphyr::from_str(&text).unwrap()
+    let mut value: Value = serde_saphyr::from_str(&text).unwrap();
+    value["spec"]["podAntiAffinity"]["type"] = json!("Required");
+    value
 }
 
 fn policy_of(value: &Value) -> Policy {
