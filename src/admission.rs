@@ -196,36 +196,63 @@ fn metadata_str<'a>(object: Option<&'a Value>, field: &str) -> Option<&'a str> {
     object?.get("metadata")?.get(field)?.as_str()
 }
 
-/// Answers one AdmissionReview given as raw bytes.
-pub fn review(snapshot: &Snapshot, body: &[u8], opts: &ReviewOptions) -> ReviewReply {
-    let parsed: ReviewIn = match serde_json::from_slice::<Value>(body) {
-        Err(e) => return bad_request(format!("body is not JSON: {e}")),
-        Ok(value) if !value.is_object() => {
-            return bad_request(
-                "not an AdmissionReview: the body is JSON but not an object".to_string(),
-            );
+/// The review as the fast path reads it: one pass from the bytes, the
+/// request (and its object) deserialised in place.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewFast {
+    api_version: Option<String>,
+    kind: Option<String>,
+    request: Option<RequestIn>,
+}
+
+/// Parses the body in one pass; only when that fails is it parsed again,
+/// step by step, to say precisely what is wrong (bad input is rare, and
+/// the precise message is worth a second parse there).
+/// Returns the review's apiVersion, kind (mirrored in the answer) and request.
+fn parse_review(body: &[u8]) -> Result<(String, String, RequestIn), ReviewReply> {
+    let (api_version, review_kind, request) = match serde_json::from_slice::<ReviewFast>(body) {
+        Ok(r) => (r.api_version, r.kind, r.request.map(Ok)),
+        Err(_) => {
+            let parsed: ReviewIn = match serde_json::from_slice::<Value>(body) {
+                Err(e) => return Err(bad_request(format!("body is not JSON: {e}"))),
+                Ok(value) if !value.is_object() => {
+                    return Err(bad_request(
+                        "not an AdmissionReview: the body is JSON but not an object".to_string(),
+                    ));
+                }
+                Ok(value) => match serde_json::from_value(value) {
+                    Ok(r) => r,
+                    Err(e) => return Err(bad_request(format!("not an AdmissionReview: {e}"))),
+                },
+            };
+            let request = match parsed.request {
+                None | Some(Value::Null) => None,
+                Some(value) => Some(serde_json::from_value::<RequestIn>(value)),
+            };
+            (parsed.api_version, parsed.kind, request)
         }
-        Ok(value) => match serde_json::from_value(value) {
-            Ok(r) => r,
-            Err(e) => return bad_request(format!("not an AdmissionReview: {e}")),
-        },
     };
-    let api_version = parsed.api_version.unwrap_or_default();
-    let review_kind = parsed.kind.unwrap_or_default();
+    let api_version = api_version.unwrap_or_default();
+    let review_kind = review_kind.unwrap_or_default();
     if review_kind != "AdmissionReview" || !api_version.starts_with("admission.k8s.io/") {
-        return bad_request(format!(
+        return Err(bad_request(format!(
             "not an AdmissionReview: apiVersion {api_version:?}, kind {review_kind:?} \
              (want admission.k8s.io/v1, AdmissionReview)"
-        ));
+        )));
     }
-    let request: RequestIn = match parsed.request {
-        None | Some(Value::Null) => {
-            return bad_request("AdmissionReview has no request".to_string());
-        }
-        Some(value) => match serde_json::from_value(value) {
-            Ok(r) => r,
-            Err(e) => return bad_request(format!("AdmissionReview request: {e}")),
-        },
+    match request {
+        None => Err(bad_request("AdmissionReview has no request".to_string())),
+        Some(Err(e)) => Err(bad_request(format!("AdmissionReview request: {e}"))),
+        Some(Ok(request)) => Ok((api_version, review_kind, request)),
+    }
+}
+
+/// Answers one AdmissionReview given as raw bytes.
+pub fn review(snapshot: &Snapshot, body: &[u8], opts: &ReviewOptions) -> ReviewReply {
+    let (api_version, review_kind, request) = match parse_review(body) {
+        Ok(parsed) => parsed,
+        Err(reply) => return reply,
     };
     let Some((operation, op_label)) = parse_operation(&request.operation) else {
         return bad_request(format!(
