@@ -209,21 +209,22 @@ struct ReviewFast {
 /// Parses the body in one pass; only when that fails is it parsed again,
 /// step by step, to say precisely what is wrong (bad input is rare, and
 /// the precise message is worth a second parse there).
-/// Returns the review's apiVersion, kind (mirrored in the answer) and request.
-fn parse_review(body: &[u8]) -> Result<(String, String, RequestIn), ReviewReply> {
+/// Returns the review's apiVersion, kind (mirrored in the answer) and
+/// request, or why the body is not a usable AdmissionReview.
+fn parse_review(body: &[u8]) -> Result<(String, String, RequestIn), String> {
     let (api_version, review_kind, request) = match serde_json::from_slice::<ReviewFast>(body) {
         Ok(r) => (r.api_version, r.kind, r.request.map(Ok)),
         Err(_) => {
             let parsed: ReviewIn = match serde_json::from_slice::<Value>(body) {
-                Err(e) => return Err(bad_request(format!("body is not JSON: {e}"))),
+                Err(e) => return Err(format!("body is not JSON: {e}")),
                 Ok(value) if !value.is_object() => {
-                    return Err(bad_request(
-                        "not an AdmissionReview: the body is JSON but not an object".to_string(),
-                    ));
+                    return Err(
+                        "not an AdmissionReview: the body is JSON but not an object".to_string()
+                    );
                 }
                 Ok(value) => match serde_json::from_value(value) {
                     Ok(r) => r,
-                    Err(e) => return Err(bad_request(format!("not an AdmissionReview: {e}"))),
+                    Err(e) => return Err(format!("not an AdmissionReview: {e}")),
                 },
             };
             let request = match parsed.request {
@@ -236,14 +237,14 @@ fn parse_review(body: &[u8]) -> Result<(String, String, RequestIn), ReviewReply>
     let api_version = api_version.unwrap_or_default();
     let review_kind = review_kind.unwrap_or_default();
     if review_kind != "AdmissionReview" || !api_version.starts_with("admission.k8s.io/") {
-        return Err(bad_request(format!(
+        return Err(format!(
             "not an AdmissionReview: apiVersion {api_version:?}, kind {review_kind:?} \
              (want admission.k8s.io/v1, AdmissionReview)"
-        )));
+        ));
     }
     match request {
-        None => Err(bad_request("AdmissionReview has no request".to_string())),
-        Some(Err(e)) => Err(bad_request(format!("AdmissionReview request: {e}"))),
+        None => Err("AdmissionReview has no request".to_string()),
+        Some(Err(e)) => Err(format!("AdmissionReview request: {e}")),
         Some(Ok(request)) => Ok((api_version, review_kind, request)),
     }
 }
@@ -252,7 +253,7 @@ fn parse_review(body: &[u8]) -> Result<(String, String, RequestIn), ReviewReply>
 pub fn review(snapshot: &Snapshot, body: &[u8], opts: &ReviewOptions) -> ReviewReply {
     let (api_version, review_kind, request) = match parse_review(body) {
         Ok(parsed) => parsed,
-        Err(reply) => return reply,
+        Err(message) => return bad_request(message),
     };
     let Some((operation, op_label)) = parse_operation(&request.operation) else {
         return bad_request(format!(
