@@ -1,10 +1,59 @@
 //! The mutation engine: a pure function from (policy, admission operation,
 //! object, context) to an RFC 6902 patch plus human-readable changes.
 //! No I/O, no clocks, no globals.
+//!
+//! Rules (the README's policy reference is the user-facing version):
+//! - only CREATE/UPDATE of objects in `policy.spec.targetNamespace` are
+//!   mutated (and only when the object's own `metadata.namespace`, if set,
+//!   agrees);
+//! - kinds are matched by apiVersion and kind: `apps/v1` Deployment
+//!   ([`deployment`]), `autoscaling/v2` and `autoscaling/v1`
+//!   HorizontalPodAutoscaler ([`hpa`]), `policy/v1` PodDisruptionBudget
+//!   ([`pdb`]) and `v1` ConfigMap `config-leader-election` ([`configmap`]);
+//!   anything else gets an empty mutation without being copied.
+//! - the patch is recorded while a copy of the object is changed
+//!   ([`patch::Patcher`]), so it applies cleanly and mutating the result
+//!   again yields an empty patch.
+
+pub mod configmap;
+pub mod deployment;
+pub mod hpa;
+pub mod patch;
+pub mod pdb;
 
 use std::collections::BTreeSet;
 
-use crate::policy::Policy;
+use serde_json::Value;
+
+use crate::policy::{Policy, WorkloadOverride};
+
+/// Deployments that Knative (Serving, Kourier, Eventing) scales with an HPA.
+/// Their `spec.replicas` belongs to the HPA; the policy raises the HPA's
+/// `minReplicas` instead.
+pub const HPA_BACKED_DEPLOYMENTS: &[&str] = &[
+    "activator",
+    "webhook",
+    "3scale-kourier-gateway",
+    "eventing-webhook",
+    "mt-broker-ingress",
+    "mt-broker-filter",
+];
+
+/// Deployments whose Knative binaries accept `--disable-ha`
+/// (knative.dev/pkg sharedmain). controller and autoscaler exit on it.
+pub const DISABLE_HA_DEPLOYMENTS: &[&str] = &[
+    "webhook",
+    "autoscaler-hpa",
+    "net-istio-controller",
+    "net-istio-webhook",
+    "net-kourier-controller",
+];
+
+/// The flag that turns Knative's leader election off.
+pub const DISABLE_HA_FLAG: &str = "--disable-ha";
+
+/// The ConfigMap holding Knative's leader election settings.
+pub const LEADER_ELECTION_CONFIGMAP: &str = "config-leader-election";
 
 /// The admission operation of a review.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,12 +113,246 @@ pub struct Input<'a> {
     pub object: &'a serde_json::Value,
 }
 
+/// A mutation together with the mutated object (`None` when unchanged).
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub mutation: Mutation,
+    pub object: Option<Value>,
+}
+
+/// The kinds the engine governs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Deployment,
+    ConfigMap,
+    HorizontalPodAutoscaler,
+    PodDisruptionBudget,
+}
+
+impl Kind {
+    /// Matches apiVersion (group/version) and kind.
+    pub fn of(object: &Value) -> Option<Kind> {
+        let api_version = object.get("apiVersion")?.as_str()?;
+        let kind = object.get("kind")?.as_str()?;
+        match (api_version, kind) {
+            ("apps/v1", "Deployment") => Some(Kind::Deployment),
+            ("v1", "ConfigMap") => Some(Kind::ConfigMap),
+            ("autoscaling/v2" | "autoscaling/v1", "HorizontalPodAutoscaler") => {
+                Some(Kind::HorizontalPodAutoscaler)
+            }
+            ("policy/v1", "PodDisruptionBudget") => Some(Kind::PodDisruptionBudget),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Deployment => "Deployment",
+            Kind::ConfigMap => "ConfigMap",
+            Kind::HorizontalPodAutoscaler => "HorizontalPodAutoscaler",
+            Kind::PodDisruptionBudget => "PodDisruptionBudget",
+        }
+    }
+
+    /// The lower-case prefix used in change messages.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Kind::Deployment => "deployment",
+            Kind::ConfigMap => "configmap",
+            Kind::HorizontalPodAutoscaler => "horizontalpodautoscaler",
+            Kind::PodDisruptionBudget => "poddisruptionbudget",
+        }
+    }
+}
+
+/// What a kind handler sees.
+pub(crate) struct Target<'a> {
+    pub policy: &'a Policy,
+    pub ctx: &'a Context,
+    pub kind: Kind,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub object: &'a Value,
+}
+
+impl Target<'_> {
+    pub fn malformed(&self, message: impl Into<String>) -> EngineError {
+        EngineError::Malformed {
+            kind: self.kind.as_str().to_string(),
+            namespace: self.namespace.to_string(),
+            name: self.name.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// `kind/name: what (policy P)`.
+    pub fn change(&self, what: impl std::fmt::Display) -> String {
+        format!(
+            "{}/{}: {} (policy {})",
+            self.kind.prefix(),
+            self.name,
+            what,
+            self.policy.name
+        )
+    }
+
+    /// Reads an optional integer field (path of object keys).
+    pub fn int_at(&self, path: &[&str]) -> Result<Option<i64>, EngineError> {
+        match lookup(self.object, path)? {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_i64().map(Some).ok_or_else(|| {
+                self.malformed(format!(
+                    "{} must be an integer, got {}",
+                    path.join("."),
+                    crate::policy::schema_check::show(v)
+                ))
+            }),
+        }
+    }
+
+    /// Reads an optional object field.
+    pub fn object_at(
+        &self,
+        path: &[&str],
+    ) -> Result<Option<&serde_json::Map<String, Value>>, EngineError> {
+        match lookup(self.object, path)? {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(m)) => Ok(Some(m)),
+            Some(v) => Err(self.malformed(format!(
+                "{} must be an object, got {}",
+                path.join("."),
+                crate::policy::schema_check::show(v)
+            ))),
+        }
+    }
+
+    /// Reads an optional string field.
+    pub fn str_at(&self, path: &[&str]) -> Result<Option<&str>, EngineError> {
+        match lookup(self.object, path)? {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(self.malformed(format!(
+                "{} must be a string, got {}",
+                path.join("."),
+                crate::policy::schema_check::show(v)
+            ))),
+        }
+    }
+
+    pub fn is_excluded(&self, deployment: &str) -> bool {
+        self.policy.spec.exclude.iter().any(|e| e == deployment)
+    }
+
+    pub fn workload(&self, deployment: &str) -> Option<&WorkloadOverride> {
+        self.policy
+            .spec
+            .workloads
+            .iter()
+            .find(|w| w.name == deployment)
+    }
+
+    /// The replicas the policy wants for a Deployment (override, else
+    /// global), ignoring leader election.
+    pub fn wanted_replicas(&self, deployment: &str) -> Option<i32> {
+        self.workload(deployment)
+            .and_then(|w| w.replicas)
+            .or(self.policy.spec.replicas)
+    }
+
+    pub fn is_hpa_backed(&self, deployment: &str) -> bool {
+        HPA_BACKED_DEPLOYMENTS.contains(&deployment) || self.ctx.hpa_targets.contains(deployment)
+    }
+
+    /// True when the policy turns leader election off.
+    pub fn ha_disabled(&self) -> bool {
+        self.policy
+            .spec
+            .leader_election
+            .as_ref()
+            .is_some_and(|le| !le.is_enabled())
+    }
+}
+
+/// Walks object keys; `Ok(None)` when a key is missing; error when an
+/// intermediate value is not an object. (Errors are built by the caller.)
+fn lookup<'v>(object: &'v Value, path: &[&str]) -> Result<Option<&'v Value>, EngineError> {
+    let mut cur = object;
+    for key in path {
+        match cur {
+            Value::Object(m) => match m.get(*key) {
+                Some(v) => cur = v,
+                None => return Ok(None),
+            },
+            Value::Null => return Ok(None),
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(cur))
+}
+
 /// Mutates `input.object` according to `policy`. Objects outside
 /// `policy.spec.target_namespace` never get a patch.
 pub fn mutate(policy: &Policy, input: &Input<'_>, ctx: &Context) -> Result<Mutation, EngineError> {
-    let _ = (policy, ctx);
-    if !input.object.is_object() {
-        return Err(EngineError::NotAnObject);
-    }
-    Ok(Mutation::default())
+    mutate_object(policy, input, ctx).map(|o| o.mutation)
 }
+
+/// Like [`mutate`], also returning the mutated object (what applying the
+/// patch yields), for `preview` and tests.
+pub fn mutate_object(
+    policy: &Policy,
+    input: &Input<'_>,
+    ctx: &Context,
+) -> Result<Outcome, EngineError> {
+    let object = input.object;
+    let Some(obj) = object.as_object() else {
+        return Err(EngineError::NotAnObject);
+    };
+    if !matches!(input.operation, Operation::Create | Operation::Update) {
+        return Ok(Outcome::default());
+    }
+    if input.namespace != policy.spec.target_namespace {
+        return Ok(Outcome::default());
+    }
+    let Some(kind) = Kind::of(object) else {
+        return Ok(Outcome::default());
+    };
+    let metadata = obj.get("metadata").and_then(Value::as_object);
+    if let Some(ns) = metadata.and_then(|m| m.get("namespace")).and_then(Value::as_str)
+        && !ns.is_empty()
+        && ns != input.namespace
+    {
+        return Ok(Outcome::default());
+    }
+    let name = metadata
+        .and_then(|m| m.get("name").or_else(|| m.get("generateName")))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let target = Target {
+        policy,
+        ctx,
+        kind,
+        namespace: input.namespace,
+        name,
+        object,
+    };
+    let (patcher, changes) = match kind {
+        Kind::Deployment => deployment::mutate(&target)?,
+        Kind::HorizontalPodAutoscaler => hpa::mutate(&target)?,
+        Kind::PodDisruptionBudget => pdb::mutate(&target)?,
+        Kind::ConfigMap => configmap::mutate(&target)?,
+    };
+    match patcher {
+        Some(p) if !p.ops.is_empty() => Ok(Outcome {
+            mutation: Mutation {
+                patch: json_patch::Patch(p.ops),
+                changes,
+            },
+            object: Some(p.doc),
+        }),
+        _ => Ok(Outcome::default()),
+    }
+}
+
+/// What a kind handler returns: the patcher (if it copied the object) and
+/// the change lines.
+pub(crate) type Handled = (Option<patch::Patcher>, Vec<String>);

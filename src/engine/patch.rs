@@ -1,0 +1,209 @@
+//! Records RFC 6902 operations while mutating a copy of the object, so the
+//! patch and the mutated object can never disagree. Every operation's parent
+//! exists when it is applied (missing parents are created by one `add` of
+//! the nested value), and pointers are escaped (`~0`, `~1`).
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation, RemoveOperation, ReplaceOperation};
+use serde_json::{Map, Value};
+
+/// A mutable copy of an object plus the operations that produced it.
+#[derive(Debug)]
+pub struct Patcher {
+    pub doc: Value,
+    pub ops: Vec<PatchOperation>,
+}
+
+pub fn pointer(path: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(path.iter().copied())
+}
+
+fn nested(rest: &[&str], value: Value) -> Value {
+    rest.iter().rev().fold(value, |acc, key| {
+        let mut map = Map::new();
+        map.insert((*key).to_string(), acc);
+        Value::Object(map)
+    })
+}
+
+impl Patcher {
+    pub fn new(original: &Value) -> Patcher {
+        Patcher {
+            doc: original.clone(),
+            ops: Vec::new(),
+        }
+    }
+
+    /// Sets the object member at `path` (all segments are object keys) to
+    /// `value`, creating missing parents. Returns whether anything changed.
+    /// Errors name the first segment that is not an object.
+    pub fn set(&mut self, path: &[&str], value: Value) -> Result<bool, String> {
+        let mut cur = &mut self.doc;
+        for (i, key) in path.iter().enumerate() {
+            let last = i + 1 == path.len();
+            if let Value::Array(items) = cur {
+                // Existing list elements can be walked through (never created).
+                let Some(item) = key.parse::<usize>().ok().and_then(|n| items.get_mut(n)) else {
+                    return Err(format!("{} has no element {key}", path[..i].join(".")));
+                };
+                if last {
+                    if *item == value {
+                        return Ok(false);
+                    }
+                    *item = value.clone();
+                    self.ops.push(PatchOperation::Replace(ReplaceOperation {
+                        path: pointer(path),
+                        value,
+                    }));
+                    return Ok(true);
+                }
+                cur = item;
+                continue;
+            }
+            let Value::Object(map) = cur else {
+                return Err(format!("{} is not an object", path[..i].join(".")));
+            };
+            if !map.contains_key(*key) {
+                let v = nested(&path[i + 1..], value);
+                map.insert((*key).to_string(), v.clone());
+                self.ops.push(PatchOperation::Add(AddOperation {
+                    path: pointer(&path[..=i]),
+                    value: v,
+                }));
+                return Ok(true);
+            }
+            let Some(next) = map.get_mut(*key) else {
+                return Err(format!("{} vanished", path[..=i].join(".")));
+            };
+            if last {
+                if *next == value {
+                    return Ok(false);
+                }
+                *next = value.clone();
+                self.ops.push(PatchOperation::Replace(ReplaceOperation {
+                    path: pointer(path),
+                    value,
+                }));
+                return Ok(true);
+            }
+            cur = next;
+        }
+        Err("empty path".into())
+    }
+
+    /// Removes the object member at `path` if present.
+    pub fn remove(&mut self, path: &[&str]) -> bool {
+        let Some((last, parents)) = path.split_last() else {
+            return false;
+        };
+        let mut cur = &mut self.doc;
+        for key in parents {
+            match cur.get_mut(*key) {
+                Some(next) if next.is_object() => cur = next,
+                _ => return false,
+            }
+        }
+        let removed = cur.as_object_mut().and_then(|m| m.remove(*last)).is_some();
+        if removed {
+            self.ops.push(PatchOperation::Remove(RemoveOperation {
+                path: pointer(path),
+            }));
+        }
+        removed
+    }
+
+    /// Mutable access to the value at `path` (object keys or array indexes).
+    pub fn get_mut(&mut self, path: &[&str]) -> Option<&mut Value> {
+        let mut cur = &mut self.doc;
+        for key in path {
+            cur = match cur {
+                Value::Object(m) => m.get_mut(*key)?,
+                Value::Array(a) => a.get_mut(key.parse::<usize>().ok()?)?,
+                _ => return None,
+            };
+        }
+        Some(cur)
+    }
+
+    /// Appends `value` to the array at `path` (which must exist), using an
+    /// explicit index rather than `-`.
+    pub fn push(&mut self, path: &[&str], value: Value) -> Result<(), String> {
+        let Some(Value::Array(items)) = self.get_mut(path) else {
+            return Err(format!("{} is not a list", path.join(".")));
+        };
+        let index = items.len().to_string();
+        items.push(value.clone());
+        let mut full: Vec<&str> = path.to_vec();
+        full.push(&index);
+        self.ops.push(PatchOperation::Add(AddOperation {
+            path: pointer(&full),
+            value,
+        }));
+        Ok(())
+    }
+
+    /// Removes element `index` of the array at `path`.
+    pub fn remove_index(&mut self, path: &[&str], index: usize) -> Result<(), String> {
+        let Some(Value::Array(items)) = self.get_mut(path) else {
+            return Err(format!("{} is not a list", path.join(".")));
+        };
+        if index >= items.len() {
+            return Err(format!("{}[{index}] does not exist", path.join(".")));
+        }
+        items.remove(index);
+        let idx = index.to_string();
+        let mut full: Vec<&str> = path.to_vec();
+        full.push(&idx);
+        self.ops.push(PatchOperation::Remove(RemoveOperation {
+            path: pointer(&full),
+        }));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn set_creates_missing_parents_with_one_add() {
+        let mut p = Patcher::new(&json!({"spec": {}}));
+        assert_eq!(p.set(&["spec", "template", "spec", "x"], json!(1)), Ok(true));
+        assert_eq!(p.ops.len(), 1);
+        let patch = serde_json::to_value(&p.ops).unwrap();
+        assert_eq!(
+            patch,
+            json!([{"op": "add", "path": "/spec/template", "value": {"spec": {"x": 1}}}])
+        );
+        assert_eq!(p.doc, json!({"spec": {"template": {"spec": {"x": 1}}}}));
+    }
+
+    #[test]
+    fn set_same_value_is_no_op_and_different_value_replaces() {
+        let mut p = Patcher::new(&json!({"a": {"b": 2}}));
+        assert_eq!(p.set(&["a", "b"], json!(2)), Ok(false));
+        assert!(p.ops.is_empty());
+        assert_eq!(p.set(&["a", "b"], json!(3)), Ok(true));
+        assert_eq!(
+            serde_json::to_value(&p.ops).unwrap(),
+            json!([{"op": "replace", "path": "/a/b", "value": 3}])
+        );
+    }
+
+    #[test]
+    fn pointers_escape_slash_and_tilde() {
+        let mut p = Patcher::new(&json!({"data": {}}));
+        p.set(&["data", "a/b~c"], json!("v")).unwrap();
+        assert_eq!(
+            serde_json::to_value(&p.ops).unwrap(),
+            json!([{"op": "add", "path": "/data/a~1b~0c", "value": "v"}])
+        );
+    }
+
+    #[test]
+    fn set_through_a_non_object_is_an_error() {
+        let mut p = Patcher::new(&json!({"spec": "oops"}));
+        assert!(p.set(&["spec", "replicas"], json!(1)).unwrap_err().contains("spec"));
+    }
+}

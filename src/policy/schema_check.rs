@@ -1,0 +1,199 @@
+//! Structural check of a policy document against the CRD's own
+//! `openAPIV3Schema`: unknown fields, types, required fields and enums, with
+//! the field path and bad value in every error. This is what the API server
+//! would reject (and what a file or ConfigMap policy must not get past).
+//! Value rules (bounds, durations, ...) are in [`super::validate`].
+
+use serde_json::Value;
+
+use super::{API_VERSION, KIND, PolicyError, crd_schema};
+
+/// Renders a value for an error message, shortened.
+pub fn show(value: &Value) -> String {
+    let s = value.to_string();
+    if s.chars().count() > 60 {
+        let cut: String = s.chars().take(57).collect();
+        format!("{cut}...")
+    } else {
+        s
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Checks a whole document (top level: apiVersion, kind, metadata, spec,
+/// status). Returns every structural error found.
+pub fn check_document(doc: &Value) -> Vec<PolicyError> {
+    let mut errors = Vec::new();
+    let Some(obj) = doc.as_object() else {
+        errors.push(PolicyError::invalid(
+            "(document)",
+            format!("must be a mapping (a HighAvailabilityPolicy), got {} {}", type_name(doc), show(doc)),
+        ));
+        return errors;
+    };
+    match obj.get("apiVersion") {
+        Some(Value::String(v)) if v == API_VERSION => {}
+        other => errors.push(PolicyError::invalid(
+            "apiVersion",
+            format!("must be {API_VERSION:?}, got {}", other.map_or("nothing".into(), show)),
+        )),
+    }
+    match obj.get("kind") {
+        Some(Value::String(v)) if v == KIND => {}
+        other => errors.push(PolicyError::invalid(
+            "kind",
+            format!("must be {KIND:?}, got {}", other.map_or("nothing".into(), show)),
+        )),
+    }
+    let schema = crd_schema();
+    let props = schema.get("properties").and_then(Value::as_object);
+    for (key, value) in obj {
+        match key.as_str() {
+            "apiVersion" | "kind" => {}
+            // Server-populated metadata (managedFields, uid, ...) and status
+            // are the API server's business, not the policy's.
+            "metadata" => {
+                if !value.is_object() {
+                    errors.push(PolicyError::invalid(
+                        "metadata",
+                        format!("must be a mapping, got {} {}", type_name(value), show(value)),
+                    ));
+                }
+            }
+            "status" => {}
+            _ => match props.and_then(|p| p.get(key)) {
+                Some(sub) => check_value(sub, value, key, &mut errors),
+                None => errors.push(PolicyError::invalid(
+                    key.as_str(),
+                    format!(
+                        "unknown field {key:?} (known fields: apiVersion, kind, metadata, spec, status)"
+                    ),
+                )),
+            },
+        }
+    }
+    if !obj.contains_key("spec") {
+        errors.push(PolicyError::invalid("spec", "required field missing"));
+    }
+    errors
+}
+
+fn unknown_field(
+    path: &str,
+    key: &str,
+    props: Option<&serde_json::Map<String, Value>>,
+) -> PolicyError {
+    let known: Vec<&str> = props
+        .map(|p| p.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    PolicyError::invalid(
+        path,
+        format!("unknown field {key:?} (known fields: {})", known.join(", ")),
+    )
+}
+
+/// Checks `value` at `path` against the schema node `schema`.
+pub fn check_value(schema: &Value, value: &Value, path: &str, errors: &mut Vec<PolicyError>) {
+    if value.is_null() {
+        if schema.get("nullable").and_then(Value::as_bool) == Some(true) {
+            return;
+        }
+        errors.push(PolicyError::invalid(path, "must not be null"));
+        return;
+    }
+    if schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true) {
+        if !(value.is_string() || value.is_i64() || value.is_u64()) {
+            errors.push(PolicyError::invalid(
+                path,
+                format!("must be an integer or a string, got {} {}", type_name(value), show(value)),
+            ));
+        }
+        return;
+    }
+    let Some(ty) = schema.get("type").and_then(Value::as_str) else {
+        return;
+    };
+    let actual = type_name(value);
+    let ok = match ty {
+        "number" => value.is_number(),
+        other => other == actual,
+    };
+    if !ok {
+        errors.push(PolicyError::invalid(
+            path,
+            format!("must be {} {ty}, got {actual} {}", if ty == "integer" || ty == "array" || ty == "object" { "an" } else { "a" }, show(value)),
+        ));
+        return;
+    }
+    match value {
+        Value::Object(obj) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties");
+            let preserve = schema
+                .get("x-kubernetes-preserve-unknown-fields")
+                .and_then(Value::as_bool)
+                == Some(true);
+            for (key, sub_value) in obj {
+                let sub_path = format!("{path}.{key}");
+                if let Some(sub) = props.and_then(|p| p.get(key)) {
+                    check_value(sub, sub_value, &sub_path, errors);
+                } else if let Some(add) = additional.filter(|a| a.is_object()) {
+                    check_value(add, sub_value, &sub_path, errors);
+                } else if props.is_some() && !preserve {
+                    errors.push(unknown_field(&sub_path, key, props));
+                }
+            }
+            if let Some(required) = schema.get("required").and_then(Value::as_array) {
+                for key in required.iter().filter_map(Value::as_str) {
+                    if !obj.contains_key(key) {
+                        errors.push(PolicyError::invalid(
+                            format!("{path}.{key}"),
+                            "required field missing",
+                        ));
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    check_value(item_schema, item, &format!("{path}[{i}]"), errors);
+                }
+            }
+        }
+        Value::String(s) => {
+            if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+                && !allowed.iter().any(|a| a.as_str() == Some(s))
+            {
+                let names: Vec<String> = allowed.iter().map(show).collect();
+                errors.push(PolicyError::invalid(
+                    path,
+                    format!("must be one of {}, got {}", names.join(", "), show(value)),
+                ));
+            }
+        }
+        Value::Number(n) => {
+            if ty == "integer" && schema.get("format").and_then(Value::as_str) == Some("int32") {
+                let fits = n.as_i64().is_some_and(|i| i32::try_from(i).is_ok());
+                if !fits {
+                    errors.push(PolicyError::invalid(
+                        path,
+                        format!("must be a 32-bit integer, got {n}"),
+                    ));
+                }
+            }
+        }
+        _ => {}
+    }
+}

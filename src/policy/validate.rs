@@ -1,0 +1,240 @@
+//! Semantic validation of a HighAvailabilityPolicy spec. Every rule reports
+//! the field path and the bad value; all violations are collected.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::duration::parse_go_duration;
+use super::{
+    DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
+    HighAvailabilityPolicySpec, PodAntiAffinity, PolicyError,
+};
+
+pub const MIN_REPLICAS: i32 = 1;
+pub const MAX_REPLICAS: i32 = 100;
+pub const MIN_BUCKETS: i32 = 1;
+pub const MAX_BUCKETS: i32 = 10;
+
+/// True for a DNS-1123 label (what a namespace name must be).
+pub fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// True for a DNS-1123 subdomain (what a Deployment name must be).
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// Parses an int-or-string "N%" with 0 <= N <= 100.
+pub fn parse_percent(s: &str) -> Option<u32> {
+    let digits = s.strip_suffix('%')?;
+    if digits.is_empty() || digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u32 = digits.parse().ok()?;
+    (n <= 100).then_some(n)
+}
+
+fn check_replicas(path: &str, value: Option<i32>, errors: &mut Vec<PolicyError>) {
+    if let Some(n) = value
+        && !(MIN_REPLICAS..=MAX_REPLICAS).contains(&n)
+    {
+        errors.push(PolicyError::invalid(
+            path,
+            format!("must be between {MIN_REPLICAS} and {MAX_REPLICAS}, got {n}"),
+        ));
+    }
+}
+
+fn check_anti_affinity(path: &str, aa: &PodAntiAffinity, errors: &mut Vec<PolicyError>) {
+    if let Some(key) = &aa.topology_key
+        && (key.trim().is_empty() || key.chars().any(char::is_whitespace))
+    {
+        errors.push(PolicyError::invalid(
+            format!("{path}.topologyKey"),
+            format!("must be a non-empty node label key without spaces, got {key:?}"),
+        ));
+    }
+}
+
+fn check_int_or_percent(path: &str, value: &IntOrString, errors: &mut Vec<PolicyError>) {
+    match value {
+        IntOrString::Int(n) if *n < 0 => errors.push(PolicyError::invalid(
+            path,
+            format!("must be an integer >= 0 or a percentage \"0%\"..\"100%\", got {n}"),
+        )),
+        IntOrString::String(s) if parse_percent(s).is_none() => errors.push(PolicyError::invalid(
+            path,
+            format!("must be an integer >= 0 or a percentage \"0%\"..\"100%\", got {s:?}"),
+        )),
+        _ => {}
+    }
+}
+
+/// Every semantic rule of a spec; returns all violations (empty = valid).
+pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
+    let mut errors = Vec::new();
+
+    if !is_dns1123_label(&spec.target_namespace) {
+        errors.push(PolicyError::invalid(
+            "spec.targetNamespace",
+            format!(
+                "must be a valid namespace name (DNS-1123 label: lowercase letters, digits and '-', at most 63 characters), got {:?}",
+                spec.target_namespace
+            ),
+        ));
+    }
+    check_replicas("spec.replicas", spec.replicas, &mut errors);
+
+    let disabled = spec
+        .leader_election
+        .as_ref()
+        .is_some_and(|le| !le.is_enabled());
+
+    if let Some(le) = &spec.leader_election {
+        if let Some(b) = le.buckets {
+            if !(MIN_BUCKETS..=MAX_BUCKETS).contains(&b) {
+                errors.push(PolicyError::invalid(
+                    "spec.leaderElection.buckets",
+                    format!("must be between {MIN_BUCKETS} and {MAX_BUCKETS} (Knative rejects other values), got {b}"),
+                ));
+            } else if disabled && b != 1 {
+                errors.push(PolicyError::invalid(
+                    "spec.leaderElection.buckets",
+                    format!("must be 1 (or unset) when enabled is false, got {b}"),
+                ));
+            }
+        }
+        let durations = [
+            ("leaseDuration", &le.lease_duration, DEFAULT_LEASE_DURATION),
+            ("renewDeadline", &le.renew_deadline, DEFAULT_RENEW_DEADLINE),
+            ("retryPeriod", &le.retry_period, DEFAULT_RETRY_PERIOD),
+        ];
+        let mut parsed: Vec<Option<u128>> = Vec::new();
+        for (field, value, default) in durations {
+            let path = format!("spec.leaderElection.{field}");
+            let text = value.as_deref().unwrap_or(default);
+            match parse_go_duration(text) {
+                Ok(0) => {
+                    errors.push(PolicyError::invalid(path, format!("must be a positive duration, got {text:?}")));
+                    parsed.push(None);
+                }
+                Ok(ns) => parsed.push(Some(ns)),
+                Err(why) => {
+                    errors.push(PolicyError::invalid(
+                        path,
+                        format!("must be a Go duration such as \"60s\" or \"1m30s\" ({why}), got {text:?}"),
+                    ));
+                    parsed.push(None);
+                }
+            }
+        }
+        let shown = |i: usize| -> String {
+            let (field, value, default) = durations[i];
+            match value {
+                Some(v) => format!("{field} {v:?}"),
+                None => format!("{field} (default {default:?})"),
+            }
+        };
+        let set = |i: usize| durations[i].1.is_some();
+        if let (Some(lease), Some(renew)) = (parsed[0], parsed[1])
+            && (set(0) || set(1))
+            && lease <= renew
+        {
+            errors.push(PolicyError::invalid(
+                if set(0) { "spec.leaderElection.leaseDuration" } else { "spec.leaderElection.renewDeadline" },
+                format!("{} must be greater than {}", shown(0), shown(1)),
+            ));
+        }
+        if let (Some(renew), Some(retry)) = (parsed[1], parsed[2])
+            && (set(1) || set(2))
+            && renew <= retry
+        {
+            errors.push(PolicyError::invalid(
+                if set(1) { "spec.leaderElection.renewDeadline" } else { "spec.leaderElection.retryPeriod" },
+                format!("{} must be greater than {}", shown(1), shown(2)),
+            ));
+        }
+    }
+
+    if disabled && let Some(n) = spec.replicas.filter(|n| *n > 1) {
+        errors.push(PolicyError::invalid(
+            "spec.replicas",
+            format!("must be 1 (or unset) when leaderElection.enabled is false, got {n}"),
+        ));
+    }
+
+    if let Some(aa) = &spec.pod_anti_affinity {
+        check_anti_affinity("spec.podAntiAffinity", aa, &mut errors);
+    }
+
+    if let Some(pdb) = &spec.pod_disruption_budget {
+        match (&pdb.min_available, &pdb.max_unavailable) {
+            (Some(_), Some(_)) => errors.push(PolicyError::invalid(
+                "spec.podDisruptionBudget",
+                "set exactly one of minAvailable and maxUnavailable, got both",
+            )),
+            (None, None) => errors.push(PolicyError::invalid(
+                "spec.podDisruptionBudget",
+                "set exactly one of minAvailable and maxUnavailable, got neither",
+            )),
+            _ => {}
+        }
+        if let Some(v) = &pdb.min_available {
+            check_int_or_percent("spec.podDisruptionBudget.minAvailable", v, &mut errors);
+        }
+        if let Some(v) = &pdb.max_unavailable {
+            check_int_or_percent("spec.podDisruptionBudget.maxUnavailable", v, &mut errors);
+        }
+    }
+
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, w) in spec.workloads.iter().enumerate() {
+        let path = format!("spec.workloads[{i}]");
+        if !is_dns1123_subdomain(&w.name) {
+            errors.push(PolicyError::invalid(
+                format!("{path}.name"),
+                format!("must be a Deployment name (DNS-1123 subdomain), got {:?}", w.name),
+            ));
+        }
+        if let Some(first) = seen.insert(w.name.as_str(), i) {
+            errors.push(PolicyError::invalid(
+                format!("{path}.name"),
+                format!("duplicate workload {:?} (already at spec.workloads[{first}])", w.name),
+            ));
+        }
+        if spec.exclude.iter().any(|e| e == &w.name) {
+            errors.push(PolicyError::invalid(
+                format!("{path}.name"),
+                format!("{:?} is also listed in spec.exclude", w.name),
+            ));
+        }
+        check_replicas(&format!("{path}.replicas"), w.replicas, &mut errors);
+        if disabled && let Some(n) = w.replicas.filter(|n| *n > 1) {
+            errors.push(PolicyError::invalid(
+                format!("{path}.replicas"),
+                format!("must be 1 (or unset) when leaderElection.enabled is false, got {n}"),
+            ));
+        }
+        if let Some(aa) = &w.pod_anti_affinity {
+            check_anti_affinity(&format!("{path}.podAntiAffinity"), aa, &mut errors);
+        }
+    }
+
+    for (i, name) in spec.exclude.iter().enumerate() {
+        if !is_dns1123_subdomain(name) {
+            errors.push(PolicyError::invalid(
+                format!("spec.exclude[{i}]"),
+                format!("must be a Deployment name (DNS-1123 subdomain), got {name:?}"),
+            ));
+        }
+    }
+
+    errors
+}
