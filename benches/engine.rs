@@ -62,6 +62,11 @@ static CASES: LazyLock<Vec<(String, Case)>> = LazyLock::new(|| {
         "configmap/synthetic-1MiB".to_string(),
         corpus::big_configmap(corpus::GOVERNED, "synthetic-1m", 1024 * 1024),
     ));
+    // A governed Deployment that the engine does patch, carrying 1 MiB of
+    // annotation: the cost of copying a large object the policy changes.
+    let mut fat = corpus::controller_deployment();
+    fat["metadata"]["annotations"]["bench/padding"] = Value::String("x".repeat(1024 * 1024));
+    objects.push(("deployment/controller+1MiB-annotation".to_string(), fat));
     let mut cases = Vec::new();
     for (namespace, prefix) in [(corpus::GOVERNED, ""), (corpus::UNGOVERNED, "ungoverned:")] {
         for (label, obj) in &objects {
