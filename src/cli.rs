@@ -6,7 +6,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "knative-ha-webhook", version, about = "Mutating admission webhook that makes Knative Serving's control plane highly available")]
+#[command(
+    name = "knative-ha-webhook",
+    version,
+    about = "Mutating admission webhook that makes Knative Serving's control plane highly available"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

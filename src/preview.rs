@@ -10,11 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
 use crate::engine::{self, Context, Input, Kind, Operation};
-use crate::policy::{self, HighAvailabilityPolicy, Policy};
+use crate::policy::{self, Policy};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OutputFormat {
@@ -63,7 +62,8 @@ fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
         return Ok(("<stdin>".to_string(), text));
     }
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).with_context(|| format!("{name}: cannot read file"))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("{name}: cannot read file"))?;
     Ok((name, text))
 }
 
@@ -275,7 +275,7 @@ pub fn run_check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
 
 /// The CRD as YAML, deterministic (the Helm chart copies it byte for byte).
 pub fn crd_yaml() -> anyhow::Result<String> {
-    to_yaml(&HighAvailabilityPolicy::crd())
+    to_yaml(&policy::crd_value())
 }
 
 pub fn run_crd() -> anyhow::Result<ExitCode> {

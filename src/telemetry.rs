@@ -1,1 +1,231 @@
 //! Metrics and logging.
+//!
+//! Every metric is named `knative_ha_webhook_*` and carries only bounded
+//! labels: `kind` (one of the four governed kinds or `other`), `operation`
+//! (`CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `other`), `outcome` (see
+//! [`crate::admission::Outcome`]) and `result` (`success` or `error`).
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Prefix of every metric this crate registers.
+pub const PREFIX: &str = "knative_ha_webhook";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub kind: String,
+    pub operation: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ReloadResult {
+    success,
+    error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: ReloadResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+/// The server's metrics. Cheap to clone (every metric is an `Arc` inside).
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    pub requests: Family<RequestLabels, Counter>,
+    pub request_duration: Family<KindLabels, Histogram>,
+    pub patch_operations: Family<KindLabels, Counter>,
+    pub policy_reloads: Family<ResultLabels, Counter>,
+    pub tls_reloads: Family<ResultLabels, Counter>,
+    /// notAfter of the served leaf certificate, seconds since the epoch.
+    pub certificate_expiry: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub in_flight: Gauge,
+    pub open_connections: Gauge,
+    /// Connections that failed before a request: TLS handshake errors and timeouts.
+    pub connection_errors: Family<ReasonLabels, Counter>,
+    /// HTTP requests answered with an error status (400, 404, 405, 413).
+    pub http_errors: Family<ReasonLabels, Counter>,
+    /// 1 when `/readyz` answers 200.
+    pub ready: Gauge,
+    /// 1 when a valid policy snapshot is loaded and synced.
+    pub policy_synced: Gauge,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them in `registry` under their
+    /// full `knative_ha_webhook_` names.
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics {
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(duration_histogram),
+            patch_operations: Family::default(),
+            policy_reloads: Family::default(),
+            tls_reloads: Family::default(),
+            certificate_expiry: Gauge::default(),
+            in_flight: Gauge::default(),
+            open_connections: Gauge::default(),
+            connection_errors: Family::default(),
+            http_errors: Family::default(),
+            ready: Gauge::default(),
+            policy_synced: Gauge::default(),
+        };
+        let n = |s: &str| format!("{PREFIX}_{s}");
+        registry.register(
+            n("requests"),
+            "Admission reviews answered, by kind, operation and outcome",
+            m.requests.clone(),
+        );
+        registry.register(
+            n("request_duration_seconds"),
+            "Time to answer an admission review",
+            m.request_duration.clone(),
+        );
+        registry.register(
+            n("patch_operations"),
+            "JSON patch operations returned, by kind",
+            m.patch_operations.clone(),
+        );
+        registry.register(
+            n("policy_reloads"),
+            "Policy reloads by result",
+            m.policy_reloads.clone(),
+        );
+        registry.register(
+            n("tls_reloads"),
+            "Certificate reloads by result",
+            m.tls_reloads.clone(),
+        );
+        registry.register(
+            n("certificate_expiry_timestamp_seconds"),
+            "notAfter of the served certificate (Unix seconds)",
+            m.certificate_expiry.clone(),
+        );
+        registry.register(
+            n("requests_in_flight"),
+            "Admission reviews being processed",
+            m.in_flight.clone(),
+        );
+        registry.register(
+            n("open_connections"),
+            "Open HTTPS connections",
+            m.open_connections.clone(),
+        );
+        registry.register(
+            n("connection_errors"),
+            "HTTPS connections that failed before or while serving, by reason",
+            m.connection_errors.clone(),
+        );
+        registry.register(
+            n("http_errors"),
+            "HTTPS requests answered with an error status, by reason",
+            m.http_errors.clone(),
+        );
+        registry.register(n("ready"), "1 when /readyz answers 200", m.ready.clone());
+        registry.register(
+            n("policy_synced"),
+            "1 when a valid, synced policy snapshot is loaded",
+            m.policy_synced.clone(),
+        );
+        m
+    }
+
+    /// Metrics registered in a throw-away registry (tests, tools).
+    pub fn unregistered() -> Metrics {
+        Metrics::register(&mut Registry::default())
+    }
+
+    pub fn policy_reload(&self, ok: bool) {
+        self.policy_reloads
+            .get_or_create(&ResultLabels { result: result(ok) })
+            .inc();
+    }
+
+    pub fn tls_reload(&self, ok: bool) {
+        self.tls_reloads
+            .get_or_create(&ResultLabels { result: result(ok) })
+            .inc();
+    }
+
+    pub fn http_error(&self, reason: &str) {
+        self.http_errors
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn connection_error(&self, reason: &'static str) {
+        self.connection_errors
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+}
+
+fn result(ok: bool) -> ReloadResult {
+    if ok {
+        ReloadResult::success
+    } else {
+        ReloadResult::error
+    }
+}
+
+fn duration_histogram() -> Histogram {
+    // 0.25 ms .. ~4 s
+    Histogram::new(exponential_buckets(0.00025, 2.0, 15))
+}
+
+/// Prometheus text exposition of `registry`.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Json,
+    Text,
+}
+
+/// Installs the global tracing subscriber (level from `RUST_LOG`, default
+/// `info`). Does nothing when one is already installed.
+pub fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// A shared, read-only registry for the `/metrics` endpoint.
+pub type SharedRegistry = Arc<Registry>;

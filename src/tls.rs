@@ -1,1 +1,398 @@
 //! TLS: rustls server configuration and certificate reloading.
+//!
+//! The served [`ServerConfig`] lives in an `ArcSwapOption`; each new
+//! connection takes the current one. [`TlsReloader::poll`] re-reads the
+//! certificate, key (and client CA) *contents* (so the Kubernetes `..data`
+//! symlink swap of a mounted Secret is seen like any other change) and
+//! swaps in a new config only when the certificate chain and the key parse
+//! and the key matches the leaf. Anything else keeps the old config.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use rustls::ServerConfig;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
+
+use crate::telemetry::Metrics;
+
+/// ALPN protocols offered, in order of preference.
+pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("reading {path}: {error}")]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{what} {path}: no PEM {expected} found")]
+    Empty {
+        what: &'static str,
+        path: PathBuf,
+        expected: &'static str,
+    },
+    #[error("{what} {path}: bad PEM: {message}")]
+    Pem {
+        what: &'static str,
+        path: PathBuf,
+        message: String,
+    },
+    #[error("key {key} does not match the leaf certificate of {cert}: {message}")]
+    Mismatch {
+        cert: PathBuf,
+        key: PathBuf,
+        message: String,
+    },
+    #[error("building the TLS configuration: {0}")]
+    Config(String),
+    #[error("writing {path}: {error}")]
+    Write {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("generating a self-signed certificate: {0}")]
+    Generate(String),
+}
+
+/// Installs rustls' `ring` provider as the process default (once; safe to
+/// call from every test and entry point).
+pub fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Parses a PEM certificate chain (leaf first).
+pub fn parse_chain(pem: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            what: "certificate",
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Empty {
+            what: "certificate",
+            path: path.to_path_buf(),
+            expected: "CERTIFICATE",
+        });
+    }
+    Ok(certs)
+}
+
+/// Parses a PEM private key (PKCS#8, PKCS#1 or SEC1).
+pub fn parse_key(pem: &[u8], path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => TlsError::Empty {
+            what: "key",
+            path: path.to_path_buf(),
+            expected: "PRIVATE KEY",
+        },
+        e => TlsError::Pem {
+            what: "key",
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        },
+    })
+}
+
+/// Builds a certified key, refusing a key that does not match the leaf.
+pub fn certified_key(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    cert_path: &Path,
+    key_path: &Path,
+) -> Result<CertifiedKey, TlsError> {
+    let chain = parse_chain(cert_pem, cert_path)?;
+    let key = parse_key(key_pem, key_path)?;
+    let mismatch = |message: String| TlsError::Mismatch {
+        cert: cert_path.to_path_buf(),
+        key: key_path.to_path_buf(),
+        message,
+    };
+    let signing = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| mismatch(format!("unusable key: {e}")))?;
+    let ck = CertifiedKey::new(chain, signing);
+    ck.keys_match().map_err(|e| mismatch(e.to_string()))?;
+    Ok(ck)
+}
+
+/// notAfter of a DER certificate, in Unix seconds.
+pub fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    Some(parsed.validity().not_after.timestamp())
+}
+
+/// Builds a server config: TLS 1.2 + 1.3, ALPN h2 and http/1.1, and a
+/// required, verified client certificate when `client_ca` is given.
+pub fn server_config(
+    key: CertifiedKey,
+    client_ca: Option<(&[u8], &Path)>,
+) -> Result<ServerConfig, TlsError> {
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some((pem, path)) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in parse_chain(pem, path)? {
+                roots.add(cert).map_err(|e| TlsError::Pem {
+                    what: "client CA",
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                .build()
+                .map_err(|e| TlsError::Config(format!("client CA {}: {e}", path.display())))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(SingleCertAndKey::from(key)));
+    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// Where the certificate comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TlsSource {
+    /// PEM files, polled for changes.
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+        client_ca: Option<PathBuf>,
+    },
+    /// An in-memory CA + leaf for localhost, 127.0.0.1 and ::1; the CA
+    /// certificate is written to `ca_out`.
+    SelfSigned {
+        ca_out: PathBuf,
+        client_ca: Option<PathBuf>,
+    },
+}
+
+/// A self-signed CA and a leaf signed by it, both PEM.
+pub struct SelfSigned {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// Generates a CA and a leaf for `names` (DNS names or IP addresses).
+pub fn generate_self_signed(names: &[&str]) -> Result<SelfSigned, TlsError> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let err = |e: rcgen::Error| TlsError::Generate(e.to_string());
+    let ca_key = KeyPair::generate().map_err(err)?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "knative-ha-webhook self-signed CA");
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(err)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().map_err(err)?;
+    let mut leaf_params =
+        CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .map_err(err)?;
+    leaf_params.distinguished_name.push(
+        DnType::CommonName,
+        names.first().copied().unwrap_or("localhost"),
+    );
+    let leaf = leaf_params.signed_by(&leaf_key, &issuer).map_err(err)?;
+    Ok(SelfSigned {
+        ca_pem: ca_cert.pem(),
+        cert_pem: leaf.pem(),
+        key_pem: leaf_key.serialize_pem(),
+    })
+}
+
+/// Last contents seen for each watched file.
+#[derive(Default, PartialEq, Eq, Clone)]
+struct Seen {
+    cert: Option<Vec<u8>>,
+    key: Option<Vec<u8>>,
+    ca: Option<Vec<u8>>,
+}
+
+/// Holds the served TLS configuration and reloads it from disk.
+pub struct TlsReloader {
+    source: TlsSource,
+    current: ArcSwapOption<ServerConfig>,
+    seen: std::sync::Mutex<Option<Seen>>,
+    metrics: Metrics,
+}
+
+impl TlsReloader {
+    /// Creates the reloader and makes a first load attempt. For
+    /// [`TlsSource::SelfSigned`] the certificate is generated here and the
+    /// CA written out (an error is fatal); for files a failed first load is
+    /// logged and retried by [`TlsReloader::poll`] (the server is not ready
+    /// until it succeeds).
+    pub fn new(source: TlsSource, metrics: Metrics) -> Result<Arc<TlsReloader>, TlsError> {
+        install_crypto_provider();
+        let reloader = Arc::new(TlsReloader {
+            source: source.clone(),
+            current: ArcSwapOption::empty(),
+            seen: std::sync::Mutex::new(None),
+            metrics,
+        });
+        match &source {
+            TlsSource::SelfSigned { ca_out, client_ca } => {
+                let generated = generate_self_signed(&["localhost", "127.0.0.1", "::1"])?;
+                std::fs::write(ca_out, &generated.ca_pem).map_err(|error| TlsError::Write {
+                    path: ca_out.clone(),
+                    error,
+                })?;
+                let key = certified_key(
+                    generated.cert_pem.as_bytes(),
+                    generated.key_pem.as_bytes(),
+                    Path::new("<self-signed>"),
+                    Path::new("<self-signed>"),
+                )?;
+                let ca = match client_ca {
+                    Some(p) => Some(read(p)?),
+                    None => None,
+                };
+                reloader.install(key, ca.as_deref().zip(client_ca.as_deref()))?;
+                tracing::info!(ca = %ca_out.display(), "generated a self-signed certificate for localhost, 127.0.0.1 and ::1");
+            }
+            TlsSource::Files { .. } => {
+                reloader.poll();
+            }
+        }
+        Ok(reloader)
+    }
+
+    /// The config new connections should use; `None` until a certificate loaded.
+    pub fn current(&self) -> Option<Arc<ServerConfig>> {
+        self.current.load_full()
+    }
+
+    /// True once a certificate is loaded.
+    pub fn has_certificate(&self) -> bool {
+        self.current.load().is_some()
+    }
+
+    fn install(&self, key: CertifiedKey, ca: Option<(&[u8], &Path)>) -> Result<(), TlsError> {
+        let expiry = key.end_entity_cert().ok().and_then(not_after);
+        let config = server_config(key, ca)?;
+        self.current.store(Some(Arc::new(config)));
+        if let Some(t) = expiry {
+            self.metrics.certificate_expiry.set(t as f64);
+        }
+        Ok(())
+    }
+
+    /// Re-reads the files; reloads when their contents changed. Returns
+    /// `Some(result)` when a reload was attempted.
+    pub fn poll(&self) -> Option<Result<(), TlsError>> {
+        let TlsSource::Files {
+            cert,
+            key,
+            client_ca,
+        } = &self.source
+        else {
+            return None;
+        };
+        let now = Seen {
+            cert: std::fs::read(cert).ok(),
+            key: std::fs::read(key).ok(),
+            ca: client_ca.as_ref().and_then(|p| std::fs::read(p).ok()),
+        };
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if seen.as_ref() == Some(&now) {
+                return None;
+            }
+            *seen = Some(now);
+        }
+        let result = self.load_files(cert, key, client_ca.as_deref());
+        match &result {
+            Ok(()) => {
+                self.metrics.tls_reload(true);
+                tracing::info!(cert = %cert.display(), key = %key.display(), "loaded TLS certificate");
+            }
+            Err(e) => {
+                self.metrics.tls_reload(false);
+                if self.has_certificate() {
+                    tracing::error!(error = %e, "TLS reload failed; keeping the previous certificate");
+                } else {
+                    tracing::error!(error = %e, "TLS certificate not loaded; not ready");
+                }
+            }
+        }
+        Some(result)
+    }
+
+    fn load_files(&self, cert: &Path, key: &Path, ca: Option<&Path>) -> Result<(), TlsError> {
+        let cert_pem = read(cert)?;
+        let key_pem = read(key)?;
+        let ck = certified_key(&cert_pem, &key_pem, cert, key)?;
+        let ca_pem = match ca {
+            Some(p) => Some(read(p)?),
+            None => None,
+        };
+        self.install(ck, ca_pem.as_deref().zip(ca))
+    }
+
+    /// Polls every `interval` until the task is dropped.
+    pub async fn watch(self: Arc<Self>, interval: Duration) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let me = self.clone();
+            // File reads are blocking; keep them off the async workers.
+            let _ = tokio::task::spawn_blocking(move || me.poll()).await;
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|error| TlsError::Read {
+        path: path.to_path_buf(),
+        error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_signed_pair_matches_and_mismatched_pair_is_refused() {
+        install_crypto_provider();
+        let a = generate_self_signed(&["localhost"]).unwrap();
+        let b = generate_self_signed(&["localhost"]).unwrap();
+        let p = Path::new("x");
+        assert!(certified_key(a.cert_pem.as_bytes(), a.key_pem.as_bytes(), p, p).is_ok());
+        let err = certified_key(a.cert_pem.as_bytes(), b.key_pem.as_bytes(), p, p).unwrap_err();
+        assert!(matches!(err, TlsError::Mismatch { .. }), "{err}");
+        let half = &a.cert_pem.as_bytes()[..a.cert_pem.len() / 2];
+        assert!(certified_key(half, a.key_pem.as_bytes(), p, p).is_err());
+        assert!(certified_key(b"", a.key_pem.as_bytes(), p, p).is_err());
+    }
+
+    #[test]
+    fn expiry_is_read_from_the_leaf() {
+        let a = generate_self_signed(&["localhost"]).unwrap();
+        let chain = parse_chain(a.cert_pem.as_bytes(), Path::new("x")).unwrap();
+        let t = not_after(&chain[0]).unwrap();
+        // rcgen's default notAfter is 4096-01-01.
+        assert_eq!(t, 67_090_118_400);
+    }
+}

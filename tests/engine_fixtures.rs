@@ -117,7 +117,9 @@ fn example_cases() -> Vec<Case> {
                 {"op": "replace", "path": "/spec/minReplicas", "value": 5},
                 {"op": "replace", "path": "/spec/maxReplicas", "value": 24}
             ]),
-            changes: &["horizontalpodautoscaler/activator: spec.minReplicas 1 -> 5, spec.maxReplicas 20 -> 24 (policy serving)"],
+            changes: &[
+                "horizontalpodautoscaler/activator: spec.minReplicas 1 -> 5, spec.maxReplicas 20 -> 24 (policy serving)",
+            ],
         },
         Case {
             name: "webhook HPA: minReplicas to the global 3, maxReplicas raised by 2",
@@ -128,7 +130,9 @@ fn example_cases() -> Vec<Case> {
                 {"op": "replace", "path": "/spec/minReplicas", "value": 3},
                 {"op": "replace", "path": "/spec/maxReplicas", "value": 7}
             ]),
-            changes: &["horizontalpodautoscaler/webhook: spec.minReplicas 1 -> 3, spec.maxReplicas 5 -> 7 (policy serving)"],
+            changes: &[
+                "horizontalpodautoscaler/webhook: spec.minReplicas 1 -> 3, spec.maxReplicas 5 -> 7 (policy serving)",
+            ],
         },
         Case {
             name: "activator-pdb: maxUnavailable 1 replaces minAvailable 80%",
@@ -139,7 +143,9 @@ fn example_cases() -> Vec<Case> {
                 {"op": "add", "path": "/spec/maxUnavailable", "value": 1},
                 {"op": "remove", "path": "/spec/minAvailable"}
             ]),
-            changes: &["poddisruptionbudget/activator-pdb: spec.maxUnavailable unset -> 1, spec.minAvailable \"80%\" -> removed (policy serving)"],
+            changes: &[
+                "poddisruptionbudget/activator-pdb: spec.maxUnavailable unset -> 1, spec.minAvailable \"80%\" -> removed (policy serving)",
+            ],
         },
         Case {
             name: "webhook-pdb: maxUnavailable 1 replaces minAvailable 80%",
@@ -150,7 +156,9 @@ fn example_cases() -> Vec<Case> {
                 {"op": "add", "path": "/spec/maxUnavailable", "value": 1},
                 {"op": "remove", "path": "/spec/minAvailable"}
             ]),
-            changes: &["poddisruptionbudget/webhook-pdb: spec.maxUnavailable unset -> 1, spec.minAvailable \"80%\" -> removed (policy serving)"],
+            changes: &[
+                "poddisruptionbudget/webhook-pdb: spec.maxUnavailable unset -> 1, spec.minAvailable \"80%\" -> removed (policy serving)",
+            ],
         },
         Case {
             name: "config-leader-election: the four keys as strings, _example untouched",
@@ -222,12 +230,17 @@ fn example_policy_on_knative_v1_23_0() {
         assert_eq!(patch, case.patch, "{}: patch", case.name);
         assert_eq!(changes, case.changes, "{}: changes", case.name);
         // The patch applies with an independent applier, and the result is a fixed point.
-        let patched = apply_rfc6902(&object, &patch).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let patched =
+            apply_rfc6902(&object, &patch).unwrap_or_else(|e| panic!("{}: {e}", case.name));
         let (again, again_changes) = run(&policy, case.namespace, &patched);
         assert_eq!(again, json!([]), "{}: not idempotent", case.name);
         assert!(again_changes.is_empty(), "{}", case.name);
         if case.kind == "ConfigMap" {
-            assert_eq!(patched["data"]["_example"], object["data"]["_example"], "{}", case.name);
+            assert_eq!(
+                patched["data"]["_example"], object["data"]["_example"],
+                "{}",
+                case.name
+            );
             assert_eq!(patched["metadata"], object["metadata"], "{}", case.name);
         }
     }
@@ -266,7 +279,11 @@ fn delete_and_connect_are_never_mutated() {
         namespace: "knative-serving",
         object: &object,
     };
-    assert!(!engine::mutate(&policy, &input, &Context::default()).unwrap().is_empty());
+    assert!(
+        !engine::mutate(&policy, &input, &Context::default())
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]
@@ -278,10 +295,20 @@ fn leader_election_disabled_policy() {
     let mut controller = fixture("Deployment", ns, "controller");
     controller["spec"]["replicas"] = json!(3);
     let (patch, changes) = run(&policy, ns, &controller);
-    assert_eq!(patch, json!([{"op": "replace", "path": "/spec/replicas", "value": 1}]));
-    assert_eq!(changes, ["deployment/controller: spec.replicas 3 -> 1 (policy serving-single)"]);
+    assert_eq!(
+        patch,
+        json!([{"op": "replace", "path": "/spec/replicas", "value": 1}])
+    );
+    assert_eq!(
+        changes,
+        ["deployment/controller: spec.replicas 3 -> 1 (policy serving-single)"]
+    );
     let (patch, _) = run(&policy, ns, &fixture("Deployment", ns, "autoscaler"));
-    assert_eq!(patch, json!([]), "autoscaler already has 1 replica and must not get the flag");
+    assert_eq!(
+        patch,
+        json!([]),
+        "autoscaler already has 1 replica and must not get the flag"
+    );
 
     // Binaries that accept --disable-ha get it, once.
     for (name, container) in [
@@ -298,10 +325,16 @@ fn leader_election_disabled_policy() {
         );
         assert_eq!(
             changes,
-            [format!("deployment/{name}: container {container} args + --disable-ha (policy serving-single)")]
+            [format!(
+                "deployment/{name}: container {container} args + --disable-ha (policy serving-single)"
+            )]
         );
         let patched = apply_rfc6902(&object, &patch).unwrap();
-        assert_eq!(run(&policy, ns, &patched).0, json!([]), "{name}: flag added twice");
+        assert_eq!(
+            run(&policy, ns, &patched).0,
+            json!([]),
+            "{name}: flag added twice"
+        );
     }
 
     // An existing args list gets the flag appended at an explicit index.
@@ -318,9 +351,19 @@ fn leader_election_disabled_policy() {
         let (patch, _) = run(&policy, ns, &fixture("HorizontalPodAutoscaler", ns, name));
         assert_eq!(patch, json!([]), "HPA {name}");
     }
-    let (patch, changes) = run(&policy, ns, &fixture("ConfigMap", ns, "config-leader-election"));
-    assert_eq!(patch, json!([{"op": "add", "path": "/data/buckets", "value": "1"}]));
-    assert_eq!(changes, ["configmap/config-leader-election: data.buckets unset -> \"1\" (policy serving-single)"]);
+    let (patch, changes) = run(
+        &policy,
+        ns,
+        &fixture("ConfigMap", ns, "config-leader-election"),
+    );
+    assert_eq!(
+        patch,
+        json!([{"op": "add", "path": "/data/buckets", "value": "1"}])
+    );
+    assert_eq!(
+        changes,
+        ["configmap/config-leader-election: data.buckets unset -> \"1\" (policy serving-single)"]
+    );
 }
 
 #[test]
@@ -333,7 +376,10 @@ fn enabling_leader_election_removes_disable_ha() {
         patch,
         json!([{"op": "remove", "path": "/spec/template/spec/containers/0/args/0"}])
     );
-    assert_eq!(changes, ["deployment/webhook: container webhook args - --disable-ha (policy serving)"]);
+    assert_eq!(
+        changes,
+        ["deployment/webhook: container webhook args - --disable-ha (policy serving)"]
+    );
     // ... but never from Deployments whose binaries do not take the flag.
     let mut controller = fixture("Deployment", "knative-serving", "controller");
     controller["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["--disable-ha"]);
@@ -368,7 +414,11 @@ fn hpa_is_never_lowered_and_max_keeps_up() {
     let mut hpa = fixture("HorizontalPodAutoscaler", "knative-serving", "webhook");
     hpa["spec"]["minReplicas"] = json!(4);
     hpa["spec"]["maxReplicas"] = json!(4);
-    assert_eq!(run(&policy, "knative-serving", &hpa).0, json!([]), "min 4 >= 3: untouched");
+    assert_eq!(
+        run(&policy, "knative-serving", &hpa).0,
+        json!([]),
+        "min 4 >= 3: untouched"
+    );
     hpa["spec"]["minReplicas"] = json!(2);
     hpa["spec"]["maxReplicas"] = json!(2);
     assert_eq!(
@@ -392,7 +442,9 @@ fn hpa_is_never_lowered_and_max_keeps_up() {
     );
     assert_eq!(
         changes,
-        ["horizontalpodautoscaler/webhook: spec.minReplicas unset -> 3, spec.maxReplicas 10 -> 12 (policy serving)"]
+        [
+            "horizontalpodautoscaler/webhook: spec.minReplicas unset -> 3, spec.maxReplicas 10 -> 12 (policy serving)"
+        ]
     );
 }
 
@@ -420,10 +472,26 @@ fn malformed_governed_objects_are_errors_naming_object_and_field() {
     d2["spec"]["template"]["spec"]["affinity"] = json!("none");
     let cases = [
         (d, "Deployment knative-serving/controller", "spec.replicas"),
-        (h, "HorizontalPodAutoscaler knative-serving/webhook", "spec.minReplicas"),
-        (c, "ConfigMap knative-serving/config-leader-election", "data"),
-        (c2, "ConfigMap knative-serving/config-leader-election", "data.buckets"),
-        (d2, "Deployment knative-serving/controller", "spec.template.spec.affinity"),
+        (
+            h,
+            "HorizontalPodAutoscaler knative-serving/webhook",
+            "spec.minReplicas",
+        ),
+        (
+            c,
+            "ConfigMap knative-serving/config-leader-election",
+            "data",
+        ),
+        (
+            c2,
+            "ConfigMap knative-serving/config-leader-election",
+            "data.buckets",
+        ),
+        (
+            d2,
+            "Deployment knative-serving/controller",
+            "spec.template.spec.affinity",
+        ),
     ];
     for (object, who, field) in cases {
         let input = Input {
@@ -473,14 +541,25 @@ fn config_leader_election_without_data_gets_a_data_map() {
 #[test]
 fn pdb_values_keep_their_type() {
     let mut policy = load_policy("examples/policy.yaml");
-    policy.spec.pod_disruption_budget = Some(knative_ha_webhook::policy::PodDisruptionBudgetPolicy {
-        min_available: Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("50%".into())),
-        max_unavailable: None,
-    });
+    policy.spec.pod_disruption_budget =
+        Some(knative_ha_webhook::policy::PodDisruptionBudgetPolicy {
+            min_available: Some(
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("50%".into()),
+            ),
+            max_unavailable: None,
+        });
     let pdb = fixture("PodDisruptionBudget", "knative-serving", "activator-pdb");
     let (patch, changes) = run(&policy, "knative-serving", &pdb);
-    assert_eq!(patch, json!([{"op": "replace", "path": "/spec/minAvailable", "value": "50%"}]));
-    assert_eq!(changes, ["poddisruptionbudget/activator-pdb: spec.minAvailable \"80%\" -> \"50%\" (policy serving)"]);
+    assert_eq!(
+        patch,
+        json!([{"op": "replace", "path": "/spec/minAvailable", "value": "50%"}])
+    );
+    assert_eq!(
+        changes,
+        [
+            "poddisruptionbudget/activator-pdb: spec.minAvailable \"80%\" -> \"50%\" (policy serving)"
+        ]
+    );
 }
 
 #[test]
@@ -489,7 +568,10 @@ fn deployment_without_match_labels_gets_no_anti_affinity_and_no_error() {
     let mut d = fixture("Deployment", "knative-serving", "controller");
     d["spec"].as_object_mut().unwrap().remove("selector");
     let (patch, changes) = run(&policy, "knative-serving", &d);
-    assert_eq!(patch, json!([{"op": "add", "path": "/spec/replicas", "value": 3}]));
+    assert_eq!(
+        patch,
+        json!([{"op": "add", "path": "/spec/replicas", "value": 3}])
+    );
     assert_eq!(changes.len(), 1);
 }
 
@@ -501,4 +583,34 @@ fn other_kinds_and_versions_are_ignored() {
     assert_eq!(run(&policy, "knative-serving", &d).0, json!([]));
     let svc = fixture("Service", "knative-serving", "controller");
     assert_eq!(run(&policy, "knative-serving", &svc).0, json!([]));
+}
+
+#[test]
+fn topology_spread_constraints_select_the_deployments_own_pods() {
+    let mut policy = load_policy("examples/policy.yaml");
+    policy.spec.topology_spread_constraints =
+        Some(vec![knative_ha_webhook::policy::TopologySpread {
+            topology_key: "topology.kubernetes.io/zone".into(),
+            max_skew: None,
+            when_unsatisfiable: None,
+        }]);
+    let d = fixture("Deployment", "knative-serving", "activator");
+    let (patch, changes) = run(&policy, "knative-serving", &d);
+    assert_eq!(
+        patch,
+        json!([{"op": "add", "path": "/spec/template/spec/topologySpreadConstraints", "value": [{
+            "labelSelector": {"matchLabels": {"app": "activator", "role": "activator"}},
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway"
+        }]}])
+    );
+    assert_eq!(
+        changes,
+        [
+            "deployment/activator: topology spread set to topology.kubernetes.io/zone (maxSkew 1, ScheduleAnyway) (policy serving)"
+        ]
+    );
+    let patched = apply_rfc6902(&d, &patch).unwrap();
+    assert_eq!(run(&policy, "knative-serving", &patched).0, json!([]));
 }

@@ -19,11 +19,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     let Some(le) = &t.policy.spec.leader_election else {
         return Ok((None, Vec::new()));
     };
-    let buckets = if le.is_enabled() {
-        le.buckets
-    } else {
-        Some(1)
-    };
+    let buckets = if le.is_enabled() { le.buckets } else { Some(1) };
     let wanted: [(&str, Option<String>, bool); 4] = [
         ("buckets", buckets.map(|b| b.to_string()), false),
         ("lease-duration", le.lease_duration.clone(), true),
@@ -39,10 +35,9 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.as_str()),
             Some(other) => {
-                return Err(t.malformed(format!(
-                    "data.{key} must be a string, got {}",
-                    show(other)
-                )));
+                return Err(
+                    t.malformed(format!("data.{key} must be a string, got {}", show(other)))
+                );
             }
         };
         let same = match current {

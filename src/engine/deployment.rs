@@ -5,12 +5,29 @@ use serde_json::{Value, json};
 
 use super::patch::Patcher;
 use super::{DISABLE_HA_DEPLOYMENTS, DISABLE_HA_FLAG, EngineError, Handled, Target};
-use crate::policy::{AntiAffinityType, PodAntiAffinity};
+use crate::policy::{AntiAffinityType, PodAntiAffinity, TopologySpread};
 
 const REPLICAS: &[&str] = &["spec", "replicas"];
 const MATCH_LABELS: &[&str] = &["spec", "selector", "matchLabels"];
 const ANTI_AFFINITY: &[&str] = &["spec", "template", "spec", "affinity", "podAntiAffinity"];
 const CONTAINERS: &[&str] = &["spec", "template", "spec", "containers"];
+const SPREAD: &[&str] = &["spec", "template", "spec", "topologySpreadConstraints"];
+
+/// The topologySpreadConstraints value the policy wants.
+pub fn spread_value(list: &[TopologySpread], match_labels: &Value) -> Value {
+    Value::Array(
+        list.iter()
+            .map(|c| {
+                json!({
+                    "labelSelector": {"matchLabels": match_labels},
+                    "maxSkew": c.max_skew(),
+                    "topologyKey": c.topology_key,
+                    "whenUnsatisfiable": c.when_unsatisfiable().as_str(),
+                })
+            })
+            .collect(),
+    )
+}
 
 fn is_disable_ha_arg(arg: &str) -> bool {
     let flag = arg.split('=').next().unwrap_or(arg);
@@ -52,7 +69,9 @@ pub fn anti_affinity_satisfied(
     };
     let (key, term) = match aa.kind {
         AntiAffinityType::Required => ("requiredDuringSchedulingIgnoredDuringExecution", None),
-        AntiAffinityType::Preferred => ("preferredDuringSchedulingIgnoredDuringExecution", Some(())),
+        AntiAffinityType::Preferred => {
+            ("preferredDuringSchedulingIgnoredDuringExecution", Some(()))
+        }
         AntiAffinityType::None => return true,
     };
     if current.len() != 1 {
@@ -145,12 +164,23 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     }
     let want_aa = match (aa, match_labels) {
         (Some(aa), Some(ml)) if !ml.is_empty() => {
-            let current = super::lookup(t.object, ANTI_AFFINITY)?;
+            let current = super::lookup(t.object, ANTI_AFFINITY);
             if anti_affinity_satisfied(aa, ml, current) {
                 None
             } else {
                 anti_affinity_value(aa, &Value::Object(ml.clone())).map(|v| (aa, v))
             }
+        }
+        _ => None,
+    };
+    let spread = t
+        .workload(name)
+        .and_then(|w| w.topology_spread_constraints.as_ref())
+        .or(spec.topology_spread_constraints.as_ref())
+        .filter(|l| !l.is_empty());
+    let want_spread = match (spread, match_labels) {
+        (Some(list), Some(ml)) if !ml.is_empty() => {
+            Some((list, spread_value(list, &Value::Object(ml.clone()))))
         }
         _ => None,
     };
@@ -173,11 +203,9 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     }
 
     if let Some((aa, value)) = want_aa {
-        let current = super::lookup(t.object, ANTI_AFFINITY)?;
+        let current = super::lookup(t.object, ANTI_AFFINITY);
         if current != Some(&value) {
-            for (i, _) in ANTI_AFFINITY.iter().enumerate().skip(1) {
-                let _ = t.object_at(&ANTI_AFFINITY[..i])?;
-            }
+            super::check_parents(t, ANTI_AFFINITY)?;
             let pt = p.get_or_insert_with(|| Patcher::new(t.object));
             pt.set(ANTI_AFFINITY, value).map_err(|e| t.malformed(e))?;
             changes.push(t.change(format!(
@@ -186,6 +214,26 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
                 aa.topology_key()
             )));
         }
+    }
+
+    if let Some((list, value)) = want_spread
+        && super::lookup(t.object, SPREAD) != Some(&value)
+    {
+        super::check_parents(t, SPREAD)?;
+        let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+        pt.set(SPREAD, value).map_err(|e| t.malformed(e))?;
+        let shown: Vec<String> = list
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} (maxSkew {}, {})",
+                    c.topology_key,
+                    c.max_skew(),
+                    c.when_unsatisfiable().as_str()
+                )
+            })
+            .collect();
+        changes.push(t.change(format!("topology spread set to {}", shown.join(", "))));
     }
 
     if let Some(disable) = want_flag {
@@ -201,7 +249,7 @@ fn flag(
     disable: bool,
     changes: &mut Vec<String>,
 ) -> Result<(), EngineError> {
-    let containers = match super::lookup(t.object, CONTAINERS)? {
+    let containers = match super::lookup(t.object, CONTAINERS) {
         None => return Ok(()),
         Some(Value::Array(items)) => items,
         Some(other) => {
@@ -271,7 +319,8 @@ fn flag(
     } else if !present.is_empty() {
         let pt = p.get_or_insert_with(|| Patcher::new(t.object));
         for i in present.iter().rev() {
-            pt.remove_index(&args_path, *i).map_err(|e| t.malformed(e))?;
+            pt.remove_index(&args_path, *i)
+                .map_err(|e| t.malformed(e))?;
         }
         changes.push(t.change(format!("container {cname} args - {DISABLE_HA_FLAG}")));
     }

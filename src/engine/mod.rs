@@ -198,7 +198,7 @@ impl Target<'_> {
 
     /// Reads an optional integer field (path of object keys).
     pub fn int_at(&self, path: &[&str]) -> Result<Option<i64>, EngineError> {
-        match lookup(self.object, path)? {
+        match lookup(self.object, path) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => v.as_i64().map(Some).ok_or_else(|| {
                 self.malformed(format!(
@@ -215,7 +215,7 @@ impl Target<'_> {
         &self,
         path: &[&str],
     ) -> Result<Option<&serde_json::Map<String, Value>>, EngineError> {
-        match lookup(self.object, path)? {
+        match lookup(self.object, path) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Object(m)) => Ok(Some(m)),
             Some(v) => Err(self.malformed(format!(
@@ -228,7 +228,7 @@ impl Target<'_> {
 
     /// Reads an optional string field.
     pub fn str_at(&self, path: &[&str]) -> Result<Option<&str>, EngineError> {
-        match lookup(self.object, path)? {
+        match lookup(self.object, path) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
             Some(v) => Err(self.malformed(format!(
@@ -273,21 +273,19 @@ impl Target<'_> {
     }
 }
 
-/// Walks object keys; `Ok(None)` when a key is missing; error when an
-/// intermediate value is not an object. (Errors are built by the caller.)
-fn lookup<'v>(object: &'v Value, path: &[&str]) -> Result<Option<&'v Value>, EngineError> {
-    let mut cur = object;
-    for key in path {
-        match cur {
-            Value::Object(m) => match m.get(*key) {
-                Some(v) => cur = v,
-                None => return Ok(None),
-            },
-            Value::Null => return Ok(None),
-            _ => return Ok(None),
-        }
+/// Walks object keys; `None` when a key is missing or a parent is not an
+/// object (callers that write there report the malformed parent).
+pub(crate) fn lookup<'v>(object: &'v Value, path: &[&str]) -> Option<&'v Value> {
+    path.iter()
+        .try_fold(object, |cur, key| cur.as_object()?.get(*key))
+}
+
+/// Errors when a parent of `path` exists but is not an object (or null).
+pub(crate) fn check_parents(t: &Target<'_>, path: &[&str]) -> Result<(), EngineError> {
+    for i in 1..path.len() {
+        t.object_at(&path[..i])?;
     }
-    Ok(Some(cur))
+    Ok(())
 }
 
 /// Mutates `input.object` according to `policy`. Objects outside
@@ -317,7 +315,9 @@ pub fn mutate_object(
         return Ok(Outcome::default());
     };
     let metadata = obj.get("metadata").and_then(Value::as_object);
-    if let Some(ns) = metadata.and_then(|m| m.get("namespace")).and_then(Value::as_str)
+    if let Some(ns) = metadata
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
         && !ns.is_empty()
         && ns != input.namespace
     {

@@ -75,6 +75,16 @@ impl Patcher {
             let Some(next) = map.get_mut(*key) else {
                 return Err(format!("{} vanished", path[..=i].join(".")));
             };
+            if !last && next.is_null() {
+                // `affinity: null`, `data: null`: replace the null by the nested value.
+                let v = nested(&path[i + 1..], value);
+                *next = v.clone();
+                self.ops.push(PatchOperation::Replace(ReplaceOperation {
+                    path: pointer(&path[..=i]),
+                    value: v,
+                }));
+                return Ok(true);
+            }
             if last {
                 if *next == value {
                     return Ok(false);
@@ -169,7 +179,10 @@ mod tests {
     #[test]
     fn set_creates_missing_parents_with_one_add() {
         let mut p = Patcher::new(&json!({"spec": {}}));
-        assert_eq!(p.set(&["spec", "template", "spec", "x"], json!(1)), Ok(true));
+        assert_eq!(
+            p.set(&["spec", "template", "spec", "x"], json!(1)),
+            Ok(true)
+        );
         assert_eq!(p.ops.len(), 1);
         let patch = serde_json::to_value(&p.ops).unwrap();
         assert_eq!(
@@ -202,8 +215,23 @@ mod tests {
     }
 
     #[test]
+    fn set_replaces_a_null_parent() {
+        let mut p = Patcher::new(&json!({"data": null}));
+        assert_eq!(p.set(&["data", "buckets"], json!("5")), Ok(true));
+        assert_eq!(
+            serde_json::to_value(&p.ops).unwrap(),
+            json!([{"op": "replace", "path": "/data", "value": {"buckets": "5"}}])
+        );
+        assert_eq!(p.doc, json!({"data": {"buckets": "5"}}));
+    }
+
+    #[test]
     fn set_through_a_non_object_is_an_error() {
         let mut p = Patcher::new(&json!({"spec": "oops"}));
-        assert!(p.set(&["spec", "replicas"], json!(1)).unwrap_err().contains("spec"));
+        assert!(
+            p.set(&["spec", "replicas"], json!(1))
+                .unwrap_err()
+                .contains("spec")
+        );
     }
 }

@@ -21,10 +21,16 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     let Some(pdb) = &t.policy.spec.pod_disruption_budget else {
         return Ok((None, Vec::new()));
     };
-    let app = t.str_at(&["spec", "selector", "matchLabels", "app"]).ok().flatten();
-    let excluded = t.policy.spec.exclude.iter().any(|e| {
-        Some(e.as_str()) == app || t.name.strip_suffix("-pdb") == Some(e.as_str())
-    });
+    let app = t
+        .str_at(&["spec", "selector", "matchLabels", "app"])
+        .ok()
+        .flatten();
+    let excluded = t
+        .policy
+        .spec
+        .exclude
+        .iter()
+        .any(|e| Some(e.as_str()) == app || t.name.strip_suffix("-pdb") == Some(e.as_str()));
     if excluded {
         return Ok((None, Vec::new()));
     }

@@ -49,7 +49,11 @@ pub fn parse_go_duration(text: &str) -> Result<u128, String> {
             "m" => 60 * 1_000_000_000,
             "h" => 3_600 * 1_000_000_000,
             "" => return Err("missing unit (use ns, us, ms, s, m or h)".into()),
-            other => return Err(format!("unknown unit {other:?} (use ns, us, ms, s, m or h)")),
+            other => {
+                return Err(format!(
+                    "unknown unit {other:?} (use ns, us, ms, s, m or h)"
+                ));
+            }
         };
         let int: u128 = if int_part.is_empty() {
             0
@@ -105,8 +109,22 @@ mod tests {
 
     #[test]
     fn rejects_bad_durations() {
-        for text in ["", "60", "-5s", "+5s", "5x", "s", "1.s.", "5 s", "9999999999h", "1h2"] {
-            assert!(parse_go_duration(text).is_err(), "{text} should be rejected");
+        for text in [
+            "",
+            "60",
+            "-5s",
+            "+5s",
+            "5x",
+            "s",
+            "1.s.",
+            "5 s",
+            "9999999999h",
+            "1h2",
+        ] {
+            assert!(
+                parse_go_duration(text).is_err(),
+                "{text} should be rejected"
+            );
         }
     }
 }

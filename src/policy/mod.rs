@@ -52,18 +52,9 @@ const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     shortname = "hap",
     status = "HighAvailabilityPolicyStatus",
     doc = "Makes the Knative control plane in one namespace highly available at admission time.",
-    printcolumn(
-        name = "Target namespace",
-        type_ = "string",
-        json_path = ".spec.targetNamespace",
-        description = "The namespace this policy governs"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn = r#"{"name":"Target namespace","type":"string","description":"The namespace this policy governs","jsonPath":".spec.targetNamespace"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HighAvailabilityPolicySpec {
@@ -81,6 +72,10 @@ pub struct HighAvailabilityPolicySpec {
     /// Pod anti-affinity for every governed Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_anti_affinity: Option<PodAntiAffinity>,
+    /// Topology spread constraints for every governed Deployment (replaces
+    /// the pod template's list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpread>>,
     /// Settings for every PodDisruptionBudget in the namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_disruption_budget: Option<PodDisruptionBudgetPolicy>,
@@ -204,6 +199,54 @@ pub struct WorkloadOverride {
     /// Pod anti-affinity for this Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_anti_affinity: Option<PodAntiAffinity>,
+    /// Topology spread constraints for this Deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpread>>,
+}
+
+/// What the scheduler does when a spread constraint cannot be met.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+pub enum WhenUnsatisfiable {
+    /// Schedule anyway, preferring placements that reduce the skew.
+    #[default]
+    ScheduleAnyway,
+    /// Leave the pod Pending.
+    DoNotSchedule,
+}
+
+impl WhenUnsatisfiable {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WhenUnsatisfiable::ScheduleAnyway => "ScheduleAnyway",
+            WhenUnsatisfiable::DoNotSchedule => "DoNotSchedule",
+        }
+    }
+}
+
+/// One topology spread constraint over the Deployment's own pods
+/// (`labelSelector` = the Deployment's `spec.selector.matchLabels`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TopologySpread {
+    /// Node label to spread over, e.g. topology.kubernetes.io/zone.
+    #[schemars(length(min = 1))]
+    pub topology_key: String,
+    /// Maximum allowed difference in pod count between domains (1..=100, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_skew: Option<i32>,
+    /// ScheduleAnyway (default) | DoNotSchedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_unsatisfiable: Option<WhenUnsatisfiable>,
+}
+
+impl TopologySpread {
+    pub fn max_skew(&self) -> i32 {
+        self.max_skew.unwrap_or(1)
+    }
+    pub fn when_unsatisfiable(&self) -> WhenUnsatisfiable {
+        self.when_unsatisfiable.unwrap_or_default()
+    }
 }
 
 /// Status written by the cluster source.
@@ -238,7 +281,10 @@ pub enum PolicyError {
     Many(Vec<PolicyError>),
     /// An error in one document of a multi-document file (1-based index).
     #[error("document {index}: {error}")]
-    Document { index: usize, error: Box<PolicyError> },
+    Document {
+        index: usize,
+        error: Box<PolicyError>,
+    },
 }
 
 impl PolicyError {
@@ -275,18 +321,43 @@ impl PolicyError {
     }
 }
 
+/// Writes integral `minimum`/`maximum` bounds as integers (`1`, not `1.0`).
+fn integral_bounds(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if (key == "minimum" || key == "maximum")
+                    && let Some(f) = v.as_f64()
+                    && f.fract() == 0.0
+                    && f.abs() < 1e15
+                {
+                    *v = serde_json::Value::from(f as i64);
+                } else {
+                    integral_bounds(v);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(integral_bounds),
+        _ => {}
+    }
+}
+
+/// The CustomResourceDefinition as JSON, generated from the Rust types
+/// (deterministic: maps are sorted).
+pub fn crd_value() -> serde_json::Value {
+    let mut value = serde_json::to_value(HighAvailabilityPolicy::crd()).unwrap_or_default();
+    integral_bounds(&mut value);
+    value
+}
+
 /// The CRD's `openAPIV3Schema`, computed once.
 pub fn crd_schema() -> &'static serde_json::Value {
     static SCHEMA: OnceLock<serde_json::Value> = OnceLock::new();
     SCHEMA.get_or_init(|| {
-        let crd = HighAvailabilityPolicy::crd();
-        let version = crd
-            .spec
-            .versions
-            .first()
-            .and_then(|v| v.schema.as_ref())
-            .and_then(|s| s.open_api_v3_schema.as_ref());
-        serde_json::to_value(version).unwrap_or(serde_json::Value::Null)
+        crd_value()
+            .pointer("/spec/versions/0/schema/openAPIV3Schema")
+            .cloned()
+            .unwrap_or_default()
     })
 }
 
@@ -317,8 +388,8 @@ impl Policy {
         if !errors.is_empty() {
             return Err(PolicyError::from_list(errors));
         }
-        let res: HighAvailabilityPolicy = serde_json::from_value(value.clone())
-            .map_err(|e| PolicyError::Parse(e.to_string()))?;
+        let res: HighAvailabilityPolicy =
+            serde_json::from_value(value.clone()).map_err(|e| PolicyError::Parse(e.to_string()))?;
         Policy::from_resource(&res)
     }
 
@@ -419,4 +490,3 @@ pub fn parse_policies(text: &str) -> Result<Vec<Policy>, PolicyError> {
     }
     Ok(policies)
 }
-

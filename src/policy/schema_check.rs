@@ -38,7 +38,11 @@ pub fn check_document(doc: &Value) -> Vec<PolicyError> {
     let Some(obj) = doc.as_object() else {
         errors.push(PolicyError::invalid(
             "(document)",
-            format!("must be a mapping (a HighAvailabilityPolicy), got {} {}", type_name(doc), show(doc)),
+            format!(
+                "must be a mapping (a HighAvailabilityPolicy), got {} {}",
+                type_name(doc),
+                show(doc)
+            ),
         ));
         return errors;
     };
@@ -46,14 +50,20 @@ pub fn check_document(doc: &Value) -> Vec<PolicyError> {
         Some(Value::String(v)) if v == API_VERSION => {}
         other => errors.push(PolicyError::invalid(
             "apiVersion",
-            format!("must be {API_VERSION:?}, got {}", other.map_or("nothing".into(), show)),
+            format!(
+                "must be {API_VERSION:?}, got {}",
+                other.map_or("nothing".into(), show)
+            ),
         )),
     }
     match obj.get("kind") {
         Some(Value::String(v)) if v == KIND => {}
         other => errors.push(PolicyError::invalid(
             "kind",
-            format!("must be {KIND:?}, got {}", other.map_or("nothing".into(), show)),
+            format!(
+                "must be {KIND:?}, got {}",
+                other.map_or("nothing".into(), show)
+            ),
         )),
     }
     let schema = crd_schema();
@@ -64,6 +74,14 @@ pub fn check_document(doc: &Value) -> Vec<PolicyError> {
             // Server-populated metadata (managedFields, uid, ...) and status
             // are the API server's business, not the policy's.
             "metadata" => {
+                for field in ["name", "namespace", "generateName"] {
+                    if let Some(v) = value.get(field).filter(|v| !v.is_string() && !v.is_null()) {
+                        errors.push(PolicyError::invalid(
+                            format!("metadata.{field}"),
+                            format!("must be a string, got {} {}", type_name(v), show(v)),
+                        ));
+                    }
+                }
                 if !value.is_object() {
                     errors.push(PolicyError::invalid(
                         "metadata",
@@ -112,11 +130,24 @@ pub fn check_value(schema: &Value, value: &Value, path: &str, errors: &mut Vec<P
         errors.push(PolicyError::invalid(path, "must not be null"));
         return;
     }
-    if schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true) {
-        if !(value.is_string() || value.is_i64() || value.is_u64()) {
+    if schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
+        let fits = match value {
+            Value::String(_) => true,
+            Value::Number(n) => n.as_i64().is_some_and(|i| i32::try_from(i).is_ok()),
+            _ => false,
+        };
+        if !fits {
             errors.push(PolicyError::invalid(
                 path,
-                format!("must be an integer or a string, got {} {}", type_name(value), show(value)),
+                format!(
+                    "must be a 32-bit integer or a string, got {} {}",
+                    type_name(value),
+                    show(value)
+                ),
             ));
         }
         return;
@@ -132,7 +163,15 @@ pub fn check_value(schema: &Value, value: &Value, path: &str, errors: &mut Vec<P
     if !ok {
         errors.push(PolicyError::invalid(
             path,
-            format!("must be {} {ty}, got {actual} {}", if ty == "integer" || ty == "array" || ty == "object" { "an" } else { "a" }, show(value)),
+            format!(
+                "must be {} {ty}, got {actual} {}",
+                if ty == "integer" || ty == "array" || ty == "object" {
+                    "an"
+                } else {
+                    "a"
+                },
+                show(value)
+            ),
         ));
         return;
     }
@@ -183,15 +222,15 @@ pub fn check_value(schema: &Value, value: &Value, path: &str, errors: &mut Vec<P
                 ));
             }
         }
-        Value::Number(n) => {
-            if ty == "integer" && schema.get("format").and_then(Value::as_str) == Some("int32") {
-                let fits = n.as_i64().is_some_and(|i| i32::try_from(i).is_ok());
-                if !fits {
-                    errors.push(PolicyError::invalid(
-                        path,
-                        format!("must be a 32-bit integer, got {n}"),
-                    ));
-                }
+        Value::Number(n)
+            if ty == "integer" && schema.get("format").and_then(Value::as_str) == Some("int32") =>
+        {
+            let fits = n.as_i64().is_some_and(|i| i32::try_from(i).is_ok());
+            if !fits {
+                errors.push(PolicyError::invalid(
+                    path,
+                    format!("must be a 32-bit integer, got {n}"),
+                ));
             }
         }
         _ => {}

@@ -8,8 +8,45 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::duration::parse_go_duration;
 use super::{
     DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
-    HighAvailabilityPolicySpec, PodAntiAffinity, PolicyError,
+    HighAvailabilityPolicySpec, PodAntiAffinity, PolicyError, TopologySpread,
 };
+
+fn check_spread(path: &str, list: &[TopologySpread], errors: &mut Vec<PolicyError>) {
+    if list.is_empty() {
+        errors.push(PolicyError::invalid(
+            path,
+            "must not be empty (omit the field to leave Deployments as they are), got []",
+        ));
+    }
+    let mut seen: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for (i, c) in list.iter().enumerate() {
+        let key = &c.topology_key;
+        if key.trim().is_empty() || key.chars().any(char::is_whitespace) {
+            errors.push(PolicyError::invalid(
+                format!("{path}[{i}].topologyKey"),
+                format!("must be a non-empty node label key without spaces, got {key:?}"),
+            ));
+        }
+        if let Some(skew) = c.max_skew
+            && !(1..=100).contains(&skew)
+        {
+            errors.push(PolicyError::invalid(
+                format!("{path}[{i}].maxSkew"),
+                format!("must be between 1 and 100, got {skew}"),
+            ));
+        }
+        let pair = (key.as_str(), c.when_unsatisfiable().as_str());
+        if let Some(first) = seen.insert(pair, i) {
+            errors.push(PolicyError::invalid(
+                format!("{path}[{i}].topologyKey"),
+                format!(
+                    "duplicate constraint {key:?} with {} (already at {path}[{first}])",
+                    pair.1
+                ),
+            ));
+        }
+    }
+}
 
 pub const MIN_REPLICAS: i32 = 1;
 pub const MAX_REPLICAS: i32 = 100;
@@ -122,7 +159,10 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
             let text = value.as_deref().unwrap_or(default);
             match parse_go_duration(text) {
                 Ok(0) => {
-                    errors.push(PolicyError::invalid(path, format!("must be a positive duration, got {text:?}")));
+                    errors.push(PolicyError::invalid(
+                        path,
+                        format!("must be a positive duration, got {text:?}"),
+                    ));
                     parsed.push(None);
                 }
                 Ok(ns) => parsed.push(Some(ns)),
@@ -148,7 +188,11 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
             && lease <= renew
         {
             errors.push(PolicyError::invalid(
-                if set(0) { "spec.leaderElection.leaseDuration" } else { "spec.leaderElection.renewDeadline" },
+                if set(0) {
+                    "spec.leaderElection.leaseDuration"
+                } else {
+                    "spec.leaderElection.renewDeadline"
+                },
                 format!("{} must be greater than {}", shown(0), shown(1)),
             ));
         }
@@ -157,7 +201,11 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
             && renew <= retry
         {
             errors.push(PolicyError::invalid(
-                if set(1) { "spec.leaderElection.renewDeadline" } else { "spec.leaderElection.retryPeriod" },
+                if set(1) {
+                    "spec.leaderElection.renewDeadline"
+                } else {
+                    "spec.leaderElection.retryPeriod"
+                },
                 format!("{} must be greater than {}", shown(1), shown(2)),
             ));
         }
@@ -172,6 +220,10 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
 
     if let Some(aa) = &spec.pod_anti_affinity {
         check_anti_affinity("spec.podAntiAffinity", aa, &mut errors);
+    }
+
+    if let Some(list) = &spec.topology_spread_constraints {
+        check_spread("spec.topologySpreadConstraints", list, &mut errors);
     }
 
     if let Some(pdb) = &spec.pod_disruption_budget {
@@ -200,13 +252,19 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
         if !is_dns1123_subdomain(&w.name) {
             errors.push(PolicyError::invalid(
                 format!("{path}.name"),
-                format!("must be a Deployment name (DNS-1123 subdomain), got {:?}", w.name),
+                format!(
+                    "must be a Deployment name (DNS-1123 subdomain), got {:?}",
+                    w.name
+                ),
             ));
         }
         if let Some(first) = seen.insert(w.name.as_str(), i) {
             errors.push(PolicyError::invalid(
                 format!("{path}.name"),
-                format!("duplicate workload {:?} (already at spec.workloads[{first}])", w.name),
+                format!(
+                    "duplicate workload {:?} (already at spec.workloads[{first}])",
+                    w.name
+                ),
             ));
         }
         if spec.exclude.iter().any(|e| e == &w.name) {
@@ -224,6 +282,13 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
         }
         if let Some(aa) = &w.pod_anti_affinity {
             check_anti_affinity(&format!("{path}.podAntiAffinity"), aa, &mut errors);
+        }
+        if let Some(list) = &w.topology_spread_constraints {
+            check_spread(
+                &format!("{path}.topologySpreadConstraints"),
+                list,
+                &mut errors,
+            );
         }
     }
 

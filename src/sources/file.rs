@@ -1,1 +1,185 @@
 //! Policy from a file, re-read when it changes.
+//!
+//! The file is polled by content (so a ConfigMap volume's `..data` symlink
+//! swap is seen like an in-place write). A valid new version is published
+//! as a new [`Snapshot`]; an invalid one is logged and counted and the
+//! previous snapshot stays in force.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::policy::{Policy, PolicyError};
+use crate::store::{PolicyStore, Snapshot};
+use crate::telemetry::Metrics;
+
+/// How often the file is re-read.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum FileSourceError {
+    #[error("reading policy file {path}: {error}")]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("policy file {path}: {error}")]
+    Invalid { path: PathBuf, error: PolicyError },
+}
+
+/// Parses every policy document of `text` (YAML, `---`-separated) with
+/// [`crate::policy::parse_policies`].
+pub fn parse(text: &str, path: &Path) -> Result<Vec<Policy>, FileSourceError> {
+    crate::policy::parse_policies(text).map_err(|error| FileSourceError::Invalid {
+        path: path.to_path_buf(),
+        error,
+    })
+}
+
+/// Reads and parses the file; returns its bytes and the snapshot.
+pub fn load(path: &Path) -> Result<(Vec<u8>, Snapshot), FileSourceError> {
+    let bytes = std::fs::read(path).map_err(|error| FileSourceError::Read {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    let text = String::from_utf8_lossy(&bytes);
+    let policies = parse(&text, path)?;
+    Ok((bytes, Snapshot::from_policies(policies)))
+}
+
+/// A policy file source.
+pub struct FileSource {
+    path: PathBuf,
+    store: PolicyStore,
+    metrics: Metrics,
+    last: Option<Vec<u8>>,
+}
+
+impl FileSource {
+    /// Loads the file once and publishes it to `store`. An invalid or
+    /// unreadable file at start is an error (the caller exits).
+    pub fn start(
+        path: PathBuf,
+        store: PolicyStore,
+        metrics: Metrics,
+    ) -> Result<FileSource, FileSourceError> {
+        let (bytes, snapshot) = load(&path)?;
+        let count = snapshot.policies.len();
+        store.publish(snapshot);
+        metrics.policy_reload(true);
+        tracing::info!(path = %path.display(), policies = count, "loaded policy file");
+        Ok(FileSource {
+            path,
+            store,
+            metrics,
+            last: Some(bytes),
+        })
+    }
+
+    /// Re-reads the file once. Returns `None` when the contents did not
+    /// change, else whether the new contents were published.
+    pub fn poll(&mut self) -> Option<Result<(), FileSourceError>> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(b) => b,
+            Err(error) => {
+                // A missing file (e.g. mid symlink swap) keeps the old policy;
+                // report it once.
+                self.last.take()?;
+                let err = FileSourceError::Read {
+                    path: self.path.clone(),
+                    error,
+                };
+                self.metrics.policy_reload(false);
+                tracing::error!(error = %err, "policy file unreadable; keeping the previous policy");
+                return Some(Err(err));
+            }
+        };
+        if self.last.as_deref() == Some(&bytes[..]) {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        self.last = Some(bytes);
+        match parse(&text, &self.path) {
+            Ok(policies) => {
+                let snapshot = Snapshot::from_policies(policies);
+                let count = snapshot.policies.len();
+                self.store.publish(snapshot);
+                self.metrics.policy_reload(true);
+                tracing::info!(path = %self.path.display(), policies = count, "reloaded policy file");
+                Some(Ok(()))
+            }
+            Err(err) => {
+                self.metrics.policy_reload(false);
+                tracing::error!(error = %err, "invalid policy file; keeping the previous policy");
+                Some(Err(err))
+            }
+        }
+    }
+
+    /// Polls every `interval` until the task is dropped.
+    pub async fn watch(mut self, interval: Duration) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            self = match tokio::task::spawn_blocking(move || {
+                let _ = self.poll();
+                self
+            })
+            .await
+            {
+                Ok(me) => me,
+                Err(e) => {
+                    tracing::error!(error = %e, "policy file watcher stopped");
+                    return;
+                }
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: &str = include_str!("../../examples/policy.yaml");
+
+    #[test]
+    fn start_rejects_invalid_and_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.yaml");
+        std::fs::write(&path, "spec: {nope: 1}").unwrap();
+        let err = FileSource::start(
+            path.clone(),
+            PolicyStore::default(),
+            Metrics::unregistered(),
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("policy.yaml"), "{err}");
+    }
+
+    #[test]
+    fn reload_applies_valid_and_keeps_old_on_invalid() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.yaml");
+        std::fs::write(&path, POLICY).unwrap();
+        let store = PolicyStore::default();
+        let mut src =
+            FileSource::start(path.clone(), store.clone(), Metrics::unregistered()).unwrap();
+        assert!(store.load().policy_for("knative-serving").is_some());
+        assert!(src.poll().is_none(), "unchanged file is not reloaded");
+
+        std::fs::write(&path, POLICY.replace("knative-serving", "other-ns")).unwrap();
+        assert!(matches!(src.poll(), Some(Ok(()))));
+        assert!(store.load().policy_for("other-ns").is_some());
+        assert!(store.load().policy_for("knative-serving").is_none());
+
+        std::fs::write(&path, "apiVersion: [").unwrap();
+        assert!(matches!(src.poll(), Some(Err(_))));
+        assert!(
+            store.load().policy_for("other-ns").is_some(),
+            "old policy kept"
+        );
+    }
+}

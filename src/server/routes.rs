@@ -1,0 +1,172 @@
+//! HTTPS routes: `POST /mutate` (a thin wrapper around
+//! [`crate::admission::review`]) and JSON answers for everything else.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use http_body_util::BodyExt;
+
+use crate::admission::{self, MAX_BODY_BYTES, Outcome, ReviewOptions};
+use crate::store::PolicyStore;
+use crate::telemetry::{KindLabels, Metrics, RequestLabels};
+
+/// Reading a request body must finish within this time.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the HTTPS handlers share.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub store: PolicyStore,
+    pub metrics: Metrics,
+    pub options: ReviewOptions,
+}
+
+/// The HTTPS router: `POST /mutate`; 405 for other methods on it, 404
+/// elsewhere; every answer has a JSON body.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate).fallback(method_not_allowed))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+fn json_error(status: StatusCode, reason: &str, message: &str) -> Response {
+    let body = admission::error_body(status.as_u16(), reason, message);
+    (status, axum::Json(body)).into_response()
+}
+
+async fn not_found(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
+    state.metrics.http_error("not_found");
+    json_error(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        &format!(
+            "no such path {}; the webhook serves POST /mutate",
+            uri.path()
+        ),
+    )
+}
+
+async fn method_not_allowed(State(state): State<AppState>, method: axum::http::Method) -> Response {
+    state.metrics.http_error("method_not_allowed");
+    let mut resp = json_error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        &format!("method {method} not allowed on /mutate; use POST"),
+    );
+    resp.headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+    resp
+}
+
+fn too_large(metrics: &Metrics) -> Response {
+    metrics.http_error("payload_too_large");
+    json_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestEntityTooLarge",
+        &format!("request body larger than {MAX_BODY_BYTES} bytes"),
+    )
+}
+
+struct InFlight<'a>(&'a Metrics);
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.dec();
+    }
+}
+
+async fn mutate(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let metrics = &state.metrics;
+    metrics.in_flight.inc();
+    let _in_flight = InFlight(metrics);
+
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+        return too_large(metrics);
+    }
+    let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
+    let bytes = match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
+        Err(_) => {
+            metrics.http_error("body_timeout");
+            return json_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "Timeout",
+                "request body not received in time",
+            );
+        }
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e))
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            return too_large(metrics);
+        }
+        Ok(Err(e)) => {
+            metrics.http_error("body_read");
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!("reading the request body: {e}"),
+            );
+        }
+    };
+
+    let snapshot = state.store.load();
+    let reply = admission::review(&snapshot, &bytes, &state.options);
+    let elapsed = started.elapsed();
+
+    metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            kind: reply.kind.to_string(),
+            operation: reply.operation.to_string(),
+            outcome: reply.outcome.as_str().to_string(),
+        })
+        .inc();
+    let kind = KindLabels {
+        kind: reply.kind.to_string(),
+    };
+    metrics
+        .request_duration
+        .get_or_create(&kind)
+        .observe(elapsed.as_secs_f64());
+    if reply.patch_ops > 0 {
+        metrics
+            .patch_operations
+            .get_or_create(&kind)
+            .inc_by(reply.patch_ops as u64);
+    }
+    if reply.outcome == Outcome::BadRequest {
+        metrics.http_error("bad_request");
+    }
+
+    let duration_ms = elapsed.as_secs_f64() * 1000.0;
+    match (&reply.outcome, &reply.error) {
+        (Outcome::ErrorAllowed | Outcome::ErrorDenied, Some(err)) => tracing::error!(
+            uid = %reply.uid, kind = reply.kind, namespace = %reply.namespace, name = %reply.name,
+            operation = reply.operation, outcome = reply.outcome.as_str(), patch_ops = reply.patch_ops,
+            duration_ms, error = %err, "review failed"
+        ),
+        (Outcome::BadRequest, err) => tracing::warn!(
+            outcome = reply.outcome.as_str(), duration_ms,
+            error = %err.as_deref().unwrap_or(""), "bad admission request"
+        ),
+        _ => tracing::info!(
+            uid = %reply.uid, kind = reply.kind, namespace = %reply.namespace, name = %reply.name,
+            operation = reply.operation, outcome = reply.outcome.as_str(), patch_ops = reply.patch_ops,
+            duration_ms, "review"
+        ),
+    }
+
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, axum::Json(reply.body)).into_response()
+}

@@ -1,0 +1,134 @@
+//! Connection limits and timeouts, and the body limit without a
+//! Content-Length (driven in-process through `server::router`).
+
+mod common;
+
+use std::time::Duration;
+
+use axum::body::Body;
+use common::*;
+use knative_ha_webhook::admission::ReviewOptions;
+use knative_ha_webhook::server::{AppState, Config, router};
+use knative_ha_webhook::store::PolicyStore;
+use knative_ha_webhook::telemetry::Metrics;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tower::ServiceExt;
+
+async fn open_connections(metrics_addr: std::net::SocketAddr) -> f64 {
+    let m = metrics_text(metrics_addr).await;
+    sample(&m, "knative_ha_webhook_open_connections").unwrap()
+}
+
+/// Reads until EOF or error (the server closed the connection); bounded.
+async fn closed_by_server<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> bool {
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await
+    .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed() {
+    let fx = Fixture::start_with(|c: &mut Config| {
+        c.limits.idle_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let client = fx.client(Proto::H2);
+    let resp = client.post(fx.url()).body("{}").send().await.unwrap();
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+    assert_eq!(resp.status(), 400);
+    assert_eq!(open_connections(fx.server.metrics_addr).await, 1.0, "h2 connection kept open");
+    let m = fx.server.metrics_addr;
+    assert!(
+        wait_until(Duration::from_secs(15), || async move { open_connections(m).await == 0.0 }).await,
+        "idle h2 connection closed by the server"
+    );
+    // The client simply reconnects.
+    let resp = client.post(fx.url()).body("{}").send().await.unwrap();
+    assert_eq!(resp.status(), 400);
+    fx.server.stop().await;
+}
+
+#[tokio::test]
+async fn slow_handshakes_and_slow_headers_are_cut_off() {
+    let fx = Fixture::start_with(|c: &mut Config| {
+        c.limits.handshake_timeout = Duration::from_millis(300);
+        c.limits.header_read_timeout = Duration::from_millis(300);
+    })
+    .await;
+    // TCP connected, no ClientHello.
+    let mut tcp = tokio::net::TcpStream::connect(fx.server.addr).await.unwrap();
+    assert!(closed_by_server(&mut tcp).await, "handshake timeout closes the connection");
+    let m = metrics_text(fx.server.metrics_addr).await;
+    assert_eq!(
+        sample(&m, "knative_ha_webhook_connection_errors_total{reason=\"handshake_timeout\"}"),
+        Some(1.0),
+        "{m}"
+    );
+    // TLS up, request head never finished.
+    let mut tls = raw_tls(&fx.pki.ca_pem, fx.server.addr).await;
+    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    tls.flush().await.unwrap();
+    assert!(closed_by_server(&mut tls).await, "header read timeout closes the connection");
+    fx.server.stop().await;
+}
+
+#[tokio::test]
+async fn connection_cap_holds_further_clients_until_a_slot_frees() {
+    let fx = Fixture::start_with(|c: &mut Config| {
+        c.limits.max_connections = 1;
+        c.limits.handshake_timeout = Duration::from_secs(60);
+    })
+    .await;
+    // Occupy the only slot with a silent TCP connection.
+    let hog = tokio::net::TcpStream::connect(fx.server.addr).await.unwrap();
+    let m = fx.server.metrics_addr;
+    assert!(wait_until(Duration::from_secs(10), || async move { open_connections(m).await == 1.0 }).await);
+    let client = fx.client(Proto::Http1);
+    let url = fx.url();
+    let waiting = tokio::spawn(async move { client.post(url).body("{}").send().await.map(|r| r.status().as_u16()) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "second client waits while the cap is reached");
+    assert_eq!(open_connections(m).await, 1.0, "never more than the cap");
+    drop(hog);
+    let status = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("served once the slot frees")
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, 400);
+    fx.server.stop().await;
+}
+
+#[tokio::test]
+async fn body_limit_applies_without_content_length() {
+    let state = AppState {
+        store: PolicyStore::default(),
+        metrics: Metrics::unregistered(),
+        options: ReviewOptions::default(),
+    };
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..8).map(|_| Ok(vec![b' '; 1024 * 1024])).collect();
+    let body = Body::from_stream(futures::stream::iter(chunks));
+    let req = axum::http::Request::post("/mutate").body(body).unwrap();
+    assert!(req.headers().get("content-length").is_none());
+    let resp = router(state.clone()).oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), 413);
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(v["code"], 413);
+
+    // Just under the limit: parsed (and rejected as not JSON -> 400, not 413).
+    let req = axum::http::Request::post("/mutate")
+        .body(Body::from(vec![b'x'; 7 * 1024 * 1024]))
+        .unwrap();
+    let resp = router(state).oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), 400);
+}
