@@ -154,6 +154,47 @@ fn mutate_again(bencher: divan::Bencher, name: &str) {
     });
 }
 
+/// The pure core of `POST /mutate` on the bodies `scripts/bench-load` sends:
+/// bytes -> `admission::review` -> reply JSON bytes (everything but TLS,
+/// HTTP, metrics and the log line). `parse_only` is the floor: the body
+/// parsed into a `serde_json::Value` and dropped.
+mod review {
+    use std::sync::LazyLock;
+
+    use knative_ha_webhook::admission::{self, ReviewOptions};
+    use knative_ha_webhook::store::Snapshot;
+
+    use super::corpus;
+
+    static SNAPSHOT: LazyLock<Snapshot> = LazyLock::new(|| {
+        let mut snapshot = Snapshot::from_policies([super::POLICY.clone()]);
+        snapshot
+            .hpa_targets
+            .insert(corpus::GOVERNED.to_string(), super::CONTEXT.hpa_targets.clone());
+        snapshot
+    });
+
+    const BODIES: &[&str] = &["governed", "ungoverned"];
+
+    fn body(name: &str) -> &'static [u8] {
+        match name {
+            "governed" => include_bytes!("../scripts/bench/review-governed.json"),
+            _ => include_bytes!("../scripts/bench/review-ungoverned.json"),
+        }
+    }
+
+    #[divan::bench(args = BODIES)]
+    fn review_to_bytes(name: &str) -> Vec<u8> {
+        let reply = admission::review(&SNAPSHOT, divan::black_box(body(name)), &ReviewOptions::default());
+        serde_json::to_vec(&reply.body).expect("serialisable")
+    }
+
+    #[divan::bench(args = BODIES)]
+    fn parse_only(name: &str) -> serde_json::Value {
+        serde_json::from_slice(divan::black_box(body(name))).expect("valid JSON")
+    }
+}
+
 fn main() {
     divan::main();
 }

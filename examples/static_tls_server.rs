@@ -8,12 +8,15 @@
 //! with, since the absolute figures of a shared machine are noise.
 //!
 //! ```sh
-//! cargo run --release --example static_tls_server -- 127.0.0.1:8444 /tmp/static-ca.pem
+//! cargo run --release --example static_tls_server -- 127.0.0.1:8444 /tmp/static-ca.pem [parse]
 //! curl --cacert /tmp/static-ca.pem -d '{}' https://localhost:8444/mutate
 //! ```
 //!
 //! The certificate is self-signed for `localhost` and `127.0.0.1`; its PEM is
 //! written to the path given as the second argument (it is its own CA).
+//! With `parse` as third argument it also parses each body into a
+//! `serde_json::Value` (and drops it) before the fixed answer: the ceiling of
+//! any handler that must read the review at all.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -31,14 +34,21 @@ use tokio_rustls::TlsAcceptor;
 /// What every POST gets: the shape of an allowed review without a patch.
 const REPLY: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"00000000-0000-0000-0000-000000000000","allowed":true}}"#;
 
-async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    parse: bool,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     if req.method() != Method::POST {
         let mut resp = Response::new(Full::new(Bytes::from_static(b"{\"error\":\"POST only\"}")));
         *resp.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
         return Ok(resp);
     }
     // Read the body like a real handler must (keep-alive needs it consumed).
-    let ok = req.into_body().collect().await.is_ok();
+    let ok = match req.into_body().collect().await {
+        Ok(body) if parse => serde_json::from_slice::<serde_json::Value>(&body.to_bytes()).is_ok(),
+        Ok(_) => true,
+        Err(_) => false,
+    };
     let mut resp = Response::new(Full::new(Bytes::from_static(REPLY.as_bytes())));
     if !ok {
         *resp.status_mut() = StatusCode::BAD_REQUEST;
@@ -70,7 +80,14 @@ fn tls_config(ca_out: &str) -> anyhow::Result<rustls::ServerConfig> {
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let (Some(listen), Some(ca_out)) = (args.next(), args.next()) else {
-        anyhow::bail!("usage: static_tls_server LISTEN_ADDR CA_OUT (e.g. 127.0.0.1:8444 /tmp/ca.pem)");
+        anyhow::bail!(
+            "usage: static_tls_server LISTEN_ADDR CA_OUT [parse] (e.g. 127.0.0.1:8444 /tmp/ca.pem)"
+        );
+    };
+    let parse = match args.next().as_deref() {
+        None => false,
+        Some("parse") => true,
+        Some(other) => anyhow::bail!("third argument {other:?}: only `parse` is known"),
     };
     let addr: SocketAddr = listen
         .parse()
@@ -78,7 +95,7 @@ async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let acceptor = TlsAcceptor::from(Arc::new(tls_config(&ca_out)?));
     let listener = TcpListener::bind(addr).await?;
-    eprintln!("static_tls_server listening on https://{addr}, CA in {ca_out}");
+    eprintln!("static_tls_server listening on https://{addr}, CA in {ca_out}, parse {parse}");
     let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
 
     loop {
@@ -96,7 +113,7 @@ async fn main() -> anyhow::Result<()> {
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;
             };
-            let service = hyper::service::service_fn(handle);
+            let service = hyper::service::service_fn(move |req| handle(req, parse));
             let _ = builder
                 .serve_connection(TokioIo::new(tls), service)
                 .await;
