@@ -28,8 +28,9 @@ struct Case {
     patched: Value,
 }
 
-static POLICY: LazyLock<Policy> =
-    LazyLock::new(|| Policy::from_yaml(corpus::POLICY_YAML).expect("examples/policy.yaml is valid"));
+static POLICY: LazyLock<Policy> = LazyLock::new(|| {
+    Policy::from_yaml(corpus::POLICY_YAML).expect("examples/policy.yaml is valid")
+});
 
 static CONTEXT: LazyLock<Context> = LazyLock::new(|| Context {
     // The HPAs of 2-serving-core.yaml target these two.
@@ -168,9 +169,10 @@ mod review {
 
     static SNAPSHOT: LazyLock<Snapshot> = LazyLock::new(|| {
         let mut snapshot = Snapshot::from_policies([super::POLICY.clone()]);
-        snapshot
-            .hpa_targets
-            .insert(corpus::GOVERNED.to_string(), super::CONTEXT.hpa_targets.clone());
+        snapshot.hpa_targets.insert(
+            corpus::GOVERNED.to_string(),
+            super::CONTEXT.hpa_targets.clone(),
+        );
         snapshot
     });
 
@@ -185,7 +187,11 @@ mod review {
 
     #[divan::bench(args = BODIES)]
     fn review_to_bytes(name: &str) -> Vec<u8> {
-        let reply = admission::review(&SNAPSHOT, divan::black_box(body(name)), &ReviewOptions::default());
+        let reply = admission::review(
+            &SNAPSHOT,
+            divan::black_box(body(name)),
+            &ReviewOptions::default(),
+        );
         serde_json::to_vec(&reply.body).expect("serialisable")
     }
 

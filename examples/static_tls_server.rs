@@ -34,10 +34,7 @@ use tokio_rustls::TlsAcceptor;
 /// What every POST gets: the shape of an allowed review without a patch.
 const REPLY: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"00000000-0000-0000-0000-000000000000","allowed":true}}"#;
 
-async fn handle(
-    req: Request<Incoming>,
-    parse: bool,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(req: Request<Incoming>, parse: bool) -> Result<Response<Full<Bytes>>, Infallible> {
     if req.method() != Method::POST {
         let mut resp = Response::new(Full::new(Bytes::from_static(b"{\"error\":\"POST only\"}")));
         *resp.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
@@ -66,9 +63,7 @@ fn tls_config(ca_out: &str) -> anyhow::Result<rustls::ServerConfig> {
     std::fs::write(ca_out, certified.cert.pem())
         .map_err(|e| anyhow::anyhow!("writing the CA to {ca_out}: {e}"))?;
     let cert = certified.cert.der().clone();
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
-        certified.signing_key.serialize_der().into(),
-    );
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
     let mut config = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(vec![cert], key)?;
@@ -114,9 +109,7 @@ async fn main() -> anyhow::Result<()> {
                 return;
             };
             let service = hyper::service::service_fn(move |req| handle(req, parse));
-            let _ = builder
-                .serve_connection(TokioIo::new(tls), service)
-                .await;
+            let _ = builder.serve_connection(TokioIo::new(tls), service).await;
         });
     }
 }

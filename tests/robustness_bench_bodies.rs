@@ -65,5 +65,8 @@ fn governed_body_is_a_create_of_the_controller_deployment_in_knative_serving() {
     assert_eq!(req["kind"]["group"], "apps");
     let (_, other) = &bodies()[1];
     assert_eq!(other["request"]["namespace"], "default");
-    assert_eq!(other["request"]["object"]["metadata"]["namespace"], "default");
+    assert_eq!(
+        other["request"]["object"]["metadata"]["namespace"],
+        "default"
+    );
 }

@@ -61,7 +61,9 @@ fn check_with(
         return Ok(());
     }
     if namespace != corpus::GOVERNED {
-        return Err(format!("patched an object in ungoverned namespace {namespace}"));
+        return Err(format!(
+            "patched an object in ungoverned namespace {namespace}"
+        ));
     }
     if !matches!(operation, Operation::Create | Operation::Update) {
         return Err(format!("patched on {operation:?}"));
@@ -101,13 +103,17 @@ fn mutated_object(bytes: &[u8]) -> arbitrary::Result<(Value, Operation, &'static
 fn every_unmodified_knative_object_is_patched_cleanly_and_idempotently() {
     let mut patched = 0;
     for (label, object) in OBJECTS.iter() {
-        check(corpus::GOVERNED, Operation::Create, object).unwrap_or_else(|e| panic!("{label}: {e}"));
+        check(corpus::GOVERNED, Operation::Create, object)
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
         let input = Input {
             operation: Operation::Create,
             namespace: corpus::GOVERNED,
             object,
         };
-        if !engine::mutate(&POLICY, &input, &context()).unwrap().is_empty() {
+        if !engine::mutate(&POLICY, &input, &context())
+            .unwrap()
+            .is_empty()
+        {
             patched += 1;
         }
     }
@@ -168,10 +174,10 @@ proptest! {
 
     #[test]
     fn mutated_knative_objects_never_break_the_engine(bytes in proptest::collection::vec(any::<u8>(), 16..512)) {
-        if let Ok((object, operation, namespace)) = mutated_object(&bytes) {
-            if let Err(e) = check(namespace, operation, &object) {
-                return Err(TestCaseError::fail(format!("{e}\nobject: {object}")));
-            }
+        if let Ok((object, operation, namespace)) = mutated_object(&bytes)
+            && let Err(e) = check(namespace, operation, &object)
+        {
+            return Err(TestCaseError::fail(format!("{e}\nobject: {object}")));
         }
     }
 

@@ -88,12 +88,11 @@ proptest! {
     #[test]
     fn mutated_example_policies_are_refused_or_safe(bytes in proptest::collection::vec(any::<u8>(), 8..256)) {
         let mut u = Unstructured::new(&bytes);
-        if let Ok(doc) = fuzzgen::mutate(&mut u, &EXAMPLE, "/spec") {
-            if let Ok(policy) = Policy::from_json(&doc) {
-                if let Err(e) = drive_engine(&policy) {
-                    return Err(TestCaseError::fail(format!("{e}\npolicy: {doc}")));
-                }
-            }
+        if let Ok(doc) = fuzzgen::mutate(&mut u, &EXAMPLE, "/spec")
+            && let Ok(policy) = Policy::from_json(&doc)
+            && let Err(e) = drive_engine(&policy)
+        {
+            return Err(TestCaseError::fail(format!("{e}\npolicy: {doc}")));
         }
     }
 }

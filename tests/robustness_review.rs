@@ -82,7 +82,10 @@ fn check_bytes(bytes: &[u8]) -> Result<(), String> {
             })?;
             let again = admission::review(snapshot, bytes, opts);
             if again.status != reply.status || again.body != reply.body {
-                return Err(format!("the same request got two answers: {} / {}", reply.body, again.body));
+                return Err(format!(
+                    "the same request got two answers: {} / {}",
+                    reply.body, again.body
+                ));
             }
         }
     }
@@ -112,30 +115,100 @@ fn every_real_review_gets_a_well_formed_answer() {
 #[test]
 fn the_oracle_rejects_broken_replies() {
     // Each case breaks one property of a good reply; the oracle must say so.
-    let review = corpus::review("u-1", "CREATE", corpus::GOVERNED, &corpus::controller_deployment());
+    let review = corpus::review(
+        "u-1",
+        "CREATE",
+        corpus::GOVERNED,
+        &corpus::controller_deployment(),
+    );
     let bytes = serde_json::to_vec(&review).unwrap();
     let opts = ReviewOptions::default();
     let good = admission::review(&SNAPSHOT, &bytes, &opts);
     oracle::check_reply(&SNAPSHOT, &opts, &bytes, &good).expect("a good reply passes");
-    assert!(good.body["response"]["patch"].is_string(), "the controller gets a patch");
+    assert!(
+        good.body["response"]["patch"].is_string(),
+        "the controller gets a patch"
+    );
 
     type Break = fn(&mut admission::ReviewReply);
     let cases: &[(&str, Break, &str)] = &[
-        ("uid changed", |r| r.body["response"]["uid"] = json!("other"), "uid"),
-        ("apiVersion changed", |r| r.body["apiVersion"] = json!("admission.k8s.io/v1beta1"), "apiVersion"),
-        ("allowed missing", |r| { r.body["response"].as_object_mut().unwrap().remove("allowed"); }, "allowed"),
-        ("refused under allow", |r| r.body["response"]["allowed"] = json!(false), "refused"),
-        ("patch not base64", |r| r.body["response"]["patch"] = json!("[{not base64"), "base64"),
-        ("patch as numbers", |r| r.body["response"]["patch"] = json!([91, 93]), "not a string"),
-        ("patch that does not apply", |r| {
-            let bad = base64::Engine::encode(&base64::engine::general_purpose::STANDARD,
-                br#"[{"op":"replace","path":"/no/such/field","value":1}]"#);
-            r.body["response"]["patch"] = json!(bad);
-        }, "does not apply"),
-        ("patchType missing", |r| { r.body["response"].as_object_mut().unwrap().remove("patchType"); }, "patchType"),
-        ("warnings not strings", |r| r.body["response"]["warnings"] = json!([1]), "warnings"),
-        ("error without message", |r| { r.status = 400; r.body = json!({"code": 400}); }, "message"),
-        ("error code differs", |r| { r.status = 400; r.body = json!({"code": 500, "message": "x"}); }, "code"),
+        (
+            "uid changed",
+            |r| r.body["response"]["uid"] = json!("other"),
+            "uid",
+        ),
+        (
+            "apiVersion changed",
+            |r| r.body["apiVersion"] = json!("admission.k8s.io/v1beta1"),
+            "apiVersion",
+        ),
+        (
+            "allowed missing",
+            |r| {
+                r.body["response"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("allowed");
+            },
+            "allowed",
+        ),
+        (
+            "refused under allow",
+            |r| r.body["response"]["allowed"] = json!(false),
+            "refused",
+        ),
+        (
+            "patch not base64",
+            |r| r.body["response"]["patch"] = json!("[{not base64"),
+            "base64",
+        ),
+        (
+            "patch as numbers",
+            |r| r.body["response"]["patch"] = json!([91, 93]),
+            "not a string",
+        ),
+        (
+            "patch that does not apply",
+            |r| {
+                let bad = base64::Engine::encode(
+                    &base64::engine::general_purpose::STANDARD,
+                    br#"[{"op":"replace","path":"/no/such/field","value":1}]"#,
+                );
+                r.body["response"]["patch"] = json!(bad);
+            },
+            "does not apply",
+        ),
+        (
+            "patchType missing",
+            |r| {
+                r.body["response"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("patchType");
+            },
+            "patchType",
+        ),
+        (
+            "warnings not strings",
+            |r| r.body["response"]["warnings"] = json!([1]),
+            "warnings",
+        ),
+        (
+            "error without message",
+            |r| {
+                r.status = 400;
+                r.body = json!({"code": 400});
+            },
+            "message",
+        ),
+        (
+            "error code differs",
+            |r| {
+                r.status = 400;
+                r.body = json!({"code": 500, "message": "x"});
+            },
+            "code",
+        ),
     ];
     for (name, break_it, want) in cases {
         let mut reply = good.clone();
@@ -147,7 +220,12 @@ fn the_oracle_rejects_broken_replies() {
     }
 
     // The same patch for the same object in an ungoverned namespace is a breach.
-    let elsewhere = corpus::review("u-1", "CREATE", corpus::UNGOVERNED, &corpus::controller_deployment());
+    let elsewhere = corpus::review(
+        "u-1",
+        "CREATE",
+        corpus::UNGOVERNED,
+        &corpus::controller_deployment(),
+    );
     let elsewhere = serde_json::to_vec(&elsewhere).unwrap();
     let err = oracle::check_reply(&SNAPSHOT, &opts, &elsewhere, &good).unwrap_err();
     assert!(err.contains("ungoverned"), "{err}");
@@ -156,12 +234,22 @@ fn the_oracle_rejects_broken_replies() {
 #[test]
 fn every_prefix_of_a_real_review_is_answered() {
     // What a client that dies mid-body, or a proxy that truncates, sends.
-    let review = corpus::review("u-trunc", "UPDATE", corpus::GOVERNED, &corpus::controller_deployment());
+    let review = corpus::review(
+        "u-trunc",
+        "UPDATE",
+        corpus::GOVERNED,
+        &corpus::controller_deployment(),
+    );
     let bytes = serde_json::to_vec(&review).unwrap();
     for end in (0..bytes.len()).step_by(7) {
         check_bytes(&bytes[..end]).unwrap_or_else(|e| panic!("prefix {end}: {e}"));
         let reply = admission::review(&SNAPSHOT, &bytes[..end], &ReviewOptions::default());
-        assert_eq!(reply.status, 400, "prefix {end} of {} accepted", bytes.len());
+        assert_eq!(
+            reply.status,
+            400,
+            "prefix {end} of {} accepted",
+            bytes.len()
+        );
     }
 }
 

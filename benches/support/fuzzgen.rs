@@ -191,7 +191,10 @@ pub fn mutate(u: &mut Unstructured<'_>, base: &Value, prefix: &str) -> Result<Va
         }
         let at = u.choose(&candidates)?.clone();
         let (parent_ptr, key) = match at.rfind('/') {
-            Some(i) => (at[..i].to_string(), at[i + 1..].replace("~1", "/").replace("~0", "~")),
+            Some(i) => (
+                at[..i].to_string(),
+                at[i + 1..].replace("~1", "/").replace("~0", "~"),
+            ),
             None => (String::new(), String::new()),
         };
         match u.int_in_range(0..=5u8)? {
@@ -207,10 +210,10 @@ pub fn mutate(u: &mut Unstructured<'_>, base: &Value, prefix: &str) -> Result<Va
                     map.remove(&key);
                 }
                 Some(Value::Array(items)) if !at.is_empty() => {
-                    if let Ok(i) = key.parse::<usize>() {
-                        if i < items.len() {
-                            items.remove(i);
-                        }
+                    if let Ok(i) = key.parse::<usize>()
+                        && i < items.len()
+                    {
+                        items.remove(i);
                     }
                 }
                 _ => {}

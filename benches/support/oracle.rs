@@ -17,14 +17,23 @@ pub fn check_reply(
     if reply.status != 200 {
         // A JSON error body that says what is wrong.
         if !(400..600).contains(&reply.status) {
-            return Err(format!("status {} is neither 200 nor an error", reply.status));
+            return Err(format!(
+                "status {} is neither 200 nor an error",
+                reply.status
+            ));
         }
         let message = reply.body["message"].as_str().unwrap_or("");
         if message.is_empty() {
-            return Err(format!("error {} without a message: {}", reply.status, reply.body));
+            return Err(format!(
+                "error {} without a message: {}",
+                reply.status, reply.body
+            ));
         }
         if reply.body["code"] != reply.status {
-            return Err(format!("error body code differs from status {}: {}", reply.status, reply.body));
+            return Err(format!(
+                "error body code differs from status {}: {}",
+                reply.status, reply.body
+            ));
         }
         return Ok(());
     }
@@ -33,10 +42,16 @@ pub fn check_reply(
         .map_err(|e| format!("200 for a body that is not JSON ({e})"))?;
     let body = &reply.body;
     if body["kind"] != "AdmissionReview" || body["kind"] != req["kind"] {
-        return Err(format!("reply kind {} does not mirror {}", body["kind"], req["kind"]));
+        return Err(format!(
+            "reply kind {} does not mirror {}",
+            body["kind"], req["kind"]
+        ));
     }
     if body["apiVersion"] != req["apiVersion"]
-        || !body["apiVersion"].as_str().unwrap_or("").starts_with("admission.k8s.io/")
+        || !body["apiVersion"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("admission.k8s.io/")
     {
         return Err(format!(
             "reply apiVersion {} does not mirror {}",
@@ -47,9 +62,14 @@ pub fn check_reply(
     let response = body["response"]
         .as_object()
         .ok_or_else(|| format!("200 without a response object: {body}"))?;
-    let uid = request["uid"].as_str().ok_or("200 for a request without a string uid")?;
+    let uid = request["uid"]
+        .as_str()
+        .ok_or("200 for a request without a string uid")?;
     if response.get("uid").and_then(Value::as_str) != Some(uid) {
-        return Err(format!("uid {uid:?} answered with {:?}", response.get("uid")));
+        return Err(format!(
+            "uid {uid:?} answered with {:?}",
+            response.get("uid")
+        ));
     }
     let allowed = response
         .get("allowed")
@@ -90,7 +110,10 @@ pub fn check_reply(
     // A patch: only where a policy governs, only on CREATE/UPDATE, standard
     // base64 of an RFC 6902 patch that applies to the object.
     if response.get("patchType").and_then(Value::as_str) != Some("JSONPatch") {
-        return Err(format!("patch with patchType {:?}", response.get("patchType")));
+        return Err(format!(
+            "patch with patchType {:?}",
+            response.get("patchType")
+        ));
     }
     let op = request["operation"].as_str().unwrap_or("");
     if op != "CREATE" && op != "UPDATE" {
@@ -107,12 +130,12 @@ pub fn check_reply(
     if snapshot.policy_for(namespace).is_none() {
         return Err(format!("patch in ungoverned namespace {namespace:?}"));
     }
-    if let Some(own) = request["object"]["metadata"]["namespace"].as_str() {
-        if own != namespace {
-            return Err(format!(
-                "patch for an object whose metadata.namespace {own:?} is not the request's {namespace:?}"
-            ));
-        }
+    if let Some(own) = request["object"]["metadata"]["namespace"].as_str()
+        && own != namespace
+    {
+        return Err(format!(
+            "patch for an object whose metadata.namespace {own:?} is not the request's {namespace:?}"
+        ));
     }
     let encoded = patch.as_str().ok_or("patch is not a string")?;
     let decoded = base64::engine::general_purpose::STANDARD

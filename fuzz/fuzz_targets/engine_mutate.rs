@@ -59,7 +59,11 @@ fuzz_target!(|data: &[u8]| {
     if mutation.is_empty() {
         return;
     }
-    assert_eq!(namespace, corpus::GOVERNED, "patched outside the governed namespace");
+    assert_eq!(
+        namespace,
+        corpus::GOVERNED,
+        "patched outside the governed namespace"
+    );
     assert!(
         matches!(operation, Operation::Create | Operation::Update),
         "patched on {operation:?}"
@@ -71,6 +75,7 @@ fuzz_target!(|data: &[u8]| {
         namespace,
         object: &patched,
     };
-    let second = engine::mutate(&POLICY, &again, &CONTEXT).expect("the engine accepts its own result");
+    let second =
+        engine::mutate(&POLICY, &again, &CONTEXT).expect("the engine accepts its own result");
     assert!(second.is_empty(), "not idempotent: {:?}", second.patch);
 });

@@ -17,7 +17,12 @@ static REVIEWS: LazyLock<Vec<Value>> = LazyLock::new(|| {
     for (label, object) in corpus::governed_objects() {
         for op in ["CREATE", "UPDATE", "DELETE"] {
             for ns in [corpus::GOVERNED, corpus::UNGOVERNED] {
-                out.push(corpus::review(&format!("{label}-{op}-{ns}"), op, ns, &object));
+                out.push(corpus::review(
+                    &format!("{label}-{op}-{ns}"),
+                    op,
+                    ns,
+                    &object,
+                ));
             }
         }
     }
@@ -29,7 +34,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(base) = u.choose(&REVIEWS) else {
         return;
     };
-    let prefix = if u.ratio(4, 5).unwrap_or(true) { "/request" } else { "" };
+    let prefix = if u.ratio(4, 5).unwrap_or(true) {
+        "/request"
+    } else {
+        ""
+    };
     if let Ok(review) = fuzzgen::mutate(&mut u, base, prefix) {
         check_review(&serde_json::to_vec(&review).expect("serialisable"));
     }
