@@ -84,6 +84,14 @@ const CASES: &[(&str, Edit, &str, &str)] = &[
         "required",
     ),
     (
+        "metadata missing",
+        |v| {
+            v.as_object_mut().unwrap().remove("metadata");
+        },
+        "metadata.name",
+        "required",
+    ),
+    (
         "metadata.name missing",
         |v| v["metadata"] = json!({}),
         "metadata.name",

@@ -44,10 +44,17 @@ async fn idle_connections_are_closed() {
     let resp = client.post(fx.url()).body("{}").send().await.unwrap();
     assert_eq!(resp.version(), reqwest::Version::HTTP_2);
     assert_eq!(resp.status(), 400);
-    assert_eq!(open_connections(fx.server.metrics_addr).await, 1.0, "h2 connection kept open");
+    assert_eq!(
+        open_connections(fx.server.metrics_addr).await,
+        1.0,
+        "h2 connection kept open"
+    );
     let m = fx.server.metrics_addr;
     assert!(
-        wait_until(Duration::from_secs(15), || async move { open_connections(m).await == 0.0 }).await,
+        wait_until(Duration::from_secs(15), || async move {
+            open_connections(m).await == 0.0
+        })
+        .await,
         "idle h2 connection closed by the server"
     );
     // The client simply reconnects.
@@ -64,19 +71,32 @@ async fn slow_handshakes_and_slow_headers_are_cut_off() {
     })
     .await;
     // TCP connected, no ClientHello.
-    let mut tcp = tokio::net::TcpStream::connect(fx.server.addr).await.unwrap();
-    assert!(closed_by_server(&mut tcp).await, "handshake timeout closes the connection");
+    let mut tcp = tokio::net::TcpStream::connect(fx.server.addr)
+        .await
+        .unwrap();
+    assert!(
+        closed_by_server(&mut tcp).await,
+        "handshake timeout closes the connection"
+    );
     let m = metrics_text(fx.server.metrics_addr).await;
     assert_eq!(
-        sample(&m, "knative_ha_webhook_connection_errors_total{reason=\"handshake_timeout\"}"),
+        sample(
+            &m,
+            "knative_ha_webhook_connection_errors_total{reason=\"handshake_timeout\"}"
+        ),
         Some(1.0),
         "{m}"
     );
     // TLS up, request head never finished.
     let mut tls = raw_tls(&fx.pki.ca_pem, fx.server.addr).await;
-    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
     tls.flush().await.unwrap();
-    assert!(closed_by_server(&mut tls).await, "header read timeout closes the connection");
+    assert!(
+        closed_by_server(&mut tls).await,
+        "header read timeout closes the connection"
+    );
     fx.server.stop().await;
 }
 
@@ -88,14 +108,31 @@ async fn connection_cap_holds_further_clients_until_a_slot_frees() {
     })
     .await;
     // Occupy the only slot with a silent TCP connection.
-    let hog = tokio::net::TcpStream::connect(fx.server.addr).await.unwrap();
+    let hog = tokio::net::TcpStream::connect(fx.server.addr)
+        .await
+        .unwrap();
     let m = fx.server.metrics_addr;
-    assert!(wait_until(Duration::from_secs(10), || async move { open_connections(m).await == 1.0 }).await);
+    assert!(
+        wait_until(Duration::from_secs(10), || async move {
+            open_connections(m).await == 1.0
+        })
+        .await
+    );
     let client = fx.client(Proto::Http1);
     let url = fx.url();
-    let waiting = tokio::spawn(async move { client.post(url).body("{}").send().await.map(|r| r.status().as_u16()) });
+    let waiting = tokio::spawn(async move {
+        client
+            .post(url)
+            .body("{}")
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+    });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!waiting.is_finished(), "second client waits while the cap is reached");
+    assert!(
+        !waiting.is_finished(),
+        "second client waits while the cap is reached"
+    );
     assert_eq!(open_connections(m).await, 1.0, "never more than the cap");
     drop(hog);
     let status = tokio::time::timeout(Duration::from_secs(20), waiting)
@@ -121,7 +158,9 @@ async fn body_limit_applies_without_content_length() {
     assert!(req.headers().get("content-length").is_none());
     let resp = router(state.clone()).oneshot(req).await.unwrap();
     assert_eq!(resp.status(), 413);
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(v["code"], 413);
 

@@ -101,6 +101,19 @@ pub fn check_document(doc: &Value) -> Vec<PolicyError> {
             },
         }
     }
+    match obj.get("metadata").and_then(|m| m.get("name")) {
+        Some(Value::String(name)) if !name.is_empty() => {}
+        Some(Value::String(_)) => {
+            errors.push(PolicyError::invalid("metadata.name", "must not be empty"))
+        }
+        // a non-string name is reported above
+        Some(v) if !v.is_null() => {}
+        _ if obj.get("metadata").is_some_and(|m| !m.is_object()) => {}
+        _ => errors.push(PolicyError::invalid(
+            "metadata.name",
+            "required field missing (the policy's name appears in every change it makes)",
+        )),
+    }
     if !obj.contains_key("spec") {
         errors.push(PolicyError::invalid("spec", "required field missing"));
     }

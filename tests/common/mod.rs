@@ -422,5 +422,8 @@ pub async fn raw_tls(
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    connector.connect(SVC.try_into().unwrap(), tcp).await.unwrap()
+    connector
+        .connect(SVC.try_into().unwrap(), tcp)
+        .await
+        .unwrap()
 }

@@ -1,9 +1,38 @@
 //! Policy from the cluster: HighAvailabilityPolicy resources and ConfigMaps
 //! labelled `knativeha.dev/policy: "true"`, watched and cached in memory.
+//!
+//! Layout:
+//! - `watch`: one kube-runtime watcher per source (with backoff), turned
+//!   into [`Msg`]s; it also keeps the `source_up` / `watch_errors` metrics
+//!   and logs disconnects and reconnects.
+//! - `policies`, `configmaps`, `hpas`: per-source conversion and validation.
+//! - `state`: per-object state (last valid version), merge, publication of
+//!   [`crate::store::Snapshot`]s, and the decision what to report.
+//! - `merge`: the pure precedence rules. `status`: `Ready` conditions.
+//! - `writer`: status patches and Events (off the watch path).
 
-use prometheus_client::registry::Registry;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::DynamicObject;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::watcher;
+use tokio::sync::mpsc;
 
+use crate::policy::Policy;
 use crate::store::PolicyStore;
+
+pub mod configmaps;
+pub mod hpas;
+pub mod merge;
+mod metrics;
+pub mod policies;
+mod state;
+pub mod status;
+mod watch;
+mod writer;
+
+pub use metrics::{ClusterMetrics, SourceLabel, StateLabel};
 
 /// Settings of the cluster source.
 #[derive(Clone, Debug)]
@@ -12,16 +41,71 @@ pub struct ClusterSourceConfig {
     pub namespace: String,
 }
 
-/// The cluster source's metrics, registered once at start-up.
-#[derive(Clone, Debug, Default)]
-pub struct ClusterMetrics {}
+/// Errors of the cluster source (all of them end [`run`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cluster source: the {0} watch stream ended unexpectedly")]
+    StreamEnded(&'static str),
+    #[error("cluster source: the internal {0} channel closed")]
+    ChannelClosed(&'static str),
+}
 
-impl ClusterMetrics {
-    /// Creates the metrics and registers them in `registry`.
-    pub fn register(registry: &mut Registry) -> ClusterMetrics {
-        let _ = registry;
-        ClusterMetrics {}
+/// The three watched sources.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Source {
+    Policies,
+    ConfigMaps,
+    Hpas,
+}
+
+impl Source {
+    /// The `source` metric label and log field.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Source::Policies => "policies",
+            Source::ConfigMaps => "configmaps",
+            Source::Hpas => "hpas",
+        }
     }
+}
+
+/// One policy object, validated, as the watcher delivered it.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    /// The object (its `last_valid`/`error` are filled in by the state).
+    pub object: merge::PolicyObject,
+    /// This version, validated (errors name the field).
+    pub parsed: Result<Policy, String>,
+    /// The status the object carries (HighAvailabilityPolicy only).
+    pub status: status::ObservedStatus,
+}
+
+/// An object of one of the sources.
+#[derive(Clone, Debug)]
+pub(crate) enum Item {
+    Policy(Box<Observed>),
+    Hpa(hpas::HpaTarget),
+}
+
+/// What a watcher tells the state.
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// A (re)list starts.
+    Init,
+    InitApply(String, Item),
+    /// The (re)list is complete: objects not listed are gone.
+    InitDone,
+    Apply(String, Item),
+    Delete(String),
+    /// The resource does not exist (CRD not installed): no objects, synced.
+    Missing,
+}
+
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Watch(Source, Change),
+    /// A status write for this HighAvailabilityPolicy uid failed: retry.
+    WriteFailed(String),
 }
 
 /// Runs the cluster source until the returned future is dropped.
@@ -33,6 +117,65 @@ pub async fn run(
     store: PolicyStore,
     metrics: ClusterMetrics,
 ) -> anyhow::Result<()> {
-    let _ = (client, config, store, metrics);
-    anyhow::bail!("cluster policy source: not implemented yet")
+    let resource = policies::api_resource();
+    let crs: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
+    let hpa_api: Api<HorizontalPodAutoscaler> = Api::all(client.clone());
+    let recorder = Recorder::new(
+        client,
+        Reporter {
+            controller: "knative-ha-webhook".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (write_tx, write_rx) = mpsc::unbounded_channel();
+
+    let state = state::run(rx, store, write_tx, metrics.clone());
+    let writer = writer::run(crs.clone(), recorder, write_rx, tx.clone(), metrics.clone());
+    let watch_crs = watch::run(
+        Source::Policies,
+        crs,
+        watcher::Config::default(),
+        tx.clone(),
+        metrics.clone(),
+        |obj: &DynamicObject| {
+            (
+                policies::key(obj),
+                Item::Policy(Box::new(policies::observe(obj))),
+            )
+        },
+    );
+    let watch_cms = watch::run(
+        Source::ConfigMaps,
+        cms,
+        watcher::Config::default().labels(configmaps::LABEL_SELECTOR),
+        tx.clone(),
+        metrics.clone(),
+        |cm: &ConfigMap| {
+            (
+                configmaps::key(cm),
+                Item::Policy(Box::new(configmaps::observe(cm))),
+            )
+        },
+    );
+    let watch_hpas = watch::run(
+        Source::Hpas,
+        hpa_api,
+        watcher::Config::default(),
+        tx,
+        metrics,
+        |hpa: &HorizontalPodAutoscaler| (hpas::key(hpa), Item::Hpa(hpas::observe(hpa))),
+    );
+    tracing::info!(namespace = %config.namespace, "cluster policy source starting");
+    let result: Result<(), ClusterError> = tokio::select! {
+        r = state => r,
+        r = writer => r,
+        r = watch_crs => r,
+        r = watch_cms => r,
+        r = watch_hpas => r,
+    };
+    result?;
+    Ok(())
 }

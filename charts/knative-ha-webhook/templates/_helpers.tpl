@@ -1,0 +1,125 @@
+{{/*
+Chart name, truncated to 63 characters (the DNS label limit).
+*/}}
+{{- define "knative-ha-webhook.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified app name: <release>-<chart>, or <release> when it already contains the chart name.
+Truncated to 63 characters.
+*/}}
+{{- define "knative-ha-webhook.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart name and version, for the helm.sh/chart label.
+*/}}
+{{- define "knative-ha-webhook.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Selector labels: stable across upgrades (never add version-like labels here).
+*/}}
+{{- define "knative-ha-webhook.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "knative-ha-webhook.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Common labels on every object.
+*/}}
+{{- define "knative-ha-webhook.labels" -}}
+helm.sh/chart: {{ include "knative-ha-webhook.chart" . }}
+{{ include "knative-ha-webhook.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: knative-ha-webhook
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+ServiceAccount name.
+*/}}
+{{- define "knative-ha-webhook.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "knative-ha-webhook.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Image reference: repository@digest when a digest is set, else repository:tag (tag defaults to appVersion).
+*/}}
+{{- define "knative-ha-webhook.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the TLS Secret the server mounts: cert-manager's, or the user's existing one.
+*/}}
+{{- define "knative-ha-webhook.tlsSecretName" -}}
+{{- if .Values.certManager.enabled }}
+{{- printf "%s-tls" (include "knative-ha-webhook.fullname" .) }}
+{{- else }}
+{{- required "tls.existingSecret is required when certManager.enabled=false: create a kubernetes.io/tls Secret in the release namespace (see certs/README.md) and set its name" .Values.tls.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the serving Certificate (cert-manager mode); cert-manager.io/inject-ca-from points at it.
+*/}}
+{{- define "knative-ha-webhook.servingCertName" -}}
+{{- printf "%s-serving" (include "knative-ha-webhook.fullname" .) }}
+{{- end }}
+
+{{/*
+server.shutdownDelay in whole seconds (the schema only admits "<n>s").
+*/}}
+{{- define "knative-ha-webhook.shutdownDelaySeconds" -}}
+{{- trimSuffix "s" .Values.server.shutdownDelay | int }}
+{{- end }}
+
+{{/*
+Cross-value checks the JSON schema cannot express. Included by the webhook configuration,
+so `helm template` / `helm install` fail with a clear message.
+*/}}
+{{- define "knative-ha-webhook.validate" -}}
+{{- if has .Release.Namespace .Values.governedNamespaces }}
+{{- fail (printf "governedNamespaces must not contain the release namespace %q: the webhook must never govern its own namespace (install it in its own namespace, e.g. knative-ha-webhook)" .Release.Namespace) }}
+{{- end }}
+{{- /* After the delay the listener closes and in-flight reviews finish; the API server gives up on
+      a review after webhook.timeoutSeconds, so delay + timeout is the longest a shutdown needs. */}}
+{{- $needed := add (int (include "knative-ha-webhook.shutdownDelaySeconds" .)) (int .Values.webhook.timeoutSeconds) }}
+{{- if lt (int .Values.terminationGracePeriodSeconds) (int $needed) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be at least server.shutdownDelay (%s) + webhook.timeoutSeconds (%d), so in-flight requests can finish before the kill" (int .Values.terminationGracePeriodSeconds) .Values.server.shutdownDelay (int .Values.webhook.timeoutSeconds)) }}
+{{- end }}
+{{- if and .Values.defaultPolicy.enabled (not (has .Values.defaultPolicy.spec.targetNamespace .Values.governedNamespaces)) }}
+{{- fail (printf "defaultPolicy.spec.targetNamespace %q is not one of governedNamespaces %v: the webhook would never see its objects" .Values.defaultPolicy.spec.targetNamespace .Values.governedNamespaces) }}
+{{- end }}
+{{- if not .Values.certManager.enabled }}
+{{- $_ := include "knative-ha-webhook.tlsSecretName" . }}
+{{- $_ := required "tls.caBundle is required when certManager.enabled=false: the base64-encoded PEM CA that signed the serving certificate (base64 -w0 ca.crt; see certs/README.md)" .Values.tls.caBundle }}
+{{- if not (contains "-----BEGIN CERTIFICATE-----" (b64dec .Values.tls.caBundle)) }}
+{{- fail "tls.caBundle must be the base64 of a PEM CA certificate (base64 -w0 ca.crt), not the PEM itself or a key" }}
+{{- end }}
+{{- end }}
+{{- end }}

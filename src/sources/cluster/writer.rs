@@ -1,0 +1,106 @@
+//! Writes what the state decided to report: merge patches of
+//! HighAvailabilityPolicy `/status` and Events on policy ConfigMaps.
+//! Runs apart from the watchers so a slow API server never delays policy
+//! updates.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use super::status::{ObservedStatus, ReadyStatus, status_patch};
+use super::{ClusterError, ClusterMetrics, Msg};
+
+#[derive(Debug)]
+pub(crate) enum WriteReq {
+    Status {
+        uid: String,
+        name: String,
+        desired: ReadyStatus,
+        observed: ObservedStatus,
+    },
+    Event {
+        reference: ObjectReference,
+        desired: ReadyStatus,
+    },
+}
+
+pub(crate) async fn run(
+    crs: Api<DynamicObject>,
+    recorder: Recorder,
+    mut rx: UnboundedReceiver<WriteReq>,
+    tx: UnboundedSender<Msg>,
+    metrics: ClusterMetrics,
+) -> Result<(), ClusterError> {
+    // Objects whose last status write failed: warn once per failure streak.
+    let mut failing = std::collections::HashSet::new();
+    while let Some(req) = rx.recv().await {
+        match req {
+            WriteReq::Status {
+                uid,
+                name,
+                desired,
+                observed,
+            } => {
+                let patch = status_patch(&desired, &observed, Timestamp::now());
+                match crs
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => {
+                        failing.remove(&uid);
+                        tracing::debug!(
+                            policy = %name,
+                            ready = desired.status,
+                            reason = desired.reason,
+                            "status written"
+                        )
+                    }
+                    Err(err) => {
+                        metrics.write_errors.inc();
+                        if failing.insert(uid.clone()) {
+                            tracing::warn!(policy = %name, error = %err, "status write failed; will retry");
+                        } else {
+                            tracing::debug!(policy = %name, error = %err, "status write still failing");
+                        }
+                        tx.send(Msg::WriteFailed(uid))
+                            .map_err(|_| ClusterError::ChannelClosed("watch"))?;
+                    }
+                }
+            }
+            WriteReq::Event { reference, desired } => {
+                let event = Event {
+                    type_: if desired.status == "True" {
+                        EventType::Normal
+                    } else {
+                        EventType::Warning
+                    },
+                    reason: desired.reason.to_string(),
+                    note: Some(truncate(&desired.message, 1000)),
+                    action: "ValidatePolicy".to_string(),
+                    secondary: None,
+                };
+                let name = reference.name.clone().unwrap_or_default();
+                if let Err(err) = recorder.publish(&event, &reference).await {
+                    metrics.write_errors.inc();
+                    tracing::warn!(configmap = %name, error = %err, "event write failed");
+                }
+            }
+        }
+    }
+    Err(ClusterError::ChannelClosed("write"))
+}
+
+/// Events carry at most 1 kB of note.
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
