@@ -285,3 +285,18 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_empty_object_namespace_is_the_requests() {
+    // Found by `cargo fuzz run review_mutated`: the API server fills an empty
+    // metadata.namespace from the request, so such an object is governed and
+    // patched, and the oracle must accept that.
+    let mut object = corpus::controller_deployment();
+    object["metadata"]["namespace"] = json!("");
+    let mut review = corpus::review("u-empty-ns", "CREATE", corpus::GOVERNED, &object);
+    review["request"]["object"]["metadata"]["namespace"] = json!("");
+    let bytes = serde_json::to_vec(&review).unwrap();
+    let reply = admission::review(&SNAPSHOT, &bytes, &ReviewOptions::default());
+    assert!(reply.body["response"]["patch"].is_string(), "{}", reply.body);
+    check_bytes(&bytes).unwrap();
+}
