@@ -297,6 +297,10 @@ fn an_empty_object_namespace_is_the_requests() {
     review["request"]["object"]["metadata"]["namespace"] = json!("");
     let bytes = serde_json::to_vec(&review).unwrap();
     let reply = admission::review(&SNAPSHOT, &bytes, &ReviewOptions::default());
-    assert!(reply.body["response"]["patch"].is_string(), "{}", reply.body);
+    assert!(
+        reply.body["response"]["patch"].is_string(),
+        "{}",
+        reply.body
+    );
     check_bytes(&bytes).unwrap();
 }
