@@ -468,7 +468,70 @@ mod tests {
         assert_ne!(reply.outcome, Outcome::Skipped);
     }
 
+    fn arb_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "[a-z/.-]{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("metadata".to_string()),
+                        Just("spec".to_string()),
+                        Just("replicas".to_string()),
+                        Just("template".to_string()),
+                        Just("data".to_string()),
+                        Just("namespace".to_string()),
+                        Just("name".to_string()),
+                        Just("kind".to_string()),
+                        "[a-z]{1,6}",
+                    ],
+                    inner,
+                    0..6,
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
     proptest::proptest! {
+        /// Arbitrary JSON objects of every kind, in the governed namespace:
+        /// always a well-formed 200 answer, never a panic.
+        #[test]
+        fn never_panics_on_any_object(
+            object in arb_json(),
+            kind in proptest::sample::select(vec![
+                "Deployment", "ConfigMap", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Pod",
+            ]),
+            op in proptest::sample::select(vec!["CREATE", "UPDATE", "DELETE"]),
+        ) {
+            let body = serde_json::to_vec(&serde_json::json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {"uid": "u", "operation": op, "namespace": "knative-serving",
+                            "kind": {"group": "", "version": "v1", "kind": kind},
+                            "object": object}
+            })).unwrap();
+            let reply = review(&snapshot(), &body, &ReviewOptions::default());
+            proptest::prop_assert_eq!(reply.status, 200);
+            proptest::prop_assert_eq!(&reply.body["response"]["uid"], "u");
+            if let Some(patch) = reply.body["response"]["patch"].as_str() {
+                // A patch, when there is one, applies to the object it was made for.
+                let bytes = base64::engine::general_purpose::STANDARD.decode(patch).unwrap();
+                let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+                let mut patched = object.clone();
+                proptest::prop_assert!(json_patch::patch(&mut patched, &patch).is_ok());
+            }
+        }
+
         #[test]
         fn never_panics_on_any_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
             let reply = review(&snapshot(), &bytes, &ReviewOptions::default());

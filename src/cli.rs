@@ -26,6 +26,9 @@ pub enum Command {
     Crd,
     /// Run the HTTPS admission server.
     Serve(Box<crate::server::ServeArgs>),
+    /// Report, per governed object, what differs from the policy: exit 0 when
+    /// everything is in line, 1 when drift exists, 2 on errors.
+    Audit(crate::reconcile::audit::AuditArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -35,6 +38,7 @@ pub fn main() -> ExitCode {
         Command::Check(args) => crate::preview::run_check(&args),
         Command::Crd => crate::preview::run_crd(),
         Command::Serve(args) => crate::server::run_cli(*args),
+        Command::Audit(args) => return crate::reconcile::audit::run_cli(args),
     };
     match result {
         Ok(code) => code,

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod engine;
 pub mod policy;
 pub mod preview;
+pub mod reconcile;
 pub mod server;
 pub mod sources;
 pub mod store;

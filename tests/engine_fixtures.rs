@@ -34,7 +34,7 @@ struct Case {
 fn example_cases() -> Vec<Case> {
     vec![
         Case {
-            name: "activator deployment: HPA-backed, Knative's Preferred term already satisfies the override",
+            name: "activator deployment: HPA-backed (no replicas), Knative's Preferred term already satisfies the policy",
             kind: "Deployment",
             namespace: "knative-serving",
             object: "activator",
@@ -42,41 +42,23 @@ fn example_cases() -> Vec<Case> {
             changes: &[],
         },
         Case {
-            name: "autoscaler deployment: replicas 1 -> 3 and Required anti-affinity",
+            name: "autoscaler deployment: replicas 1 -> 3; Knative's Preferred term already does the job",
             kind: "Deployment",
             namespace: "knative-serving",
             object: "autoscaler",
-            patch: json!([
-                {"op": "replace", "path": "/spec/replicas", "value": 3},
-                {"op": "replace", "path": "/spec/template/spec/affinity/podAntiAffinity", "value": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"labelSelector": {"matchLabels": {"app": "autoscaler"}}, "topologyKey": "kubernetes.io/hostname"}
-                    ]}}
-            ]),
-            changes: &[
-                "deployment/autoscaler: spec.replicas 1 -> 3 (policy serving)",
-                "deployment/autoscaler: pod anti-affinity set to Required on kubernetes.io/hostname (policy serving)",
-            ],
+            patch: json!([{"op": "replace", "path": "/spec/replicas", "value": 3}]),
+            changes: &["deployment/autoscaler: spec.replicas 1 -> 3 (policy serving)"],
         },
         Case {
-            name: "controller deployment: replicas added (manifest has none) and Required anti-affinity",
+            name: "controller deployment: replicas added (the manifest has none)",
             kind: "Deployment",
             namespace: "knative-serving",
             object: "controller",
-            patch: json!([
-                {"op": "add", "path": "/spec/replicas", "value": 3},
-                {"op": "replace", "path": "/spec/template/spec/affinity/podAntiAffinity", "value": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"labelSelector": {"matchLabels": {"app": "controller"}}, "topologyKey": "kubernetes.io/hostname"}
-                    ]}}
-            ]),
-            changes: &[
-                "deployment/controller: spec.replicas unset -> 3 (policy serving)",
-                "deployment/controller: pod anti-affinity set to Required on kubernetes.io/hostname (policy serving)",
-            ],
+            patch: json!([{"op": "add", "path": "/spec/replicas", "value": 3}]),
+            changes: &["deployment/controller: spec.replicas unset -> 3 (policy serving)"],
         },
         Case {
-            name: "webhook deployment: HPA-backed (no replicas), Preferred override already satisfied",
+            name: "webhook deployment: HPA-backed (no replicas), Preferred already satisfied",
             kind: "Deployment",
             namespace: "knative-serving",
             object: "webhook",
@@ -99,13 +81,13 @@ fn example_cases() -> Vec<Case> {
             patch: json!([
                 {"op": "replace", "path": "/spec/replicas", "value": 3},
                 {"op": "add", "path": "/spec/template/spec/affinity", "value": {"podAntiAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"labelSelector": {"matchLabels": {"app": "net-kourier-controller"}}, "topologyKey": "kubernetes.io/hostname"}
-                    ]}}}
+                    "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm":
+                        {"labelSelector": {"matchLabels": {"app": "net-kourier-controller"}}, "topologyKey": "kubernetes.io/hostname"}}]
+                }}}
             ]),
             changes: &[
                 "deployment/net-kourier-controller: spec.replicas 1 -> 3 (policy serving)",
-                "deployment/net-kourier-controller: pod anti-affinity set to Required on kubernetes.io/hostname (policy serving)",
+                "deployment/net-kourier-controller: pod anti-affinity set to Preferred on kubernetes.io/hostname (policy serving)",
             ],
         },
         Case {
@@ -394,18 +376,27 @@ fn enabling_leader_election_removes_disable_ha() {
 fn hpa_targets_from_context_are_not_given_replicas() {
     let policy = load_policy("examples/policy.yaml");
     let object = fixture("Deployment", "knative-serving", "autoscaler");
-    let ctx = Context {
-        hpa_targets: BTreeSet::from(["autoscaler".to_string()]),
-    };
     let input = Input {
         operation: Operation::Create,
         namespace: "knative-serving",
         object: &object,
     };
+    let plain = engine::mutate(&policy, &input, &Context::default()).unwrap();
+    assert!(
+        serde_json::to_value(&plain.patch)
+            .unwrap()
+            .to_string()
+            .contains("/spec/replicas")
+    );
+    let ctx = Context {
+        hpa_targets: BTreeSet::from(["autoscaler".to_string()]),
+    };
     let m = engine::mutate(&policy, &input, &ctx).unwrap();
-    let patch = serde_json::to_value(&m.patch).unwrap();
-    assert!(!patch.to_string().contains("/spec/replicas"), "{patch}");
-    assert!(!m.is_empty(), "anti-affinity still applies");
+    assert!(
+        m.is_empty(),
+        "an HPA owns autoscaler's replicas now: {:?}",
+        m.changes
+    );
 }
 
 #[test]
@@ -613,4 +604,72 @@ fn topology_spread_constraints_select_the_deployments_own_pods() {
     );
     let patched = apply_rfc6902(&d, &patch).unwrap();
     assert_eq!(run(&policy, "knative-serving", &patched).0, json!([]));
+}
+
+#[test]
+fn required_anti_affinity_replaces_knatives_preferred_terms() {
+    let mut policy = load_policy("examples/policy.yaml");
+    policy.spec.pod_anti_affinity = Some(knative_ha_webhook::policy::PodAntiAffinity {
+        kind: knative_ha_webhook::policy::AntiAffinityType::Required,
+        topology_key: None,
+    });
+    for (name, labels) in [
+        ("controller", json!({"app": "controller"})),
+        ("webhook", json!({"app": "webhook", "role": "webhook"})),
+    ] {
+        let d = fixture("Deployment", "knative-serving", name);
+        let (patch, changes) = run(&policy, "knative-serving", &d);
+        let aa = json!({"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+        ]});
+        let aa_op = json!({"op": "replace", "path": "/spec/template/spec/affinity/podAntiAffinity", "value": aa});
+        assert_eq!(patch.as_array().unwrap().last().unwrap(), &aa_op, "{name}");
+        assert_eq!(
+            changes.last().unwrap(),
+            &format!(
+                "deployment/{name}: pod anti-affinity set to Required on kubernetes.io/hostname (policy serving)"
+            )
+        );
+        let patched = apply_rfc6902(&d, &patch).unwrap();
+        assert_eq!(
+            run(&policy, "knative-serving", &patched).0,
+            json!([]),
+            "{name}"
+        );
+        // nothing else in the pod spec moved
+        let mut before = d["spec"]["template"]["spec"].clone();
+        let mut after = patched["spec"]["template"]["spec"].clone();
+        before["affinity"]
+            .as_object_mut()
+            .unwrap()
+            .remove("podAntiAffinity");
+        after["affinity"]
+            .as_object_mut()
+            .unwrap()
+            .remove("podAntiAffinity");
+        assert_eq!(before, after, "{name}");
+    }
+}
+
+#[test]
+fn anti_affinity_keeps_node_affinity_and_pod_affinity() {
+    let mut policy = load_policy("examples/policy.yaml");
+    policy.spec.pod_anti_affinity = Some(knative_ha_webhook::policy::PodAntiAffinity {
+        kind: knative_ha_webhook::policy::AntiAffinityType::Required,
+        topology_key: Some("topology.kubernetes.io/zone".into()),
+    });
+    let mut d = fixture("Deployment", "knative-serving", "autoscaler");
+    let node_affinity = json!({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}]}});
+    let pod_affinity = json!({"preferredDuringSchedulingIgnoredDuringExecution": []});
+    d["spec"]["template"]["spec"]["affinity"]["nodeAffinity"] = node_affinity.clone();
+    d["spec"]["template"]["spec"]["affinity"]["podAffinity"] = pod_affinity.clone();
+    let (patch, _) = run(&policy, "knative-serving", &d);
+    let patched = apply_rfc6902(&d, &patch).unwrap();
+    let affinity = &patched["spec"]["template"]["spec"]["affinity"];
+    assert_eq!(affinity["nodeAffinity"], node_affinity);
+    assert_eq!(affinity["podAffinity"], pod_affinity);
+    assert_eq!(
+        affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"],
+        "topology.kubernetes.io/zone"
+    );
 }

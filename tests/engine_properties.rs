@@ -395,6 +395,10 @@ proptest! {
         let applied = apply_rfc6902(&object, &patch).map_err(|e| TestCaseError::fail(format!("{e}: {patch}")))?;
         let expected = outcome.object.clone().unwrap_or_else(|| object.clone());
         prop_assert_eq!(&applied, &expected);
+        // and the json-patch crate (what a Rust client would use) agrees
+        let mut with_crate = object.clone();
+        json_patch::patch(&mut with_crate, &outcome.mutation.patch).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&with_crate, &expected);
         // one change line per patch, none without
         prop_assert_eq!(outcome.mutation.patch.0.is_empty(), outcome.mutation.changes.is_empty());
         // deterministic

@@ -8,9 +8,16 @@ use knative_ha_webhook::policy::{self, Policy, PolicyError};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+/// The example policy with two workload overrides (the cases below edit them).
 fn base() -> Value {
     let text = std::fs::read_to_string(support::repo_path("examples/policy.yaml")).unwrap();
-    serde_saphyr::from_str(&text).unwrap()
+    let mut v: Value = serde_saphyr::from_str(&text).unwrap();
+    v["spec"]["workloads"] = json!([
+        {"name": "activator", "replicas": 5, "podAntiAffinity": {"type": "Preferred"}},
+        {"name": "webhook", "podAntiAffinity": {"type": "Preferred", "topologyKey": "kubernetes.io/hostname"}}
+    ]);
+    assert!(Policy::from_json(&v).is_ok(), "base policy must be valid");
+    v
 }
 
 fn errors_of(doc: &Value) -> Vec<(String, String)> {

@@ -149,33 +149,51 @@ async fn controller_deployment_gets_three_replicas() {
     fx.server.stop().await;
 }
 
-/// The shipped example review answers with a patch for the controller.
+/// Every shipped example review (`examples/review*.json`) is answered like
+/// the engine says: uid mirrored, a patch exactly when the engine changes something.
 #[tokio::test]
-async fn example_review_json_is_a_valid_review() {
+async fn example_reviews_are_valid_reviews() {
     let fx = Fixture::start().await;
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/review.json"),
-    )
-    .unwrap();
-    let review: Value = serde_json::from_str(&text).unwrap();
-    let (status, body, _) = post(&fx.client(Proto::Http1), &fx.url(), &review).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["response"]["uid"], review["request"]["uid"]);
-    assert_eq!(body["response"]["allowed"], true);
-    let object = &review["request"]["object"];
-    let expected = example_snapshot()
-        .mutate(&Input {
-            operation: Operation::Create,
-            namespace: "knative-serving",
-            object,
-        })
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
-        .unwrap();
-    assert_eq!(
-        body["response"].get("patch").is_some(),
-        !expected.is_empty(),
-        "{body}"
-    );
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            name.starts_with("review") && name.ends_with(".json")
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "{files:?}");
+    for file in files {
+        let review: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let (status, body, _) = post(&fx.client(Proto::Http1), &fx.url(), &review).await;
+        assert_eq!(status, 200, "{}: {body}", file.display());
+        assert_eq!(body["response"]["uid"], review["request"]["uid"]);
+        assert_eq!(body["response"]["allowed"], true);
+        let object = &review["request"]["object"];
+        let expected = example_snapshot()
+            .mutate(&Input {
+                operation: match review["request"]["operation"].as_str().unwrap() {
+                    "CREATE" => Operation::Create,
+                    _ => Operation::Update,
+                },
+                namespace: review["request"]["namespace"].as_str().unwrap(),
+                object,
+            })
+            .unwrap()
+            .unwrap();
+        assert!(
+            !expected.is_empty(),
+            "{}: the example shows a change",
+            file.display()
+        );
+        let mut patched = object.clone();
+        json_patch::patch(&mut patched, &decode_patch(&body["response"])).unwrap();
+        let mut want = object.clone();
+        json_patch::patch(&mut want, &expected.patch).unwrap();
+        assert_eq!(patched, want, "{}", file.display());
+    }
     fx.server.stop().await;
 }
 
@@ -301,11 +319,12 @@ async fn bad_requests_get_json_errors() {
             assert_eq!(body["code"], case.status, "{proto:?} {}", case.name);
         }
     }
-    // The server is still healthy after all that.
+    // The server is still healthy after all that; the API server's
+    // `?timeout=10s` query is accepted.
     let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
     let (status, _, _) = post(
         &fx.client(Proto::Http1),
-        &fx.url(),
+        &format!("{}?timeout=10s", fx.url()),
         &review("after", "CREATE", "knative-serving", &controller),
     )
     .await;
@@ -503,6 +522,16 @@ async fn readiness_needs_a_certificate_and_fails_during_shutdown() {
         "ready once the certificate appears"
     );
 
+    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let h2 = client(&pki.ca_pem, server.addr, Proto::H2, None);
+    let (status, _, version) = post(
+        &h2,
+        &mutate_url(server.addr),
+        &review("h2-before", "CREATE", "knative-serving", &controller),
+    )
+    .await;
+    assert_eq!((status, version), (200, reqwest::Version::HTTP_2));
+
     server.begin_shutdown();
     assert!(
         wait_until(std::time::Duration::from_secs(10), || async move {
@@ -511,9 +540,18 @@ async fn readiness_needs_a_certificate_and_fails_during_shutdown() {
         .await,
         "not ready once shutting down"
     );
-    // Still serving during the shutdown delay.
+    // Still serving during the shutdown delay, also to the h2 client whose
+    // connection got a GOAWAY.
+    for _ in 0..3 {
+        let (status, _, _) = post(
+            &h2,
+            &mutate_url(server.addr),
+            &review("h2-during", "CREATE", "knative-serving", &controller),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
     let client = client(&pki.ca_pem, server.addr, Proto::Http1, None);
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
     let (status, _, _) = post(
         &client,
         &mutate_url(server.addr),
@@ -565,5 +603,26 @@ async fn metrics_expose_the_named_series_with_bounded_labels() {
         expiry, 67_090_118_400.0,
         "rcgen's default notAfter (4096-01-01)"
     );
+    fx.server.stop().await;
+}
+
+/// An UPDATE carrying two objects of about 3 MiB each (under the 7 MiB limit).
+#[tokio::test]
+async fn large_update_review_is_answered() {
+    let fx = Fixture::start().await;
+    let mut controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    controller["metadata"]["annotations"] = json!({"pad": "a".repeat(3 * 1024 * 1024 - 4096)});
+    let mut body = review("big", "UPDATE", "knative-serving", &controller);
+    body["request"]["oldObject"] = controller.clone();
+    let size = serde_json::to_vec(&body).unwrap().len();
+    assert!(size > 6_000_000 && size < 7 * 1024 * 1024, "{size}");
+    for proto in [Proto::Http1, Proto::H2] {
+        let (status, resp, _) = post(&fx.client(proto), &fx.url(), &body).await;
+        assert_eq!(status, 200, "{proto:?}");
+        assert_eq!(resp["response"]["uid"], "big");
+        let mut patched = controller.clone();
+        json_patch::patch(&mut patched, &decode_patch(&resp["response"])).unwrap();
+        assert_eq!(patched["spec"]["replicas"], 3, "{proto:?}");
+    }
     fx.server.stop().await;
 }

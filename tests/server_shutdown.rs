@@ -177,6 +177,13 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     // kept-alive connection and on a new one.
     let resp = client.post(&url).body(body.clone()).send().await.unwrap();
     assert_eq!(resp.status(), 200, "served during the delay (kept-alive)");
+    assert_eq!(
+        resp.headers()
+            .get("connection")
+            .map(|v| v.to_str().unwrap()),
+        Some("close"),
+        "HTTP/1.1 clients are told to move to a new connection"
+    );
     let fresh = localhost_client(&ca_pem, addr);
     let resp = fresh.post(&url).body(body.clone()).send().await.unwrap();
     assert_eq!(
@@ -207,6 +214,64 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
 
     let status = wait_exit(&mut p, Duration::from_secs(40));
     assert_eq!(status.code(), Some(0), "exit code");
+
+    // One JSON log line per review, with the fields operators filter on.
+    let lines: Vec<Value> =
+        std::iter::from_fn(|| p.lines.recv_timeout(Duration::from_secs(5)).ok())
+            .filter_map(|l| serde_json::from_str(&l).ok())
+            .collect();
+    let reviews: Vec<&Value> = lines.iter().filter(|v| v["message"] == "review").collect();
+    assert_eq!(
+        reviews.len(),
+        4,
+        "before, 2 during the delay, in-flight: {lines:?}"
+    );
+    let line = reviews
+        .iter()
+        .find(|v| v["uid"] == "in-flight")
+        .expect("in-flight logged");
+    assert_eq!(line["kind"], "Deployment");
+    assert_eq!(line["namespace"], "knative-serving");
+    assert_eq!(line["name"], "controller");
+    assert_eq!(line["operation"], "CREATE");
+    assert_eq!(line["outcome"], "patched");
+    assert!(line["patch_ops"].as_u64().unwrap() >= 1, "{line}");
+    assert!(line["duration_ms"].as_f64().is_some(), "{line}");
+}
+
+#[test]
+fn sigint_and_sigterm_with_zero_delay_exit_zero() {
+    for signal in ["-INT", "-TERM"] {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_out = dir.path().join("ca.pem");
+        let policy = example_policy_path();
+        let mut p = spawn(&[
+            "serve",
+            "--policy-file",
+            policy.to_str().unwrap(),
+            "--self-signed",
+            ca_out.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--shutdown-delay",
+            "0s",
+            "--log-format",
+            "json",
+        ]);
+        addresses(&p);
+        let pid = p.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args([signal, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let status = wait_exit(&mut p, Duration::from_secs(30));
+        assert_eq!(status.code(), Some(0), "{signal}");
+    }
 }
 
 #[test]

@@ -31,14 +31,34 @@ import yaml
 # What the server needs: fixed by the project's contracts, not derived from the chart.
 
 EXPECTED_CLUSTER_RULES = [
-    {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies"], "verbs": ["list", "watch"]},
     {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies/status"], "verbs": ["patch"]},
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["list", "watch"]},
 ]
 EXPECTED_ROLE_RULES = [
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+# `serve --reconcile`: a Role per governed namespace (patch dropped in dry-run mode) and a Lease Role
+# in the release namespace (README "Bringing existing objects in line").
+RECONCILE_LEASE = "knative-ha-webhook-reconcile"
+
+
+def expected_reconcile_rules(dry_run: bool) -> list[dict]:
+    verbs = ["get", "list"] if dry_run else ["get", "list", "patch"]
+    return [
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": verbs},
+        {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": verbs},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": verbs},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["config-leader-election"],
+         "verbs": ["get"] if dry_run else ["get", "patch"]},
+    ]
+
+
+EXPECTED_LEASE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [RECONCILE_LEASE],
+     "verbs": ["get", "update"]},
 ]
 # (apiGroup, resource) -> the one version the webhook wants to see (matchPolicy Equivalent).
 EXPECTED_WEBHOOK_RESOURCES = {
@@ -228,6 +248,9 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
     def namespaces():
         for d in r.docs:
             kind, md = d["kind"], d["metadata"]
+            if kind in ("Role", "RoleBinding") and md["name"].endswith("-reconcile") \
+                    and md.get("namespace") in v["governedNamespaces"] and v["reconcile"]["enabled"]:
+                continue  # the reconciler's Roles live in the governed namespaces (checked in rbac)
             if kind in CLUSTER_SCOPED:
                 expect("namespace" not in md, f"{kind}/{md['name']} is cluster-scoped but has namespace {md.get('namespace')!r}")
             else:
@@ -285,6 +308,18 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         else:
             expect("objectSelector" not in h, "objectSelector rendered although honorSkipLabel=false")
     rep.check(f"{label}: namespaceSelector = governedNamespaces {v['governedNamespaces']}, skip-label objectSelector", selectors)
+
+    def reconciler_excluded():
+        h = r.webhook_config["webhooks"][0]
+        sa_name = r.deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        if v["reconcile"]["enabled"]:
+            eq(h.get("matchConditions"),
+               [{"name": "not-the-reconciler",
+                 "expression": f"request.userInfo.username != 'system:serviceaccount:{ns}:{sa_name}'"}],
+               "matchConditions excluding the reconciler's ServiceAccount")
+        else:
+            expect("matchConditions" not in h, "matchConditions rendered although reconcile is off")
+    rep.check(f"{label}: the reconciler's own writes are not re-mutated (matchConditions)", reconciler_excluded)
 
     def wiring():
         h = r.webhook_config["webhooks"][0]
@@ -435,18 +470,59 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
             eq(sa["metadata"]["namespace"], ns, "ServiceAccount namespace")
         cr = r.one("ClusterRole")
         eq(cr["rules"], EXPECTED_CLUSTER_RULES, "ClusterRole rules")
-        role = r.one("Role")
+        full = cr["metadata"]["name"]
+        role = r.one("Role", full)
         eq(role["rules"], EXPECTED_ROLE_RULES, "Role rules")
         eq(role["metadata"]["namespace"], ns, "Role namespace")
-        for kind, bound in (("ClusterRoleBinding", cr), ("RoleBinding", role)):
-            b = r.one(kind)
+        bound_roles = [("ClusterRoleBinding", cr), ("RoleBinding", role)]
+        rc = v["reconcile"]
+        if rc["enabled"]:
+            lease = r.one("Role", f"{full}-reconcile-lease")
+            eq(lease["metadata"]["namespace"], ns, "Lease Role namespace")
+            eq(lease["rules"], EXPECTED_LEASE_RULES, "Lease Role rules")
+            bound_roles.append(("RoleBinding", lease))
+            per_ns = [d for d in r.of_kind("Role") if d["metadata"]["name"] == f"{full}-reconcile"]
+            eq(sorted(d["metadata"]["namespace"] for d in per_ns), sorted(v["governedNamespaces"]),
+               "reconcile Roles: one per governed namespace")
+            for d in per_ns:
+                eq(d["rules"], expected_reconcile_rules(rc["dryRun"]), f"reconcile Role rules in {d['metadata']['namespace']}")
+                bound_roles.append(("RoleBinding", d))
+        for kind, bound in bound_roles:
+            md = bound["metadata"]
+            b = [d for d in r.of_kind(kind) if d["metadata"]["name"] == md["name"]
+                 and d["metadata"].get("namespace") == md.get("namespace")]
+            expect(len(b) == 1, f"expected one {kind} for {md['name']} in {md.get('namespace')}, found {len(b)}")
+            b = b[0]
             eq(b["roleRef"], {"apiGroup": "rbac.authorization.k8s.io", "kind": bound["kind"],
-                              "name": bound["metadata"]["name"]}, f"{kind} roleRef")
+                              "name": md["name"]}, f"{kind} roleRef")
             eq(b["subjects"], [{"kind": "ServiceAccount", "name": sa_name, "namespace": ns}], f"{kind} subjects")
         kinds = {d["kind"] for d in r.docs}
         eq(kinds & {"ClusterRole", "Role"}, {"ClusterRole", "Role"}, "RBAC kinds")
-        eq(len(r.of_kind("ClusterRole")) + len(r.of_kind("Role")), 2, "number of roles")
+        want_roles = 2 + (len(v["governedNamespaces"]) + 1 if rc["enabled"] else 0)
+        eq(len(r.of_kind("ClusterRole")) + len(r.of_kind("Role")), want_roles, "number of roles")
+        eq(len(r.of_kind("ClusterRoleBinding")) + len(r.of_kind("RoleBinding")), want_roles, "number of bindings")
     rep.check(f"{label}: RBAC exactly the server's rules, bound to its ServiceAccount", rbac)
+
+    def reconcile_env():
+        env = {e["name"]: e for e in r.container.get("env", [])}
+        rc = v["reconcile"]
+        names = ["KHW_RECONCILE", "KHW_RECONCILE_INTERVAL", "KHW_RECONCILE_DRY_RUN",
+                 "KHW_RECONCILE_POD_TEMPLATES", "KHW_RECONCILE_RATE"]
+        if not rc["enabled"]:
+            expect(not any(n in env for n in names + ["POD_NAME"]), f"reconcile off but env has {sorted(env)}")
+            return
+        eq(env["POD_NAME"].get("valueFrom"), {"fieldRef": {"fieldPath": "metadata.name"}}, "POD_NAME (Lease holder)")
+        want = {"KHW_RECONCILE": "true", "KHW_RECONCILE_INTERVAL": rc["interval"],
+                "KHW_RECONCILE_DRY_RUN": str(rc["dryRun"]).lower(),
+                "KHW_RECONCILE_POD_TEMPLATES": str(rc["podTemplates"]).lower(),
+                "KHW_RECONCILE_RATE": str(rc["rate"])}
+        for name, value in want.items():
+            eq(env[name].get("value"), value, name)
+        if KHW_CMD:  # every env var is one `serve` reads
+            res = subprocess.run([*KHW_CMD, "serve", "--help"], capture_output=True, text=True, check=False)
+            missing = [n for n in names if f"env: {n}=" not in res.stdout]
+            expect(not missing, f"`serve --help` does not read {missing}")
+    rep.check(f"{label}: reconcile env (KHW_RECONCILE*, POD_NAME) follows reconcile values", reconcile_env)
 
     def tls():
         cfg = r.webhook_config
@@ -550,6 +626,9 @@ def check_defaults(r: Rendered, app_version: str) -> None:
     args = r.args()
     eq((args["--listen"], args["--metrics-listen"]), ("0.0.0.0:8443", "0.0.0.0:9090"), "default listen addresses")
     eq(args["--on-error"], "allow", "default --on-error")
+    env = {e["name"]: e.get("value") for e in r.container.get("env", [])}
+    eq((env.get("KHW_RECONCILE"), env.get("KHW_RECONCILE_DRY_RUN"), env.get("KHW_RECONCILE_POD_TEMPLATES")),
+       ("true", "false", "true"), "reconcile on by default, writing, pod templates included")
     expect("cert-manager.io/inject-ca-from" in r.webhook_config["metadata"].get("annotations", {}),
            "cert-manager is the default TLS mode")
     eq(r.container["image"], f"{r.values['image']['repository']}:{app_version}", "default image tag = appVersion")
@@ -638,6 +717,10 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
                             "spec": {"targetNamespace": "kourier-system", "replicas": 2,
                                      "workloads": [{"name": "3scale-kourier-gateway", "replicas": 4}],
                                      "exclude": ["net-kourier-controller"]}}}),
+        ("reconcile-off", "khw", "khw-system", {"reconcile": {"enabled": False}}),
+        ("reconcile-dry-run", "khw", "khw-system",
+         {"governedNamespaces": ["knative-serving", "kourier-system"],
+          "reconcile": {"dryRun": True, "podTemplates": False, "interval": "5m", "rate": 2.5}}),
         ("service-monitor", "khw", "monitoring-test",
          {"serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}}}),
         ("customised", "edge", "platform",
@@ -685,6 +768,9 @@ REJECTIONS = [
     ("defaultPolicy targeting an ungoverned namespace", "khw-system",
      ["defaultPolicy.enabled=true", "defaultPolicy.spec.targetNamespace=default"], "not one of governedNamespaces"),
     ("empty governedNamespaces", "khw-system", ["governedNamespaces=null"], "governedNamespaces"),
+    ("reconcile.rate 0", "khw-system", ["reconcile.rate=0"], "rate"),
+    ("reconcile.interval not a duration", "khw-system", ["reconcile.interval=often"], "interval"),
+    ("unknown reconcile key", "khw-system", ["reconcile.writes=3"], "writes"),
 ]
 
 

@@ -48,6 +48,12 @@ impl Default for Limits {
 
 pub(crate) struct Listener {
     pub listener: TcpListener,
+    /// True from the start of shutdown: HTTP/1.1 responses carry
+    /// `Connection: close`, so clients move to new connections (to other
+    /// replicas once the endpoint is gone) while this server still accepts
+    /// them. h2 connections are left alone until the delay ends: an early
+    /// GOAWAY races with requests the client already put on the connection.
+    pub draining: watch::Receiver<bool>,
     pub router: Router,
     pub tls: Arc<TlsReloader>,
     pub metrics: Metrics,
@@ -91,6 +97,7 @@ impl Listener {
             };
             let conn = Connection {
                 router: self.router.clone(),
+                draining: self.draining.clone(),
                 metrics: self.metrics.clone(),
                 limits: self.limits,
                 _permit: permit,
@@ -108,6 +115,7 @@ pub(crate) async fn until_true(rx: &mut watch::Receiver<bool>) {
 
 struct Connection {
     router: Router,
+    draining: watch::Receiver<bool>,
     metrics: Metrics,
     limits: Limits,
     _permit: OwnedSemaphorePermit,
@@ -156,15 +164,26 @@ impl Connection {
         });
         let router = self.router.clone();
         let active = active_requests.clone();
+        let draining = self.draining.clone();
         let service =
             hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let router = router.clone();
                 let active = active.clone();
+                let draining = *draining.borrow();
                 async move {
+                    let http1 = req.version() < hyper::Version::HTTP_2;
                     active.fetch_add(1, Ordering::SeqCst);
                     let resp = router.oneshot(req.map(axum::body::Body::new)).await;
                     active.fetch_sub(1, Ordering::SeqCst);
-                    resp
+                    resp.map(|mut resp| {
+                        if draining && http1 {
+                            resp.headers_mut().insert(
+                                hyper::header::CONNECTION,
+                                hyper::header::HeaderValue::from_static("close"),
+                            );
+                        }
+                        resp
+                    })
                 }
             });
 

@@ -80,6 +80,8 @@ pub struct ServeArgs {
     /// The webhook's own namespace (where policy ConfigMaps are read from).
     #[arg(long, env = "POD_NAMESPACE")]
     pub namespace: Option<String>,
+    #[command(flatten)]
+    pub reconcile: crate::reconcile::ReconcileArgs,
 }
 
 /// Parses a Go-style duration (`10s`, `1m30s`, `1.5s`, `250ms`, `0`).
@@ -157,6 +159,8 @@ pub struct Config {
     pub limits: Limits,
     pub tls_poll_interval: Duration,
     pub policy_poll_interval: Duration,
+    /// Bring existing objects in line (`--reconcile`); None when off.
+    pub reconcile: Option<crate::reconcile::ReconcileConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -188,6 +192,8 @@ pub enum ServerError {
     ClusterSource(String),
     #[error("serving metrics: {0}")]
     Metrics(std::io::Error),
+    #[error(transparent)]
+    Reconcile(#[from] crate::reconcile::ReconcileError),
 }
 
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -235,6 +241,10 @@ impl Config {
             limits: Limits::default(),
             tls_poll_interval: Duration::from_millis(500),
             policy_poll_interval: crate::sources::file::POLL_INTERVAL,
+            reconcile: crate::reconcile::ReconcileConfig::from_args(
+                &args.reconcile,
+                args.namespace.as_deref(),
+            )?,
         })
     }
 
@@ -253,6 +263,7 @@ impl Config {
             limits: Limits::default(),
             tls_poll_interval: Duration::from_millis(200),
             policy_poll_interval: Duration::from_millis(200),
+            reconcile: None,
         }
     }
 }
@@ -273,6 +284,7 @@ pub struct Server {
         crate::sources::cluster::ClusterMetrics,
         String,
     )>,
+    reconciler: Option<crate::reconcile::Reconciler>,
 }
 
 impl Server {
@@ -301,6 +313,15 @@ impl Server {
             }
         };
 
+        let cluster_client = cluster.as_ref().map(|c| c.0.clone());
+        let reconciler = crate::reconcile::Reconciler::prepare(
+            config.reconcile.as_ref(),
+            cluster_client,
+            &store,
+            &mut registry,
+        )
+        .await
+        .map_err(|e| ServerError::Kube(e.to_string()))?;
         let tls = TlsReloader::new(config.tls.clone(), metrics.clone())?;
         let listener =
             TcpListener::bind(config.listen)
@@ -328,6 +349,7 @@ impl Server {
             shutting_down: Arc::new(AtomicBool::new(false)),
             file_source,
             cluster,
+            reconciler,
         })
     }
 
@@ -364,6 +386,7 @@ impl Server {
             shutting_down,
             file_source,
             cluster,
+            reconciler,
         } = self;
         let mut background = tokio::task::JoinSet::new();
         if let TlsSource::Files { .. } = config.tls {
@@ -385,6 +408,8 @@ impl Server {
                 let _ = cluster_err_tx.send(msg).await;
             });
         }
+
+        let reconciler = reconciler.map(crate::reconcile::Reconciler::spawn);
 
         let readiness = probes::Readiness {
             store: store.clone(),
@@ -415,8 +440,10 @@ impl Server {
         let connections = Arc::new(Semaphore::new(max));
         let (stop_accept_tx, stop_accept_rx) = watch::channel(false);
         let (close_tx, close_rx) = watch::channel(false);
+        let (draining_tx, draining_rx) = watch::channel(false);
         let https = listener::Listener {
             listener,
+            draining: draining_rx,
             router: router(state),
             tls,
             metrics,
@@ -442,6 +469,10 @@ impl Server {
         }
 
         shutting_down.store(true, Ordering::SeqCst);
+        let _ = draining_tx.send(true);
+        if let Some(r) = reconciler {
+            r.stop(Duration::from_secs(5)).await; // gives the Lease up
+        }
         tracing::info!(
             delay_ms = config.shutdown_delay.as_millis() as u64,
             "shutting down: readiness now fails; still serving during the shutdown delay"
@@ -474,29 +505,36 @@ impl Server {
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
+/// Installs the SIGTERM and SIGINT handlers now (call inside the runtime,
+/// before announcing readiness) and returns a future that completes on
+/// either signal.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match (
+        let handlers = (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
-        ) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => tracing::info!("received SIGTERM"),
-                    _ = int.recv() => tracing::info!("received SIGINT"),
+        );
+        async move {
+            match handlers {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => tracing::info!("received SIGTERM"),
+                        _ = int.recv() => tracing::info!("received SIGINT"),
+                    }
                 }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async move {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -507,12 +545,17 @@ pub fn run_cli(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
+        // Handlers first: a signal during start-up must not kill the process.
+        let signal = shutdown_signal();
         let server = Server::bind(config).await?;
-        server.run(shutdown_signal()).await?;
+        server.run(signal).await?;
         tracing::info!("stopped");
         Ok::<_, anyhow::Error>(())
-    })?;
+    });
+    // Do not wait for a blocking file read that is still in progress.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    result?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -18,6 +18,9 @@ use crate::telemetry::{KindLabels, Metrics, RequestLabels};
 /// Reading a request body must finish within this time.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Bodies larger than this are reviewed on the blocking thread pool.
+const LARGE_BODY_BYTES: usize = 256 * 1024;
+
 /// What the HTTPS handlers share.
 #[derive(Clone, Debug)]
 pub struct AppState {
@@ -121,7 +124,26 @@ async fn mutate(State(state): State<AppState>, headers: HeaderMap, body: Body) -
     };
 
     let snapshot = state.store.load();
-    let reply = admission::review(&snapshot, &bytes, &state.options);
+    let options = state.options;
+    let reply = if bytes.len() > LARGE_BODY_BYTES {
+        // Parsing megabytes of JSON would stall an async worker.
+        match tokio::task::spawn_blocking(move || admission::review(&snapshot, &bytes, &options))
+            .await
+        {
+            Ok(reply) => reply,
+            Err(e) => {
+                metrics.http_error("internal");
+                tracing::error!(error = %e, "review task failed");
+                return json_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    "the review could not be processed",
+                );
+            }
+        }
+    } else {
+        admission::review(&snapshot, &bytes, &options)
+    };
     let elapsed = started.elapsed();
 
     metrics

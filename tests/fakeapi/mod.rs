@@ -194,6 +194,18 @@ struct Store {
     /// Per (method, path): status codes the next such requests answer with.
     failures: HashMap<(String, String), Vec<u16>>,
     requests: Vec<Request>,
+    /// Concurrent writers: applied just before the next PATCH of the object.
+    interfere: Vec<(ObjKey, Interference)>,
+}
+
+/// An edit the fake applies right before the next PATCH of one object, as
+/// a concurrent writer between a client's read and its write would.
+struct Interference(Box<dyn FnOnce(&mut Value) + Send>);
+
+impl std::fmt::Debug for Interference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interference")
+    }
 }
 
 /// Why a write failed (mapped onto a Kubernetes Status).
@@ -992,6 +1004,44 @@ impl FakeApi {
         out
     }
 
+    /// Before the next PATCH of this object, the fake applies `edit` to it
+    /// (a concurrent writer between the client's read and its write): the
+    /// object changes and its resourceVersion moves on. Once.
+    pub fn interfere_next_patch(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+        edit: impl FnOnce(&mut Value) + Send + 'static,
+    ) {
+        self.shared.with_store(|s| {
+            s.interfere.push((
+                (group.into(), plural.into(), namespace.into(), name.into()),
+                Interference(Box::new(edit)),
+            ))
+        });
+    }
+
+    /// The PATCH requests served so far for one object (main resource).
+    pub fn patches_of(&self, group: &str, plural: &str, namespace: &str, name: &str) -> usize {
+        let prefix = if group.is_empty() {
+            "/api/v1".to_string()
+        } else {
+            let version = self.shared.with_store(|s| {
+                s.resource(group, plural)
+                    .map(|r| r.version.clone())
+                    .unwrap_or_default()
+            });
+            format!("/apis/{group}/{version}")
+        };
+        let path = format!("{prefix}/namespaces/{namespace}/{plural}/{name}");
+        self.requests()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path == path)
+            .count()
+    }
+
     /// The requests served so far.
     pub fn requests(&self) -> Vec<Request> {
         self.shared.with_store(|s| s.requests.clone())
@@ -1218,8 +1268,23 @@ async fn handle(
         (Method::PUT, Some(name)) => parse_body().and_then(|obj| {
             shared.with_store(|s| s.replace(&res, &namespace, &name, obj, status_only, true))
         }),
-        (Method::PATCH, Some(name)) => shared
-            .with_store(|s| s.patch(&res, &namespace, &name, &content_type, &body, status_only)),
+        (Method::PATCH, Some(name)) => shared.with_store(|s| {
+            let ns = if res.namespaced {
+                namespace.clone()
+            } else {
+                String::new()
+            };
+            let key = (res.group.clone(), res.plural.clone(), ns, name.clone());
+            if let Some(i) = s.interfere.iter().position(|(k, _)| *k == key) {
+                let (_, Interference(edit)) = s.interfere.remove(i);
+                if let Some(mut obj) = s.objects.get(&key).cloned() {
+                    edit(&mut obj);
+                    s.replace(&res, &namespace, &name, obj, false, true)
+                        .expect("interfering write");
+                }
+            }
+            s.patch(&res, &namespace, &name, &content_type, &body, status_only)
+        }),
         (Method::DELETE, Some(name)) => shared.with_store(|s| s.delete(&res, &namespace, &name)),
         _ => Err(ApiError::new(
             405,

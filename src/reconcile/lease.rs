@@ -1,0 +1,257 @@
+//! Leader election with a coordination.k8s.io/v1 Lease, written with
+//! optimistic concurrency (the resourceVersion of the Lease that was read
+//! goes into every replace, so two replicas never both win a round).
+//!
+//! Expiry is judged like client-go does: by how long this replica has seen
+//! the same record (holder and renewTime) unchanged, on its own monotonic
+//! clock, so clock skew between nodes does not matter.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{PostParams, ResourceExt};
+use tokio::time::Instant;
+
+/// The Lease's name.
+pub const LEASE_NAME: &str = "knative-ha-webhook-reconcile";
+
+/// Settings of the election.
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    pub name: String,
+    /// `holderIdentity`: the pod name.
+    pub identity: String,
+    /// `leaseDurationSeconds`: how long a record stays valid unrenewed.
+    pub duration: Duration,
+    /// How often the holder renews (and others retry).
+    pub renew_every: Duration,
+}
+
+/// This replica's identity: `POD_NAME`, else hostname and process id.
+pub fn default_identity() -> String {
+    if let Ok(name) = std::env::var("POD_NAME")
+        && !name.is_empty()
+    {
+        return name;
+    }
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!("{host}-{}", std::process::id())
+}
+
+/// The outcome of one election round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Round {
+    /// This replica holds the Lease (acquired or renewed).
+    Leader,
+    /// Someone else holds a valid Lease.
+    Follower { holder: String },
+}
+
+/// What identifies one version of the Lease record: (holder, renewTime).
+type Record = (Option<String>, Option<String>);
+
+/// One replica's view of the Lease.
+pub struct Elector {
+    api: Api<Lease>,
+    config: LeaseConfig,
+    /// (holder, renewTime, resourceVersion) last seen, and when it was
+    /// first seen with those values.
+    observed: Option<(Record, Instant)>,
+    /// When this replica last renewed successfully.
+    last_renew: Option<Instant>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("lease {namespace}/{name}: {action}: {error}")]
+    Api {
+        namespace: String,
+        name: String,
+        action: &'static str,
+        error: String,
+    },
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+impl Elector {
+    pub fn new(client: kube::Client, config: LeaseConfig) -> Elector {
+        Elector {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+            observed: None,
+            last_renew: None,
+        }
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.config.identity
+    }
+
+    fn err(&self, action: &'static str, e: kube::Error) -> LeaseError {
+        LeaseError::Api {
+            namespace: self.config.namespace.clone(),
+            name: self.config.name.clone(),
+            action,
+            error: e.to_string(),
+        }
+    }
+
+    fn spec_for_me(&self, previous: Option<&LeaseSpec>) -> LeaseSpec {
+        let now = MicroTime(Timestamp::now());
+        let mine = previous.and_then(|s| s.holder_identity.as_deref()) == Some(self.identity());
+        let transitions = previous.and_then(|s| s.lease_transitions).unwrap_or(0);
+        LeaseSpec {
+            holder_identity: Some(self.config.identity.clone()),
+            lease_duration_seconds: Some(self.config.duration.as_secs().max(1) as i32),
+            acquire_time: if mine {
+                previous.and_then(|s| s.acquire_time.clone())
+            } else {
+                Some(now.clone())
+            },
+            renew_time: Some(now),
+            lease_transitions: Some(if mine || previous.is_none() {
+                transitions
+            } else {
+                transitions + 1
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// True while the last successful renewal is recent enough to act on.
+    pub fn still_valid(&self) -> bool {
+        self.last_renew.is_some_and(|t| {
+            t.elapsed() < self.config.duration.saturating_sub(self.config.renew_every)
+        })
+    }
+
+    /// One election round: create, renew or take over the Lease.
+    pub async fn round(&mut self) -> Result<Round, LeaseError> {
+        let current = self
+            .api
+            .get_opt(&self.config.name)
+            .await
+            .map_err(|e| self.err("get", e))?;
+        let Some(lease) = current else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.config.name.clone()),
+                    namespace: Some(self.config.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(self.spec_for_me(None)),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => {
+                    self.last_renew = Some(Instant::now());
+                    Ok(Round::Leader)
+                }
+                Err(e) if is_conflict(&e) => Ok(Round::Follower {
+                    holder: "(another replica)".to_string(),
+                }),
+                Err(e) => Err(self.err("create", e)),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+        let record = (
+            holder.clone(),
+            spec.renew_time.as_ref().map(|t| t.0.to_string()),
+        );
+        let now = Instant::now();
+        let seen_since = match &self.observed {
+            Some((r, since)) if *r == record => *since,
+            _ => {
+                self.observed = Some((record, now));
+                now
+            }
+        };
+        let duration = spec
+            .lease_duration_seconds
+            .filter(|s| *s > 0)
+            .map(|s| Duration::from_secs(s as u64))
+            .unwrap_or(self.config.duration);
+        let mine = holder.as_deref() == Some(self.identity());
+        let expired = holder.is_none() || now.duration_since(seen_since) >= duration;
+        if !mine && !expired {
+            self.last_renew = None;
+            return Ok(Round::Follower {
+                holder: holder.unwrap_or_default(),
+            });
+        }
+        let mut next = lease.clone();
+        next.spec = Some(self.spec_for_me(Some(&spec)));
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &next)
+            .await
+        {
+            Ok(written) => {
+                let s = written.spec.unwrap_or_default();
+                self.observed = Some((
+                    (
+                        s.holder_identity.clone(),
+                        s.renew_time.as_ref().map(|t| t.0.to_string()),
+                    ),
+                    Instant::now(),
+                ));
+                self.last_renew = Some(Instant::now());
+                Ok(Round::Leader)
+            }
+            Err(e) if is_conflict(&e) => {
+                self.last_renew = None;
+                Ok(Round::Follower {
+                    holder: "(another replica)".to_string(),
+                })
+            }
+            Err(e) => Err(self.err("replace", e)),
+        }
+    }
+
+    /// Gives the Lease up if this replica holds it (on shutdown), so that
+    /// another replica takes over without waiting for expiry.
+    pub async fn release(&mut self) -> Result<bool, LeaseError> {
+        self.last_renew = None;
+        let Some(mut lease) = self
+            .api
+            .get_opt(&self.config.name)
+            .await
+            .map_err(|e| self.err("get", e))?
+        else {
+            return Ok(false);
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(self.identity()) {
+            return Ok(false);
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        let name = lease.name_any();
+        match self
+            .api
+            .replace(&name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_conflict(&e) => Ok(false),
+            Err(e) => Err(self.err("release", e)),
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Metrics of the reconciler.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::engine::Kind;
+
+/// `kind` (one of the governed kinds) and `result` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub kind: String,
+    /// `success`, `conflict` (the precondition failed; re-read and retried)
+    /// or `error`.
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunLabel {
+    /// `success` or `error`.
+    pub result: String,
+}
+
+/// The reconciler's metrics. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct ReconcileMetrics {
+    /// `knative_ha_webhook_reconcile_writes_total{kind,result}`.
+    pub writes: Family<WriteLabels, Counter>,
+    /// `knative_ha_webhook_reconcile_drift_objects{kind}`: governed objects
+    /// that differ from their policy after the last run (in dry-run mode:
+    /// every drifting object).
+    pub drift: Family<KindLabel, Gauge>,
+    /// `knative_ha_webhook_reconcile_runs_total{result}`.
+    pub runs: Family<RunLabel, Counter>,
+    /// `knative_ha_webhook_reconcile_leader`: 1 while this replica holds
+    /// the reconcile Lease.
+    pub leader: Gauge,
+    /// Drift per (namespace, kind) from the last run of each namespace; the
+    /// gauge is the sum over namespaces.
+    per_namespace: Arc<Mutex<BTreeMap<(String, &'static str), i64>>>,
+}
+
+pub const KINDS: [Kind; 4] = [
+    Kind::Deployment,
+    Kind::HorizontalPodAutoscaler,
+    Kind::PodDisruptionBudget,
+    Kind::ConfigMap,
+];
+
+impl ReconcileMetrics {
+    /// Creates the metrics and registers them under their full names.
+    pub fn register(registry: &mut Registry) -> ReconcileMetrics {
+        let m = ReconcileMetrics::default();
+        registry.register(
+            "knative_ha_webhook_reconcile_writes",
+            "Patches the reconciler sent to bring governed objects in line, by kind and result (success, conflict, error)",
+            m.writes.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_reconcile_drift_objects",
+            "Governed objects that differ from their policy after the last reconcile run, by kind",
+            m.drift.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_reconcile_runs",
+            "Reconcile runs by result (success, error)",
+            m.runs.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_reconcile_leader",
+            "1 while this replica holds the reconcile Lease",
+            m.leader.clone(),
+        );
+        for kind in KINDS {
+            m.drift
+                .get_or_create(&KindLabel {
+                    kind: kind.as_str().to_string(),
+                })
+                .set(0);
+        }
+        m
+    }
+
+    pub fn write(&self, kind: Kind, result: &str) {
+        self.writes
+            .get_or_create(&WriteLabels {
+                kind: kind.as_str().to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn run(&self, ok: bool) {
+        self.runs
+            .get_or_create(&RunLabel {
+                result: if ok { "success" } else { "error" }.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records the drift left in `namespace` after a run.
+    pub fn set_drift(&self, namespace: &str, counts: &BTreeMap<&'static str, i64>) {
+        let mut map = self.per_namespace.lock().unwrap_or_else(|e| e.into_inner());
+        for kind in KINDS {
+            map.insert(
+                (namespace.to_string(), kind.as_str()),
+                counts.get(kind.as_str()).copied().unwrap_or(0),
+            );
+        }
+        self.publish(&map);
+    }
+
+    /// Forgets namespaces that are no longer governed.
+    pub fn retain_namespaces(&self, keep: &dyn Fn(&str) -> bool) {
+        let mut map = self.per_namespace.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|(ns, _), _| keep(ns));
+        self.publish(&map);
+    }
+
+    fn publish(&self, map: &BTreeMap<(String, &'static str), i64>) {
+        for kind in KINDS {
+            let total: i64 = map
+                .iter()
+                .filter(|((_, k), _)| *k == kind.as_str())
+                .map(|(_, n)| *n)
+                .sum();
+            self.drift
+                .get_or_create(&KindLabel {
+                    kind: kind.as_str().to_string(),
+                })
+                .set(total);
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Reading and writing governed objects through the API server.
+
+use std::collections::BTreeSet;
+
+use json_patch::Patch;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, ListParams};
+use serde_json::Value;
+
+use super::ReconcileError;
+use crate::engine::{Kind, LEADER_ELECTION_CONFIGMAP};
+
+/// The API resource a governed kind is read and written as.
+pub fn api_resource(kind: Kind) -> ApiResource {
+    match kind {
+        Kind::Deployment => ApiResource::erase::<Deployment>(&()),
+        Kind::HorizontalPodAutoscaler => ApiResource::erase::<HorizontalPodAutoscaler>(&()),
+        Kind::PodDisruptionBudget => ApiResource::erase::<PodDisruptionBudget>(&()),
+        Kind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
+    }
+}
+
+fn api(client: &kube::Client, kind: Kind, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, &api_resource(kind))
+}
+
+/// The object as JSON with `apiVersion` and `kind` set (list items may
+/// come without them).
+fn to_value(kind: Kind, obj: &DynamicObject) -> Result<Value, ReconcileError> {
+    let mut v = serde_json::to_value(obj).map_err(|e| ReconcileError::Decode {
+        kind: kind.as_str(),
+        error: e.to_string(),
+    })?;
+    let ar = api_resource(kind);
+    v["apiVersion"] = Value::String(ar.api_version);
+    v["kind"] = Value::String(ar.kind);
+    Ok(v)
+}
+
+/// The governed objects of one namespace.
+#[derive(Clone, Debug, Default)]
+pub struct Listed {
+    /// Deployments, HPAs, PDBs and `config-leader-election`, in that order.
+    pub objects: Vec<Value>,
+    /// Deployments some listed HPA scales.
+    pub hpa_targets: BTreeSet<String>,
+}
+
+/// Lists the governed objects of `namespace`.
+pub async fn list_namespace(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<Listed, ReconcileError> {
+    let mut listed = Listed::default();
+    for kind in [
+        Kind::Deployment,
+        Kind::HorizontalPodAutoscaler,
+        Kind::PodDisruptionBudget,
+    ] {
+        let list = api(client, kind, namespace)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| ReconcileError::Api {
+                action: "list",
+                kind: kind.as_str(),
+                namespace: namespace.to_string(),
+                name: String::new(),
+                error: e.to_string(),
+            })?;
+        for item in &list.items {
+            let v = to_value(kind, item)?;
+            if kind == Kind::HorizontalPodAutoscaler
+                && v.pointer("/spec/scaleTargetRef/kind")
+                    .and_then(Value::as_str)
+                    == Some("Deployment")
+                && let Some(target) = v
+                    .pointer("/spec/scaleTargetRef/name")
+                    .and_then(Value::as_str)
+            {
+                listed.hpa_targets.insert(target.to_string());
+            }
+            listed.objects.push(v);
+        }
+    }
+    if let Some(cm) = get(
+        client,
+        Kind::ConfigMap,
+        namespace,
+        LEADER_ELECTION_CONFIGMAP,
+    )
+    .await?
+    {
+        listed.objects.push(cm);
+    }
+    Ok(listed)
+}
+
+/// Reads one object; `None` when it does not exist.
+pub async fn get(
+    client: &kube::Client,
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Value>, ReconcileError> {
+    let obj = api(client, kind, namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| ReconcileError::Api {
+            action: "get",
+            kind: kind.as_str(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            error: e.to_string(),
+        })?;
+    obj.as_ref().map(|o| to_value(kind, o)).transpose()
+}
+
+/// Sends a JSON patch (RFC 6902) to one object.
+pub async fn patch(
+    client: &kube::Client,
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+    patch: &Patch,
+) -> Result<(), kube::Error> {
+    let api = api(client, kind, namespace);
+    let body = serde_json::to_vec(patch).map_err(kube::Error::SerdeError)?;
+    let request = hyper::Request::builder()
+        .method(hyper::Method::PATCH)
+        .uri(format!("{}/{}", api.resource_url(), name))
+        .header(hyper::header::CONTENT_TYPE, "application/json-patch+json")
+        .header(hyper::header::ACCEPT, "application/json")
+        .body(body)
+        .map_err(kube::Error::HttpError)?;
+    client.request::<Value>(request).await.map(|_| ())
+}
