@@ -1,0 +1,206 @@
+//! Engine benchmark: the cost of one admission per governed object of the
+//! Knative v1.23.0 manifests under `examples/policy.yaml`, plus synthetic
+//! 100 KiB and 1 MiB ConfigMaps so the growth with object size is visible,
+//! each in the governed namespace and in an ungoverned one.
+//!
+//! - `mutate`: `engine::mutate` on an already parsed object (the engine alone);
+//! - `parse_and_mutate`: JSON bytes -> `serde_json::Value` -> `engine::mutate`
+//!   (what the request path pays per object besides TLS and HTTP);
+//! - `mutate_again`: the second admission of an object that already carries
+//!   the patch (the idempotent path of a re-apply).
+//!
+//! Run: `cargo bench --bench engine` (add `-- mutate` to filter).
+
+use std::collections::BTreeSet;
+use std::sync::LazyLock;
+
+use knative_ha_webhook::engine::{self, Context, Input, Operation};
+use knative_ha_webhook::policy::Policy;
+use serde_json::Value;
+
+#[path = "support/corpus.rs"]
+mod corpus;
+
+struct Case {
+    namespace: &'static str,
+    object: Value,
+    bytes: Vec<u8>,
+    patched: Value,
+}
+
+static POLICY: LazyLock<Policy> = LazyLock::new(|| {
+    Policy::from_yaml(corpus::POLICY_YAML).expect("examples/policy.yaml is valid")
+});
+
+static CONTEXT: LazyLock<Context> = LazyLock::new(|| Context {
+    // The HPAs of 2-serving-core.yaml target these two.
+    hpa_targets: BTreeSet::from(["activator".to_string(), "webhook".to_string()]),
+});
+
+const UNGOVERNED_CASES: &[&str] = &[
+    "deployment/controller",
+    "configmap/config-leader-election",
+    "configmap/synthetic-100KiB",
+    "configmap/synthetic-1MiB",
+];
+
+static CASES: LazyLock<Vec<(String, Case)>> = LazyLock::new(|| {
+    // Every governed Deployment, HPA and PDB; of the ConfigMaps, the one the
+    // policy edits and one it leaves alone.
+    let mut objects: Vec<(String, Value)> = corpus::governed_objects()
+        .into_iter()
+        .filter(|(l, _)| {
+            !l.starts_with("configmap/")
+                || l == "configmap/config-leader-election"
+                || l == "configmap/config-deployment"
+        })
+        .collect();
+    objects.push((
+        "configmap/synthetic-100KiB".to_string(),
+        corpus::big_configmap(corpus::GOVERNED, "synthetic-100k", 100 * 1024),
+    ));
+    objects.push((
+        "configmap/synthetic-1MiB".to_string(),
+        corpus::big_configmap(corpus::GOVERNED, "synthetic-1m", 1024 * 1024),
+    ));
+    // A governed Deployment that the engine does patch, carrying 1 MiB of
+    // annotation: the cost of copying a large object the policy changes.
+    let mut fat = corpus::controller_deployment();
+    fat["metadata"]["annotations"]["bench/padding"] = Value::String("x".repeat(1024 * 1024));
+    objects.push(("deployment/controller+1MiB-annotation".to_string(), fat));
+    let mut cases = Vec::new();
+    for (namespace, prefix) in [(corpus::GOVERNED, ""), (corpus::UNGOVERNED, "ungoverned:")] {
+        for (label, obj) in &objects {
+            // Outside the governed namespace the engine only has to say no:
+            // a few representatives of each size are enough.
+            if namespace == corpus::UNGOVERNED && !UNGOVERNED_CASES.contains(&label.as_str()) {
+                continue;
+            }
+            let object = corpus::in_namespace(obj, namespace);
+            let bytes = serde_json::to_vec(&object).expect("serialisable");
+            let input = Input {
+                operation: Operation::Create,
+                namespace,
+                object: &object,
+            };
+            let mutation = engine::mutate(&POLICY, &input, &CONTEXT)
+                .unwrap_or_else(|e| panic!("{label}: engine error {e}"));
+            let mut patched = object.clone();
+            json_patch::patch(&mut patched, &mutation.patch)
+                .unwrap_or_else(|e| panic!("{label}: patch does not apply: {e}"));
+            cases.push((
+                format!("{prefix}{label}"),
+                Case {
+                    namespace,
+                    object,
+                    bytes,
+                    patched,
+                },
+            ));
+        }
+    }
+    cases
+});
+
+fn names() -> impl Iterator<Item = &'static str> {
+    CASES.iter().map(|(name, _)| name.as_str())
+}
+
+fn case(name: &str) -> &'static Case {
+    &CASES.iter().find(|(n, _)| n == name).expect("known case").1
+}
+
+#[divan::bench(args = names())]
+fn mutate(bencher: divan::Bencher, name: &str) {
+    let c = case(name);
+    bencher
+        .counter(divan::counter::BytesCount::new(c.bytes.len()))
+        .bench(|| {
+            let input = Input {
+                operation: Operation::Create,
+                namespace: c.namespace,
+                object: divan::black_box(&c.object),
+            };
+            engine::mutate(&POLICY, &input, &CONTEXT)
+        });
+}
+
+#[divan::bench(args = names())]
+fn parse_and_mutate(bencher: divan::Bencher, name: &str) {
+    let c = case(name);
+    bencher
+        .counter(divan::counter::BytesCount::new(c.bytes.len()))
+        .bench(|| {
+            let object: Value =
+                serde_json::from_slice(divan::black_box(&c.bytes)).expect("valid JSON");
+            let input = Input {
+                operation: Operation::Create,
+                namespace: c.namespace,
+                object: &object,
+            };
+            engine::mutate(&POLICY, &input, &CONTEXT).map(|m| m.patch.0.len())
+        });
+}
+
+#[divan::bench(args = names())]
+fn mutate_again(bencher: divan::Bencher, name: &str) {
+    let c = case(name);
+    bencher.bench(|| {
+        let input = Input {
+            operation: Operation::Update,
+            namespace: c.namespace,
+            object: divan::black_box(&c.patched),
+        };
+        engine::mutate(&POLICY, &input, &CONTEXT)
+    });
+}
+
+/// The pure core of `POST /mutate` on the bodies `scripts/bench-load` sends:
+/// bytes -> `admission::review` -> reply JSON bytes (everything but TLS,
+/// HTTP, metrics and the log line). `parse_only` is the floor: the body
+/// parsed into a `serde_json::Value` and dropped.
+mod review {
+    use std::sync::LazyLock;
+
+    use knative_ha_webhook::admission::{self, ReviewOptions};
+    use knative_ha_webhook::store::Snapshot;
+
+    use super::corpus;
+
+    static SNAPSHOT: LazyLock<Snapshot> = LazyLock::new(|| {
+        let mut snapshot = Snapshot::from_policies([super::POLICY.clone()]);
+        snapshot.hpa_targets.insert(
+            corpus::GOVERNED.to_string(),
+            super::CONTEXT.hpa_targets.clone(),
+        );
+        snapshot
+    });
+
+    const BODIES: &[&str] = &["governed", "ungoverned"];
+
+    fn body(name: &str) -> &'static [u8] {
+        match name {
+            "governed" => include_bytes!("../scripts/bench/review-governed.json"),
+            _ => include_bytes!("../scripts/bench/review-ungoverned.json"),
+        }
+    }
+
+    #[divan::bench(args = BODIES)]
+    fn review_to_bytes(name: &str) -> Vec<u8> {
+        let reply = admission::review(
+            &SNAPSHOT,
+            divan::black_box(body(name)),
+            &ReviewOptions::default(),
+        );
+        serde_json::to_vec(&reply.body).expect("serialisable")
+    }
+
+    #[divan::bench(args = BODIES)]
+    fn parse_only(name: &str) -> serde_json::Value {
+        serde_json::from_slice(divan::black_box(body(name))).expect("valid JSON")
+    }
+}
+
+fn main() {
+    divan::main();
+}

@@ -1,0 +1,141 @@
+//! Shared test data for the engine benchmark, the robustness tests and the
+//! fuzz targets (included with `#[path]`): the governed objects of the real
+//! Knative v1.23.0 manifests, synthetic large ConfigMaps, and AdmissionReview
+//! wrappers around them.
+#![allow(dead_code)]
+
+use serde_json::{Value, json};
+
+pub const SERVING_CORE: &str =
+    include_str!("../../tests/fixtures/knative-v1.23.0/2-serving-core.yaml");
+pub const SERVING_HPA: &str =
+    include_str!("../../tests/fixtures/knative-v1.23.0/3-serving-hpa.yaml");
+pub const NET_KOURIER: &str = include_str!("../../tests/fixtures/knative-v1.23.0/net-kourier.yaml");
+pub const POLICY_YAML: &str = include_str!("../../examples/policy.yaml");
+
+/// The namespace `examples/policy.yaml` governs.
+pub const GOVERNED: &str = "knative-serving";
+/// A namespace no policy governs.
+pub const UNGOVERNED: &str = "default";
+
+/// Kinds the webhook is registered for.
+pub const GOVERNED_KINDS: &[&str] = &[
+    "Deployment",
+    "ConfigMap",
+    "HorizontalPodAutoscaler",
+    "PodDisruptionBudget",
+];
+
+/// Every document of the three manifests, in file order.
+pub fn manifest_documents() -> Vec<Value> {
+    let mut docs = Vec::new();
+    for text in [SERVING_CORE, SERVING_HPA, NET_KOURIER] {
+        let parsed: Vec<Value> =
+            serde_saphyr::from_multiple(text).expect("the Knative fixtures are valid YAML");
+        docs.extend(parsed.into_iter().filter(Value::is_object));
+    }
+    docs
+}
+
+/// `kind/name` of a manifest object, lower-case kind (`deployment/activator`).
+pub fn label(obj: &Value) -> String {
+    format!(
+        "{}/{}",
+        obj["kind"].as_str().unwrap_or("?").to_ascii_lowercase(),
+        obj["metadata"]["name"].as_str().unwrap_or("?")
+    )
+}
+
+/// Every Deployment, ConfigMap, HPA and PDB the manifests put in the
+/// governed namespace (what the API server sends the webhook on
+/// `kubectl apply` of a release), labelled `kind/name`.
+pub fn governed_objects() -> Vec<(String, Value)> {
+    manifest_documents()
+        .into_iter()
+        .filter(|d| {
+            d["metadata"]["namespace"] == GOVERNED
+                && GOVERNED_KINDS.contains(&d["kind"].as_str().unwrap_or(""))
+        })
+        .map(|d| (label(&d), d))
+        .collect()
+}
+
+/// A ConfigMap in `namespace` whose `data` holds about `bytes` bytes
+/// (1 KiB values).
+pub fn big_configmap(namespace: &str, name: &str, bytes: usize) -> Value {
+    let mut data = serde_json::Map::new();
+    let value: String = "x".repeat(1024);
+    for i in 0..bytes.div_ceil(1024) {
+        data.insert(format!("key-{i:05}"), Value::String(value.clone()));
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "bench"}},
+        "data": data,
+    })
+}
+
+/// `obj` moved to `namespace`.
+pub fn in_namespace(obj: &Value, namespace: &str) -> Value {
+    let mut obj = obj.clone();
+    obj["metadata"]["namespace"] = Value::String(namespace.to_string());
+    obj
+}
+
+/// group, version, resource of a kind the webhook handles.
+pub fn gvr(kind: &str) -> (&'static str, &'static str, &'static str) {
+    match kind {
+        "Deployment" => ("apps", "v1", "deployments"),
+        "HorizontalPodAutoscaler" => ("autoscaling", "v2", "horizontalpodautoscalers"),
+        "PodDisruptionBudget" => ("policy", "v1", "poddisruptionbudgets"),
+        "ConfigMap" => ("", "v1", "configmaps"),
+        _ => ("", "v1", "unknown"),
+    }
+}
+
+/// An `admission.k8s.io/v1` AdmissionReview as the API server sends it for
+/// `operation` (`CREATE`/`UPDATE`/...) of `object` in `namespace`.
+pub fn review(uid: &str, operation: &str, namespace: &str, object: &Value) -> Value {
+    let kind = object["kind"].as_str().unwrap_or("ConfigMap");
+    let (group, version, resource) = gvr(kind);
+    let mut object = in_namespace(object, namespace);
+    let name = object["metadata"]["name"].clone();
+    let old = if operation == "UPDATE" {
+        object.clone()
+    } else {
+        Value::Null
+    };
+    if operation == "DELETE" {
+        object = Value::Null;
+    }
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "requestKind": {"group": group, "version": version, "kind": kind},
+            "requestResource": {"group": group, "version": version, "resource": resource},
+            "name": name,
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
+            "object": object,
+            "oldObject": old,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions", "fieldManager": "kubectl-client-side-apply"},
+        }
+    })
+}
+
+/// The real review the load script sends: CREATE of the v1.23.0
+/// `controller` Deployment.
+pub fn controller_deployment() -> Value {
+    governed_objects()
+        .into_iter()
+        .find(|(l, _)| l == "deployment/controller")
+        .map(|(_, v)| v)
+        .expect("the controller Deployment is in 2-serving-core.yaml")
+}
