@@ -48,8 +48,6 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// After a failed run: when to try again (instead of the full interval).
 pub const RETRY_AFTER_ERROR: Duration = Duration::from_secs(30);
 
-const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
-
 /// `serve` flags of the reconciler.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReconcileArgs {
@@ -140,16 +138,8 @@ impl ReconcileConfig {
         if !args.enabled {
             return Ok(None);
         }
-        let namespace = namespace
-            .map(str::to_string)
-            .filter(|n| !n.is_empty())
-            .or_else(|| {
-                std::fs::read_to_string(SA_NAMESPACE_FILE)
-                    .ok()
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-            })
-            .ok_or(ReconcileError::NoNamespace)?;
+        let namespace =
+            crate::sources::cluster::own_namespace(namespace).ok_or(ReconcileError::NoNamespace)?;
         Ok(Some(ReconcileConfig {
             interval: args.interval,
             dry_run: args.dry_run,
@@ -847,7 +837,7 @@ mod tests {
         assert_eq!(c.lease.namespace, "khw");
         assert_eq!(c.lease.name, LEASE_NAME);
         assert!(c.dry_run);
-        if !std::path::Path::new(SA_NAMESPACE_FILE).exists() {
+        if !std::path::Path::new(crate::sources::cluster::SA_NAMESPACE_FILE).exists() {
             assert!(matches!(
                 ReconcileConfig::from_args(&on, None),
                 Err(ReconcileError::NoNamespace)

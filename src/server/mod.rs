@@ -196,8 +196,6 @@ pub enum ServerError {
     Reconcile(#[from] crate::reconcile::ReconcileError),
 }
 
-const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
-
 impl Config {
     /// Builds the configuration from the command line.
     pub fn from_args(args: &ServeArgs) -> Result<Config, ServerError> {
@@ -216,16 +214,7 @@ impl Config {
         let policy = match &args.policy_file {
             Some(path) => PolicySource::File(path.clone()),
             None => {
-                let namespace = args
-                    .namespace
-                    .clone()
-                    .filter(|n| !n.is_empty())
-                    .or_else(|| {
-                        std::fs::read_to_string(SA_NAMESPACE_FILE)
-                            .ok()
-                            .map(|s| s.trim().to_string())
-                            .filter(|s| !s.is_empty())
-                    })
+                let namespace = crate::sources::cluster::own_namespace(args.namespace.as_deref())
                     .ok_or(ServerError::NoNamespace)?;
                 PolicySource::Cluster { namespace }
             }

@@ -34,6 +34,23 @@ mod writer;
 
 pub use metrics::{ClusterMetrics, SourceLabel, StateLabel};
 
+/// Where Kubernetes mounts the pod's namespace with its service account token.
+pub const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// The webhook's own namespace: `explicit` (`--namespace` / `POD_NAMESPACE`)
+/// when set and non-empty, else the service account's namespace file.
+pub fn own_namespace(explicit: Option<&str>) -> Option<String> {
+    explicit
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .or_else(|| {
+            std::fs::read_to_string(SA_NAMESPACE_FILE)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        })
+}
+
 /// Settings of the cluster source.
 #[derive(Clone, Debug)]
 pub struct ClusterSourceConfig {
