@@ -56,6 +56,46 @@ struct SourceState<T> {
     synced: bool,
 }
 
+impl<T> SourceState<T> {
+    /// Applies one watcher change. `make` turns an item into the stored
+    /// value, given the value already known under its key (the pending
+    /// relist's first, then the live one); `None` ignores the item.
+    fn apply(&mut self, change: Change, make: impl FnOnce(Option<&T>, Item) -> Option<T>) {
+        match change {
+            Change::Init => self.pending = Some(BTreeMap::new()),
+            Change::InitApply(key, item) => {
+                let prev = self
+                    .pending
+                    .as_ref()
+                    .and_then(|p| p.get(&key))
+                    .or_else(|| self.live.get(&key));
+                if let Some(value) = make(prev, item) {
+                    self.pending
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(key, value);
+                }
+            }
+            Change::Apply(key, item) => {
+                if let Some(value) = make(self.live.get(&key), item) {
+                    self.live.insert(key, value);
+                }
+            }
+            Change::InitDone => {
+                self.live = self.pending.take().unwrap_or_default();
+                self.synced = true;
+            }
+            Change::Delete(key) => {
+                self.live.remove(&key);
+            }
+            Change::Missing => {
+                self.live.clear();
+                self.pending = None;
+                self.synced = true;
+            }
+        }
+    }
+}
+
 impl<T> Default for SourceState<T> {
     fn default() -> Self {
         SourceState {
@@ -88,76 +128,28 @@ impl State {
         self.policies.synced && self.configmaps.synced && self.hpas.synced
     }
 
-    fn apply_policy(state: &mut SourceState<Tracked>, change: Change) {
-        match change {
-            Change::Init => state.pending = Some(BTreeMap::new()),
-            Change::InitApply(key, Item::Policy(obs)) => {
-                let prev = state
-                    .pending
-                    .as_ref()
-                    .and_then(|p| p.get(&key))
-                    .or_else(|| state.live.get(&key));
-                let tracked = fold(prev, *obs);
-                state
-                    .pending
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(key, tracked);
-            }
-            Change::Apply(key, Item::Policy(obs)) => {
-                let tracked = fold(state.live.get(&key), *obs);
-                state.live.insert(key, tracked);
-            }
-            Change::InitDone => {
-                state.live = state.pending.take().unwrap_or_default();
-                state.synced = true;
-            }
-            Change::Delete(key) => {
-                state.live.remove(&key);
-            }
-            Change::Missing => {
-                state.live.clear();
-                state.pending = None;
-                state.synced = true;
-            }
-            Change::InitApply(_, Item::Hpa(_)) | Change::Apply(_, Item::Hpa(_)) => {}
+    /// A policy object's new state: folded into its last valid version.
+    fn policy_item(prev: Option<&Tracked>, item: Item) -> Option<Tracked> {
+        match item {
+            Item::Policy(obs) => Some(fold(prev, *obs)),
+            Item::Hpa(_) => None,
         }
     }
 
-    fn apply_hpa(state: &mut SourceState<HpaTarget>, change: Change) {
-        match change {
-            Change::Init => state.pending = Some(BTreeMap::new()),
-            Change::InitApply(key, Item::Hpa(t)) => {
-                state
-                    .pending
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(key, t);
-            }
-            Change::Apply(key, Item::Hpa(t)) => {
-                state.live.insert(key, t);
-            }
-            Change::InitDone => {
-                state.live = state.pending.take().unwrap_or_default();
-                state.synced = true;
-            }
-            Change::Delete(key) => {
-                state.live.remove(&key);
-            }
-            Change::Missing => {
-                state.live.clear();
-                state.pending = None;
-                state.synced = true;
-            }
-            Change::InitApply(_, Item::Policy(_)) | Change::Apply(_, Item::Policy(_)) => {}
+    fn hpa_item(_prev: Option<&HpaTarget>, item: Item) -> Option<HpaTarget> {
+        match item {
+            Item::Hpa(t) => Some(t),
+            Item::Policy(_) => None,
         }
     }
 
     fn apply(&mut self, msg: Msg) {
         match msg {
-            Msg::Watch(Source::Policies, change) => Self::apply_policy(&mut self.policies, change),
+            Msg::Watch(Source::Policies, change) => self.policies.apply(change, Self::policy_item),
             Msg::Watch(Source::ConfigMaps, change) => {
-                Self::apply_policy(&mut self.configmaps, change)
+                self.configmaps.apply(change, Self::policy_item)
             }
-            Msg::Watch(Source::Hpas, change) => Self::apply_hpa(&mut self.hpas, change),
+            Msg::Watch(Source::Hpas, change) => self.hpas.apply(change, Self::hpa_item),
             Msg::WriteFailed(uid) => {
                 self.sent_status.remove(&uid);
                 self.failed.insert(uid);
