@@ -115,6 +115,26 @@ impl ResourceDef {
     fn key(&self) -> ResKey {
         (self.group.clone(), self.plural.clone())
     }
+
+    /// The store key of one object (cluster-scoped resources ignore `namespace`).
+    fn obj_key(&self, namespace: &str, name: &str) -> ObjKey {
+        let ns = if self.namespaced { namespace } else { "" };
+        (
+            self.group.clone(),
+            self.plural.clone(),
+            ns.to_string(),
+            name.to_string(),
+        )
+    }
+
+    /// The API server's 404 for a missing object of this resource.
+    fn not_found(&self, name: &str) -> ApiError {
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", self.plural),
+        )
+    }
 }
 
 /// The resources registered by [`FakeApi::start`].
@@ -326,12 +346,7 @@ impl Store {
         } else {
             String::new()
         };
-        let key = (
-            res.group.clone(),
-            res.plural.clone(),
-            ns.clone(),
-            name.clone(),
-        );
+        let key = res.obj_key(&ns, &name);
         if self.objects.contains_key(&key) {
             return Err(ApiError::new(
                 409,
@@ -379,19 +394,9 @@ impl Store {
         status_only: bool,
         check_rv: bool,
     ) -> Result<Value, ApiError> {
-        let ns = if res.namespaced { namespace } else { "" };
-        let key = (
-            res.group.clone(),
-            res.plural.clone(),
-            ns.to_string(),
-            name.to_string(),
-        );
+        let key = res.obj_key(namespace, name);
         let Some(old) = self.objects.get(&key).cloned() else {
-            return Err(ApiError::new(
-                404,
-                "NotFound",
-                format!("{} \"{name}\" not found", res.plural),
-            ));
+            return Err(res.not_found(name));
         };
         if !new.is_object() {
             return Err(ApiError::new(400, "BadRequest", "body is not an object"));
@@ -474,19 +479,9 @@ impl Store {
         body: &[u8],
         status_only: bool,
     ) -> Result<Value, ApiError> {
-        let ns = if res.namespaced { namespace } else { "" };
-        let key = (
-            res.group.clone(),
-            res.plural.clone(),
-            ns.to_string(),
-            name.to_string(),
-        );
+        let key = res.obj_key(namespace, name);
         let Some(old) = self.objects.get(&key).cloned() else {
-            return Err(ApiError::new(
-                404,
-                "NotFound",
-                format!("{} \"{name}\" not found", res.plural),
-            ));
+            return Err(res.not_found(name));
         };
         let mut doc = old.clone();
         if content_type.starts_with("application/json-patch+json") {
@@ -519,19 +514,8 @@ impl Store {
         namespace: &str,
         name: &str,
     ) -> Result<Value, ApiError> {
-        let ns = if res.namespaced { namespace } else { "" };
-        let key = (
-            res.group.clone(),
-            res.plural.clone(),
-            ns.to_string(),
-            name.to_string(),
-        );
-        let Some(mut old) = self.objects.remove(&key) else {
-            return Err(ApiError::new(
-                404,
-                "NotFound",
-                format!("{} \"{name}\" not found", res.plural),
-            ));
+        let Some(mut old) = self.objects.remove(&res.obj_key(namespace, name)) else {
+            return Err(res.not_found(name));
         };
         let prev = old.clone();
         let rv = self.next_rv();
@@ -1249,32 +1233,16 @@ async fn handle(
         (Method::POST, None) => parse_body()
             .and_then(|obj| shared.with_store(|s| s.create(&res, &namespace, obj, false))),
         (Method::GET, Some(name)) => shared.with_store(|s| {
-            let ns = if res.namespaced {
-                namespace.clone()
-            } else {
-                String::new()
-            };
             s.objects
-                .get(&(res.group.clone(), res.plural.clone(), ns, name.clone()))
+                .get(&res.obj_key(&namespace, &name))
                 .cloned()
-                .ok_or_else(|| {
-                    ApiError::new(
-                        404,
-                        "NotFound",
-                        format!("{} \"{name}\" not found", res.plural),
-                    )
-                })
+                .ok_or_else(|| res.not_found(&name))
         }),
         (Method::PUT, Some(name)) => parse_body().and_then(|obj| {
             shared.with_store(|s| s.replace(&res, &namespace, &name, obj, status_only, true))
         }),
         (Method::PATCH, Some(name)) => shared.with_store(|s| {
-            let ns = if res.namespaced {
-                namespace.clone()
-            } else {
-                String::new()
-            };
-            let key = (res.group.clone(), res.plural.clone(), ns, name.clone());
+            let key = res.obj_key(&namespace, &name);
             if let Some(i) = s.interfere.iter().position(|(k, _)| *k == key) {
                 let (_, Interference(edit)) = s.interfere.remove(i);
                 if let Some(mut obj) = s.objects.get(&key).cloned() {
