@@ -169,5 +169,72 @@ else
   fail "serve e2e: cargo build" "$(head -c 400 "$work/build.err")"
 fi
 
+# --- BEGIN server availability (issue 12): NetworkPolicy and clientCA ----------------------------
+np_check=$(cat <<'PYEOF'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+case = sys.argv[2]
+nps = [d for d in docs if d["kind"] == "NetworkPolicy"]
+dep = next(d for d in docs if d["kind"] == "Deployment")
+c = dep["spec"]["template"]["spec"]["containers"][0]
+args, vols = c["args"], dep["spec"]["template"]["spec"]["volumes"]
+mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+def ca_arg():
+    return args[args.index("--client-ca") + 1] if "--client-ca" in args else None
+if case == "defaults":
+    assert not nps, "no NetworkPolicy by default"
+    assert ca_arg() is None, "no --client-ca by default"
+elif case == "networkpolicy":
+    (np,) = nps
+    ing = np["spec"]["ingress"]
+    assert np["spec"]["policyTypes"] == ["Ingress"], np["spec"]
+    assert np["spec"]["podSelector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert ing[0]["ports"] == [{"port": 8443, "protocol": "TCP"}], ing[0]
+    assert ing[0]["from"] == [{"ipBlock": {"cidr": "10.0.0.0/16"}}, {"ipBlock": {"cidr": "192.168.1.10/32"}}], ing[0]
+    assert ing[1]["ports"] == [{"port": 9090, "protocol": "TCP"}], ing[1]
+    assert ing[1]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}], ing[1]
+elif case == "networkpolicy-open":
+    (np,) = nps
+    ing = np["spec"]["ingress"]
+    assert len(ing) == 1 and "from" not in ing[0], "admission port from anywhere, metrics port closed: %s" % ing
+elif case in ("clientca-secret", "clientca-configmap"):
+    assert ca_arg() == "/client-ca/bundle.pem", args
+    assert mounts.get("client-ca") == "/client-ca", mounts
+    (v,) = [v for v in vols if v["name"] == "client-ca"]
+    src = v.get("secret", {}).get("secretName") or v.get("configMap", {}).get("name")
+    assert src == "my-ca", v
+    assert ("secret" in v) == (case == "clientca-secret"), v
+print("ok")
+PYEOF
+)
+np_render() { "$HELM" template khw "$CHART" --namespace khw-system "$@" 2>&1; }
+for case in defaults networkpolicy networkpolicy-open clientca-secret clientca-configmap; do
+  case $case in
+    defaults) set_args=() ;;
+    networkpolicy) set_args=(--set networkPolicy.enabled=true --set 'networkPolicy.admissionFrom={10.0.0.0/16,192.168.1.10/32}'
+      --set networkPolicy.metricsNamespaceLabels.kubernetes\\.io/metadata\\.name=monitoring) ;;
+    networkpolicy-open) set_args=(--set networkPolicy.enabled=true) ;;
+    clientca-secret) set_args=(--set clientCA.secretName=my-ca --set clientCA.key=bundle.pem) ;;
+    clientca-configmap) set_args=(--set clientCA.configMapName=my-ca --set clientCA.key=bundle.pem) ;;
+  esac
+  if out=$(np_render "${set_args[@]}") && echo "$out" >"$work/np-$case.yaml" \
+    && res=$("$PY" -c "$np_check" "$work/np-$case.yaml" "$case" 2>&1); then
+    pass "issue 12 chart: $case renders as documented"
+  else
+    fail "issue 12 chart: $case" "${res:-$out}"
+  fi
+done
+if np_render --set clientCA.secretName=a --set clientCA.configMapName=b >/dev/null; then
+  fail "issue 12 chart: clientCA with both a Secret and a ConfigMap is rejected"
+else
+  pass "issue 12 chart: clientCA with both a Secret and a ConfigMap is rejected"
+fi
+if np_render --set networkPolicy.enabled=true --set 'networkPolicy.admissionFrom={not-a-cidr}' >/dev/null; then
+  fail "issue 12 chart: networkPolicy.admissionFrom rejects a value that is not a CIDR"
+else
+  pass "issue 12 chart: networkPolicy.admissionFrom rejects a value that is not a CIDR"
+fi
+# --- END server availability (issue 12) ----------------------------------------------------------
+
 echo "chart: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -637,7 +637,8 @@ def check_defaults(r: Rendered, app_version: str) -> None:
 # Values whose content is a Kubernetes object or free-form map: documented and typed as a whole.
 OPAQUE_VALUES = {"resources", "podSecurityContext", "securityContext", "defaultPolicy.spec", "affinity",
                  "nodeSelector", "commonLabels", "podLabels", "podAnnotations", "serviceAccount.annotations",
-                 "webhook.annotations", "service.annotations", "serviceMonitor.labels"}
+                 "webhook.annotations", "service.annotations", "serviceMonitor.labels",
+                 "networkPolicy.metricsNamespaceLabels"}
 
 
 def value_paths(d: dict, prefix: str = "") -> set[str]:
