@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::engine::{Input, Operation};
 use crate::store::Snapshot;
+use crate::telemetry::clip;
 
 /// The warning attached while the policy sources are still syncing.
 pub const NOT_SYNCED_WARNING: &str =
@@ -96,14 +97,6 @@ pub struct ReviewReply {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ReviewIn {
-    api_version: Option<String>,
-    kind: Option<String>,
-    request: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct RequestIn {
     uid: String,
     kind: Option<GvkIn>,
@@ -158,6 +151,8 @@ pub fn error_body(code: u16, reason: &str, message: &str) -> Value {
 }
 
 fn bad_request(message: String) -> ReviewReply {
+    // serde's messages quote the offending content: never echo it whole.
+    let message = clip(&message, 4 * ECHO_BYTES);
     ReviewReply {
         status: 400,
         body: error_body(400, "BadRequest", &message),
@@ -206,45 +201,62 @@ struct ReviewFast {
     request: Option<RequestIn>,
 }
 
-/// Parses the body in one pass; only when that fails is it parsed again,
-/// step by step, to say precisely what is wrong (bad input is rare, and
-/// the precise message is worth a second parse there).
+/// The review's outer shape, for the message when the one-pass parse
+/// failed: nothing below `request` is kept (no second copy of the object).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewShape {
+    api_version: Option<String>,
+    kind: Option<String>,
+    #[allow(dead_code)]
+    request: Option<serde::de::IgnoredAny>,
+}
+
+/// Longest `request.uid` accepted (the API server sends a UUID).
+pub const MAX_UID_BYTES: usize = 256;
+
+/// Longest piece of request content echoed in an answer or a log line.
+pub const ECHO_BYTES: usize = 256;
+
+/// Parses the body in one pass. When that fails, the message comes from
+/// that pass's error and a look at the outer shape that allocates nothing
+/// for the object, so a bad body never costs a second full parse.
 /// Returns the review's apiVersion, kind (mirrored in the answer) and
 /// request, or why the body is not a usable AdmissionReview.
 fn parse_review(body: &[u8]) -> Result<(String, String, RequestIn), String> {
     let (api_version, review_kind, request) = match serde_json::from_slice::<ReviewFast>(body) {
         Ok(r) => (r.api_version, r.kind, r.request.map(Ok)),
-        Err(_) => {
-            let parsed: ReviewIn = match serde_json::from_slice::<Value>(body) {
-                Err(e) => return Err(format!("body is not JSON: {e}")),
-                Ok(value) if !value.is_object() => {
-                    return Err(
-                        "not an AdmissionReview: the body is JSON but not an object".to_string()
-                    );
-                }
-                Ok(value) => match serde_json::from_value(value) {
-                    Ok(r) => r,
-                    Err(e) => return Err(format!("not an AdmissionReview: {e}")),
-                },
-            };
-            let request = match parsed.request {
-                None | Some(Value::Null) => None,
-                Some(value) => Some(serde_json::from_value::<RequestIn>(value)),
-            };
-            (parsed.api_version, parsed.kind, request)
+        Err(fast) => {
+            if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+                return Err(format!("body is not JSON: {e}"));
+            }
+            if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+                return Err(
+                    "not an AdmissionReview: the body is JSON but not an object".to_string()
+                );
+            }
+            let shape = serde_json::from_slice::<ReviewShape>(body)
+                .map_err(|e| format!("not an AdmissionReview: {e}"))?;
+            (shape.api_version, shape.kind, Some(Err(fast)))
         }
     };
     let api_version = api_version.unwrap_or_default();
     let review_kind = review_kind.unwrap_or_default();
     if review_kind != "AdmissionReview" || !api_version.starts_with("admission.k8s.io/") {
         return Err(format!(
-            "not an AdmissionReview: apiVersion {api_version:?}, kind {review_kind:?} \
-             (want admission.k8s.io/v1, AdmissionReview)"
+            "not an AdmissionReview: apiVersion {:?}, kind {:?} \
+             (want admission.k8s.io/v1, AdmissionReview)",
+            clip(&api_version, ECHO_BYTES),
+            clip(&review_kind, ECHO_BYTES),
         ));
     }
     match request {
         None => Err("AdmissionReview has no request".to_string()),
         Some(Err(e)) => Err(format!("AdmissionReview request: {e}")),
+        Some(Ok(request)) if request.uid.len() > MAX_UID_BYTES => Err(format!(
+            "AdmissionReview request.uid is {} bytes; at most {MAX_UID_BYTES} are accepted",
+            request.uid.len()
+        )),
         Some(Ok(request)) => Ok((api_version, review_kind, request)),
     }
 }
@@ -258,7 +270,7 @@ pub fn review(snapshot: &Snapshot, body: &[u8], opts: &ReviewOptions) -> ReviewR
     let Some((operation, op_label)) = parse_operation(&request.operation) else {
         return bad_request(format!(
             "AdmissionReview request.operation: unknown operation {:?}",
-            request.operation
+            clip(&request.operation, ECHO_BYTES)
         ));
     };
     let kind = request.kind.as_ref().map(|k| k.kind.as_str()).unwrap_or("");

@@ -138,6 +138,13 @@ impl Metrics {
             m.http_errors.clone(),
         );
         registry.register(n("ready"), "1 when /readyz answers 200", m.ready.clone());
+        let build_info = Family::<Vec<(String, String)>, Gauge>::default();
+        build_info.get_or_create(&build_labels()).set(1);
+        registry.register(
+            n("build_info"),
+            "Always 1; the labels name the running build",
+            build_info,
+        );
         registry.register(
             n("policy_synced"),
             "1 when a valid, synced policy snapshot is loaded",
@@ -178,6 +185,16 @@ impl Metrics {
             })
             .inc();
     }
+}
+
+/// `version` (the crate version) and, when the build set
+/// `KHW_GIT_REVISION`, `revision`.
+fn build_labels() -> Vec<(String, String)> {
+    let mut labels = vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())];
+    if let Some(rev) = option_env!("KHW_GIT_REVISION").filter(|r| !r.is_empty()) {
+        labels.push(("revision".to_string(), rev.to_string()));
+    }
+    labels
 }
 
 fn result(ok: bool) -> ReloadResult {
@@ -223,9 +240,81 @@ pub fn init_logging(format: LogFormat) {
             .flatten_event(true)
             .with_current_span(false)
             .try_init(),
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => {
+            // Colours only on a terminal: never escape codes in files or pipes.
+            use std::io::IsTerminal;
+            builder
+                .with_ansi(std::io::stderr().is_terminal())
+                .try_init()
+        }
     };
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary), with a
+/// note of how much was left out.
+pub fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...({} bytes more)", &text[..end], text.len() - end)
+}
+
+/// Request content made safe for a log line in any format: clipped to
+/// `max` bytes, control characters (newlines, ANSI escapes) written as
+/// `\u{..}` escapes so that a value can neither forge a line nor colour one.
+pub fn loggable(text: &str, max: usize) -> String {
+    let clipped = clip(text, max);
+    if !clipped.chars().any(char::is_control) {
+        return clipped;
+    }
+    clipped
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// A shared, read-only registry for the `/metrics` endpoint.
 pub type SharedRegistry = Arc<Registry>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_and_loggable() {
+        assert_eq!(clip("short", 10), "short");
+        let long = "é".repeat(200);
+        let c = clip(&long, 255);
+        assert!(
+            c.starts_with(&"é".repeat(127)) && c.ends_with("...(146 bytes more)"),
+            "{c}"
+        );
+        let forged = "u1\n{\"level\":\"ERROR\"}\u{1b}[31mred";
+        let l = loggable(forged, 256);
+        assert!(!l.chars().any(char::is_control), "{l}");
+        assert!(l.contains("\\u{a}") && l.contains("\\u{1b}"), "{l}");
+        assert_eq!(loggable("plain-name", 256), "plain-name");
+    }
+
+    #[test]
+    fn build_info_is_exported() {
+        let mut registry = Registry::default();
+        Metrics::register(&mut registry);
+        let text = encode(&registry);
+        let want = format!(
+            "knative_ha_webhook_build_info{{version=\"{}\"",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.contains(&want), "{text}");
+    }
+}

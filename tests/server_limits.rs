@@ -66,7 +66,7 @@ async fn idle_connections_are_closed() {
 #[tokio::test]
 async fn slow_handshakes_are_cut_off() {
     let fx = Fixture::start_with(|c: &mut Config| {
-        c.limits.handshake_timeout = Duration::from_millis(300);
+        c.limits.header_read_timeout = Duration::from_millis(300);
     })
     .await;
     // TCP connected, no ClientHello.
@@ -109,16 +109,14 @@ async fn slow_request_heads_are_cut_off() {
 }
 
 #[tokio::test]
-async fn connection_cap_holds_further_clients_until_a_slot_frees() {
+async fn connection_cap_sheds_the_longest_idle_connection() {
     let fx = Fixture::start_with(|c: &mut Config| {
         c.limits.max_connections = 1;
-        c.limits.handshake_timeout = Duration::from_secs(60);
+        c.limits.header_read_timeout = Duration::from_secs(60);
     })
     .await;
-    // Occupy the only slot with a silent TCP connection.
-    let hog = tokio::net::TcpStream::connect(fx.server.addr)
-        .await
-        .unwrap();
+    // Take the only slot with a TLS connection that sends nothing.
+    let mut hog = raw_tls(&fx.pki.ca_pem, fx.server.addr).await;
     let m = fx.server.metrics_addr;
     assert!(
         wait_until(Duration::from_secs(10), || async move {
@@ -126,29 +124,23 @@ async fn connection_cap_holds_further_clients_until_a_slot_frees() {
         })
         .await
     );
+    // A new client is served at once: the idle hog makes room.
     let client = fx.client(Proto::Http1);
-    let url = fx.url();
-    let waiting = tokio::spawn(async move {
-        client
-            .post(url)
-            .body("{}")
-            .send()
-            .await
-            .map(|r| r.status().as_u16())
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let resp = client.post(fx.url()).body("{}").send().await.unwrap();
+    assert_eq!(resp.status(), 400);
     assert!(
-        !waiting.is_finished(),
-        "second client waits while the cap is reached"
+        closed_by_server(&mut hog).await,
+        "the idle connection was closed to make room"
     );
-    assert_eq!(open_connections(m).await, 1.0, "never more than the cap");
-    drop(hog);
-    let status = tokio::time::timeout(Duration::from_secs(20), waiting)
-        .await
-        .expect("served once the slot frees")
-        .unwrap()
-        .unwrap();
-    assert_eq!(status, 400);
+    let m = metrics_text(fx.server.metrics_addr).await;
+    assert_eq!(
+        sample(
+            &m,
+            "knative_ha_webhook_connection_errors_total{reason=\"shed_idle\"}"
+        ),
+        Some(1.0),
+        "{m}"
+    );
     fx.server.stop().await;
 }
 

@@ -6,14 +6,18 @@
 //!   completes, then drains (see [`Server::run`]).
 //! - [`router`]: the HTTPS routes alone, for in-process tests.
 
+mod budget;
+mod conn;
 mod listener;
 pub mod probes;
+mod process;
 mod routes;
+mod slots;
+mod stall;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -22,8 +26,10 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
+pub use budget::{Budget, DEFAULT_BUDGET_BYTES, DEFAULT_BUDGET_WAIT};
 pub use listener::Limits;
-pub use routes::{AppState, router};
+pub use process::{run_cli, shutdown_signal};
+pub use routes::{AppState, router, router_with_budget};
 
 use crate::admission::{OnError, ReviewOptions};
 use crate::sources::file::FileSource;
@@ -134,6 +140,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
+/// Default connection cap of the metrics/probe listener.
+pub const METRICS_MAX_CONNECTIONS: usize = 32;
+
 /// Where policies come from.
 #[derive(Clone, Debug)]
 pub enum PolicySource {
@@ -156,7 +165,14 @@ pub struct Config {
     /// After the listener closed: how long in-flight requests may take.
     pub drain_timeout: Duration,
     pub on_error: OnError,
+    /// Limits of the HTTPS listener.
     pub limits: Limits,
+    /// Connection cap of the metrics/probe listener (same deadlines as `limits`).
+    pub metrics_max_connections: usize,
+    /// Bytes of request bodies in flight, at most (see [`Budget`]).
+    pub body_budget_bytes: usize,
+    /// How long a request waits for body budget before a 503.
+    pub body_budget_wait: Duration,
     pub tls_poll_interval: Duration,
     pub policy_poll_interval: Duration,
     /// Bring existing objects in line (`--reconcile`); None when off.
@@ -228,6 +244,9 @@ impl Config {
             drain_timeout: Duration::from_secs(30),
             on_error: args.on_error,
             limits: Limits::default(),
+            metrics_max_connections: METRICS_MAX_CONNECTIONS,
+            body_budget_bytes: DEFAULT_BUDGET_BYTES,
+            body_budget_wait: DEFAULT_BUDGET_WAIT,
             tls_poll_interval: Duration::from_millis(500),
             policy_poll_interval: crate::sources::file::POLL_INTERVAL,
             reconcile: crate::reconcile::ReconcileConfig::from_args(
@@ -250,6 +269,9 @@ impl Config {
             drain_timeout: Duration::from_secs(30),
             on_error: OnError::Allow,
             limits: Limits::default(),
+            metrics_max_connections: METRICS_MAX_CONNECTIONS,
+            body_budget_bytes: DEFAULT_BUDGET_BYTES,
+            body_budget_wait: DEFAULT_BUDGET_WAIT,
             tls_poll_interval: Duration::from_millis(200),
             policy_poll_interval: Duration::from_millis(200),
             reconcile: None,
@@ -408,15 +430,21 @@ impl Server {
         };
         let metrics_addr = metrics_listener.local_addr().ok();
         let (metrics_stop_tx, metrics_stop_rx) = watch::channel(false);
-        let probe_router = probes::router(readiness, registry);
-        let metrics_task = tokio::spawn(async move {
-            let mut rx = metrics_stop_rx;
-            axum::serve(metrics_listener, probe_router)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|v| *v).await;
-                })
-                .await
-        });
+        let (_never_draining, not_draining) = watch::channel(false);
+        let metrics_limits = config.limits.for_metrics(config.metrics_max_connections);
+        let probes = listener::Listener {
+            listener: metrics_listener,
+            tls: None,
+            shared: conn_shared(
+                probes::router(readiness, registry),
+                not_draining,
+                None,
+                metrics_limits,
+            ),
+            live: Arc::new(Semaphore::new(listener::LIVE_MAX as usize)),
+            name: "metrics",
+        };
+        let metrics_task = tokio::spawn(probes.run(metrics_stop_rx.clone(), metrics_stop_rx));
 
         let state = AppState {
             store,
@@ -425,19 +453,22 @@ impl Server {
                 on_error: config.on_error,
             },
         };
-        let max = config.limits.max_connections.max(1);
-        let connections = Arc::new(Semaphore::new(max));
+        let budget = Budget::new(config.body_budget_bytes, config.body_budget_wait);
+        let live = Arc::new(Semaphore::new(listener::LIVE_MAX as usize));
         let (stop_accept_tx, stop_accept_rx) = watch::channel(false);
         let (close_tx, close_rx) = watch::channel(false);
         let (draining_tx, draining_rx) = watch::channel(false);
         let https = listener::Listener {
             listener,
-            draining: draining_rx,
-            router: router(state),
-            tls,
-            metrics,
-            limits: config.limits,
-            connections: connections.clone(),
+            tls: Some(tls),
+            shared: conn_shared(
+                router_with_budget(state, budget),
+                draining_rx,
+                Some(metrics),
+                config.limits,
+            ),
+            live: live.clone(),
+            name: "https",
         };
         let bound = https.listener.local_addr().ok();
         let metrics_bound = metrics_addr;
@@ -473,7 +504,7 @@ impl Server {
         let _ = accept_task.await;
         let _ = close_tx.send(true);
         let drained =
-            tokio::time::timeout(config.drain_timeout, connections.acquire_many(max as u32)).await;
+            tokio::time::timeout(config.drain_timeout, live.acquire_many(listener::LIVE_MAX)).await;
         match drained {
             Ok(_) => tracing::info!("all connections closed"),
             Err(_) => tracing::warn!(
@@ -483,10 +514,7 @@ impl Server {
         }
         background.abort_all();
         let _ = metrics_stop_tx.send(true);
-        match metrics_task.await {
-            Ok(Err(e)) if failure.is_none() => failure = Some(ServerError::Metrics(e)),
-            _ => {}
-        }
+        let _ = metrics_task.await;
         match failure {
             Some(e) => Err(e),
             None => Ok(()),
@@ -494,58 +522,21 @@ impl Server {
     }
 }
 
-/// Installs the SIGTERM and SIGINT handlers now (call inside the runtime,
-/// before announcing readiness) and returns a future that completes on
-/// either signal.
-pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let handlers = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        );
-        async move {
-            match handlers {
-                (Ok(mut term), Ok(mut int)) => {
-                    tokio::select! {
-                        _ = term.recv() => tracing::info!("received SIGTERM"),
-                        _ = int.recv() => tracing::info!("received SIGINT"),
-                    }
-                }
-                _ => {
-                    let _ = tokio::signal::ctrl_c().await;
-                }
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        async move {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
-/// `knative-ha-webhook serve`.
-pub fn run_cli(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    crate::telemetry::init_logging(args.log_format);
-    let config = Config::from_args(&args)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let result = runtime.block_on(async move {
-        // Handlers first: a signal during start-up must not kill the process.
-        let signal = shutdown_signal();
-        let server = Server::bind(config).await?;
-        server.run(signal).await?;
-        tracing::info!("stopped");
-        Ok::<_, anyhow::Error>(())
-    });
-    // Do not wait for a blocking file read that is still in progress.
-    runtime.shutdown_timeout(Duration::from_millis(500));
-    result?;
-    Ok(ExitCode::SUCCESS)
+/// The shared state of one listener's connections.
+fn conn_shared(
+    router: axum::Router,
+    draining: watch::Receiver<bool>,
+    metrics: Option<Metrics>,
+    limits: Limits,
+) -> Arc<conn::Shared> {
+    Arc::new(conn::Shared {
+        router,
+        draining,
+        metrics,
+        limits,
+        handshakes: slots::Slots::new(limits.max_handshakes, slots::Evict::Oldest),
+        established: slots::Slots::new(limits.max_connections, slots::Evict::LongestIdle),
+    })
 }
 
 #[cfg(test)]

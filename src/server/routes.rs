@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use axum::Extension;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -11,9 +12,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::BodyExt;
 
+use super::budget::{Budget, Charge};
 use crate::admission::{self, MAX_BODY_BYTES, Outcome, ReviewOptions};
 use crate::store::PolicyStore;
-use crate::telemetry::{KindLabels, Metrics, RequestLabels};
+use crate::telemetry::{KindLabels, Metrics, RequestLabels, clip, loggable};
 
 /// Reading a request body must finish within this time.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -32,9 +34,15 @@ pub struct AppState {
 /// The HTTPS router: `POST /mutate`; 405 for other methods on it, 404
 /// elsewhere; every answer has a JSON body.
 pub fn router(state: AppState) -> Router {
+    router_with_budget(state, Budget::default())
+}
+
+/// [`router`] with the given memory budget for request bodies.
+pub fn router_with_budget(state: AppState, budget: Budget) -> Router {
     Router::new()
         .route("/mutate", post(mutate).fallback(method_not_allowed))
         .fallback(not_found)
+        .layer(Extension(budget))
         .with_state(state)
 }
 
@@ -50,7 +58,7 @@ async fn not_found(State(state): State<AppState>, uri: axum::http::Uri) -> Respo
         "NotFound",
         &format!(
             "no such path {}; the webhook serves POST /mutate",
-            uri.path()
+            clip(uri.path(), 256)
         ),
     )
 }
@@ -83,53 +91,105 @@ impl Drop for InFlight<'_> {
     }
 }
 
-async fn mutate(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let started = Instant::now();
-    let metrics = &state.metrics;
-    metrics.in_flight.inc();
-    let _in_flight = InFlight(metrics);
-
+/// Reads the body within the size limit, the read timeout and the memory
+/// budget; the charge is held until the review is answered.
+async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    budget: &Budget,
+    metrics: &Metrics,
+) -> Result<(Vec<u8>, Charge), Response> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
-        return too_large(metrics);
+        return Err(too_large(metrics));
     }
-    let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
-    let bytes = match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
+    let declared = declared.unwrap_or(0) as usize;
+    let mut charge = budget
+        .charge(declared)
+        .await
+        .ok_or_else(|| over_budget(metrics))?;
+    let mut charged = declared;
+    let mut bytes = Vec::with_capacity(declared);
+    let mut body = body;
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                metrics.http_error("body_read");
+                let msg = format!("reading the request body: {e}");
+                json_error(StatusCode::BAD_REQUEST, "BadRequest", &clip(&msg, 256))
+            })?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            let len = bytes.len() + data.len();
+            if len > MAX_BODY_BYTES {
+                return Err(too_large(metrics));
+            }
+            if len > charged {
+                if !budget.add(&mut charge, len - charged).await {
+                    return Err(over_budget(metrics));
+                }
+                charged = len;
+            }
+            bytes.extend_from_slice(&data);
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
         Err(_) => {
             metrics.http_error("body_timeout");
-            return json_error(
+            Err(json_error(
                 StatusCode::REQUEST_TIMEOUT,
                 "Timeout",
                 "request body not received in time",
-            );
+            ))
         }
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e))
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            return too_large(metrics);
-        }
-        Ok(Err(e)) => {
-            metrics.http_error("body_read");
-            return json_error(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                &format!("reading the request body: {e}"),
-            );
-        }
+        Ok(Err(resp)) => Err(resp),
+        Ok(Ok(())) => Ok((bytes, charge)),
+    }
+}
+
+fn over_budget(metrics: &Metrics) -> Response {
+    metrics.http_error("over_budget");
+    let mut resp = json_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ServiceUnavailable",
+        "too many request bytes in flight; retry shortly",
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    resp
+}
+
+async fn mutate(
+    State(state): State<AppState>,
+    Extension(budget): Extension<Budget>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let metrics = &state.metrics;
+    metrics.in_flight.inc();
+    let _in_flight = InFlight(metrics);
+    let (bytes, charge) = match read_body(body, &headers, &budget, metrics).await {
+        Ok(read) => read,
+        Err(resp) => return resp,
     };
 
     let snapshot = state.store.load();
     let options = state.options;
     let reply = if bytes.len() > LARGE_BODY_BYTES {
-        // Parsing megabytes of JSON would stall an async worker.
-        match tokio::task::spawn_blocking(move || admission::review(&snapshot, &bytes, &options))
-            .await
-        {
+        // Parsing megabytes of JSON would stall an async worker. The
+        // charge stays with the review, even if this request is abandoned.
+        let review = move || {
+            let reply = admission::review(&snapshot, &bytes, &options);
+            drop((bytes, charge));
+            reply
+        };
+        match tokio::task::spawn_blocking(review).await {
             Ok(reply) => reply,
             Err(e) => {
                 metrics.http_error("internal");
@@ -142,7 +202,9 @@ async fn mutate(State(state): State<AppState>, headers: HeaderMap, body: Body) -
             }
         }
     } else {
-        admission::review(&snapshot, &bytes, &options)
+        let reply = admission::review(&snapshot, &bytes, &options);
+        drop((bytes, charge));
+        reply
     };
     let elapsed = started.elapsed();
 
@@ -172,18 +234,23 @@ async fn mutate(State(state): State<AppState>, headers: HeaderMap, body: Body) -
     }
 
     let duration_ms = elapsed.as_secs_f64() * 1000.0;
+    let (uid, namespace, name) = (
+        loggable(&reply.uid, 256),
+        loggable(&reply.namespace, 256),
+        loggable(&reply.name, 256),
+    );
     match (&reply.outcome, &reply.error) {
         (Outcome::ErrorAllowed | Outcome::ErrorDenied, Some(err)) => tracing::error!(
-            uid = %reply.uid, kind = reply.kind, namespace = %reply.namespace, name = %reply.name,
+            uid = %uid, kind = reply.kind, namespace = %namespace, name = %name,
             operation = reply.operation, outcome = reply.outcome.as_str(), patch_ops = reply.patch_ops,
-            duration_ms, error = %err, "review failed"
+            duration_ms, error = %loggable(err, 1024), "review failed"
         ),
         (Outcome::BadRequest, err) => tracing::warn!(
             outcome = reply.outcome.as_str(), duration_ms,
-            error = %err.as_deref().unwrap_or(""), "bad admission request"
+            error = %loggable(err.as_deref().unwrap_or(""), 1024), "bad admission request"
         ),
         _ => tracing::info!(
-            uid = %reply.uid, kind = reply.kind, namespace = %reply.namespace, name = %reply.name,
+            uid = %uid, kind = reply.kind, namespace = %namespace, name = %name,
             operation = reply.operation, outcome = reply.outcome.as_str(), patch_ops = reply.patch_ops,
             duration_ms, "review"
         ),

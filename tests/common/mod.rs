@@ -411,6 +411,15 @@ pub async fn raw_tls(
     ca_pem: &str,
     addr: SocketAddr,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    raw_tls_alpn(ca_pem, addr, b"http/1.1").await
+}
+
+/// A raw TLS connection offering only `alpn` (e.g. `b"h2"` for frames by hand).
+pub async fn raw_tls_alpn(
+    ca_pem: &str,
+    addr: SocketAddr,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     knative_ha_webhook::tls::install_crypto_provider();
     let mut roots = rustls::RootCertStore::empty();
     for c in knative_ha_webhook::tls::parse_chain(ca_pem.as_bytes(), Path::new("ca")).unwrap() {
@@ -419,7 +428,7 @@ pub async fn raw_tls(
     let mut config = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     connector
