@@ -357,3 +357,33 @@ async fn bad_request_answers_do_not_echo_the_request() {
     }
     fx.server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_client_with_a_closed_window_is_dropped_after_the_write_timeout() {
+    let fx = Fixture::start_with(|c: &mut Config| {
+        c.limits.write_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let mut s = raw_tls_alpn(&fx.pki.ca_pem, fx.server.addr, b"h2").await;
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    // SETTINGS_INITIAL_WINDOW_SIZE = 0: no answer body can be sent.
+    hello.extend_from_slice(&h2_frame(0x4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    hello.extend_from_slice(&h2_frame(0x1, 0x5, 1, &[0x82, 0x87, 0x84]));
+    s.write_all(&hello).await.unwrap();
+    s.flush().await.unwrap();
+    let closed = wait_until(CLOSE_BOUND, || async {
+        let m = metrics_text(fx.server.metrics_addr).await;
+        sample(
+            &m,
+            "knative_ha_webhook_connection_errors_total{reason=\"write_timeout\"}",
+        ) == Some(1.0)
+            && sample(&m, "knative_ha_webhook_open_connections") == Some(0.0)
+    })
+    .await;
+    assert!(
+        closed,
+        "the connection whose answer is never taken is dropped"
+    );
+    drop(s);
+    fx.server.stop().await;
+}
