@@ -17,8 +17,8 @@ use crate::tls::TlsReloader;
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     /// Connections past the TLS handshake, at most; when full, the one idle
-    /// the longest is closed to make room (a new one is refused only when
-    /// every connection has a request in progress).
+    /// the longest is closed to make room (when every connection has a
+    /// request in progress, the one whose request has lasted the longest).
     pub max_connections: usize,
     /// TLS handshakes in progress, at most; when full, the oldest is dropped.
     pub max_handshakes: usize,

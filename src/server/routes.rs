@@ -17,8 +17,9 @@ use crate::admission::{self, MAX_BODY_BYTES, Outcome, ReviewOptions};
 use crate::store::PolicyStore;
 use crate::telemetry::{KindLabels, Metrics, RequestLabels, clip, loggable};
 
-/// Reading a request body must finish within this time.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Reading a request body must finish within this time (the API server
+/// sends it at once; a slow body holds memory budget).
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bodies larger than this are reviewed on the blocking thread pool.
 const LARGE_BODY_BYTES: usize = 256 * 1024;

@@ -5,7 +5,7 @@
 //! - Handshakes: when full, the oldest handshake is dropped.
 //! - Established: when full, the connection idle the longest (no request in
 //!   progress, oldest last request) is told to close; if every connection
-//!   is busy, the new one is refused.
+//!   is busy, the one whose request has lasted the longest.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 pub(crate) enum Evict {
     /// The oldest entry.
     Oldest,
-    /// The entry idle the longest; none if every entry is busy.
+    /// The entry idle the longest, else the one busy the longest.
     LongestIdle,
 }
 
@@ -63,6 +63,13 @@ impl Activity {
     /// True once a complete request head was received.
     pub fn seen_request(&self) -> bool {
         self.requests.load(Ordering::SeqCst) > 0
+    }
+
+    /// Time since the start or end of the last request (since accept
+    /// before the first one).
+    pub fn since_last_request(&self) -> Duration {
+        let last = self.last_request_ms.load(Ordering::SeqCst);
+        Duration::from_millis(self.now_ms().saturating_sub(last))
     }
 
     /// How long no request has been in progress (zero while one is).
@@ -120,14 +127,17 @@ impl Slots {
         if entries.len() >= self.cap {
             let victim = match self.evict {
                 Evict::Oldest => entries.keys().next().copied(),
+                // Idle ones first (longest idle); when every connection
+                // has a request in progress, the one busy the longest
+                // (a slow body, not a review, which takes milliseconds).
                 Evict::LongestIdle => entries
                     .iter()
                     .filter_map(|(id, e)| {
-                        let idle = e.activity.as_ref()?.idle();
-                        (idle > Duration::ZERO).then_some((idle, *id))
+                        let a = e.activity.as_ref()?;
+                        Some((a.idle() > Duration::ZERO, a.since_last_request(), *id))
                     })
                     .max()
-                    .map(|(_, id)| id),
+                    .map(|(_, _, id)| id),
             };
             // The victim's slot is freed here, so the set never exceeds its cap.
             let entry = entries.remove(&victim?)?;
@@ -197,15 +207,23 @@ mod tests {
     }
 
     #[test]
-    fn a_new_connection_is_refused_when_every_one_is_busy() {
-        let slots = Slots::new(1, Evict::LongestIdle);
-        let busy = Arc::new(Activity::new(Instant::now() - Duration::from_secs(5)));
-        busy.request_started();
-        let _held = slots.admit(Some(busy)).unwrap();
+    fn when_every_connection_is_busy_the_longest_busy_makes_room() {
+        let slots = Slots::new(2, Evict::LongestIdle);
+        let slow = Arc::new(Activity::new(Instant::now() - Duration::from_secs(9)));
+        slow.request_started();
+        let _slow_slot = slots.admit(Some(slow.clone())).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let fast = Arc::new(Activity::new(Instant::now() - Duration::from_secs(5)));
+        fast.request_started();
+        let fast_slot = slots.admit(Some(fast)).unwrap();
+        let third = slots.admit(Some(Arc::new(Activity::new(Instant::now()))));
+        assert!(third.is_some());
+        let n = fast_slot.kill.notified();
+        futures::pin_mut!(n);
         assert!(
-            slots
-                .admit(Some(Arc::new(Activity::new(Instant::now()))))
-                .is_none()
+            futures::FutureExt::now_or_never(n).is_none(),
+            "the newer request is kept"
         );
+        assert_eq!(slots.len(), 2);
     }
 }
