@@ -4,6 +4,8 @@
 //! the budget spent waits up to [`Budget::wait`] for it, then is refused
 //! (503 with `Retry-After`).
 //!
+//! Large bodies are reviewed one at a time ([`Budget::large_review`]).
+//!
 //! Waiting does not queue: a small review never waits behind a big body
 //! that is itself waiting, so normal reviews pass while big ones are
 //! refused.
@@ -23,6 +25,9 @@ pub const DEFAULT_BUDGET_WAIT: Duration = Duration::from_secs(1);
 #[derive(Clone, Debug)]
 pub struct Budget {
     bytes: Arc<Semaphore>,
+    /// One review of a large body at a time: parsing can take ten times
+    /// the body's size (e.g. millions of nested `[]`).
+    large: Arc<Semaphore>,
     released: Arc<Notify>,
     total: usize,
     wait: Duration,
@@ -64,6 +69,7 @@ impl Budget {
         let total = total_bytes.clamp(1, u32::MAX as usize);
         Budget {
             bytes: Arc::new(Semaphore::new(total)),
+            large: Arc::new(Semaphore::new(1)),
             released: Arc::new(Notify::new()),
             total,
             wait,
@@ -118,6 +124,13 @@ impl Budget {
         }
     }
 
+    /// Waits for the turn to review a large body (its bytes are already
+    /// charged, so the wait is bounded by the budget: at most
+    /// `total / size` large bodies wait).
+    pub async fn large_review(&self) -> Option<OwnedSemaphorePermit> {
+        self.large.clone().acquire_owned().await.ok()
+    }
+
     /// Bytes not charged now.
     pub fn available(&self) -> usize {
         self.bytes.available_permits()
@@ -155,5 +168,17 @@ mod tests {
         tokio::task::yield_now().await;
         drop(held);
         assert!(waiting.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn large_reviews_take_turns() {
+        let budget = Budget::default();
+        let first = budget.large_review().await.unwrap();
+        let b = budget.clone();
+        let second = tokio::spawn(async move { b.large_review().await.is_some() });
+        tokio::task::yield_now().await;
+        assert!(!second.is_finished(), "the second waits for the first");
+        drop(first);
+        assert!(second.await.unwrap());
     }
 }

@@ -185,9 +185,10 @@ async fn mutate(
     let reply = if bytes.len() > LARGE_BODY_BYTES {
         // Parsing megabytes of JSON would stall an async worker. The
         // charge stays with the review, even if this request is abandoned.
+        let turn = budget.large_review().await;
         let review = move || {
             let reply = admission::review(&snapshot, &bytes, &options);
-            drop((bytes, charge));
+            drop((bytes, charge, turn));
             reply
         };
         match tokio::task::spawn_blocking(review).await {
