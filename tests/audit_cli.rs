@@ -333,6 +333,19 @@ async fn errors_exit_2_with_a_clear_message() {
         assert!(out.stdout.is_empty(), "{what}: {}", out.stdout);
     }
 
+    // A refused list: the API server's message and code, not the client's types.
+    api.fail_lists("", "configmaps", &[403]);
+    let out = audit(&kc, &[]).await;
+    assert_eq!(out.code, 2, "stdout {} stderr {}", out.stdout, out.stderr);
+    assert!(
+        out.stderr
+            .starts_with("error: audit: listing policy ConfigMaps: ")
+            && out.stderr.ends_with("(HTTP 403)\n"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("ApiError"), "{}", out.stderr);
+
     // The API server going away is an error too, not "in line", and the
     // message names the server and the reason.
     api.stop().await;

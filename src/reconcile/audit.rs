@@ -116,12 +116,7 @@ pub async fn cluster_policies(
         Ok(l) => l.items,
         // The CRD not being installed: ConfigMaps alone.
         Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
-        Err(e) => {
-            return Err(AuditError::List {
-                what: "HighAvailabilityPolicy resources",
-                error: e.to_string(),
-            });
-        }
+        Err(e) => return Err(list_error("HighAvailabilityPolicy resources", &e)),
     };
     let cms: Api<ConfigMap> = match webhook_namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -130,10 +125,7 @@ pub async fn cluster_policies(
     let cm_list = cms
         .list(&ListParams::default().labels(configmaps::LABEL_SELECTOR))
         .await
-        .map_err(|e| AuditError::List {
-            what: "policy ConfigMaps",
-            error: e.to_string(),
-        })?
+        .map_err(|e| list_error("policy ConfigMaps", &e))?
         .items;
     let observed = cr_list
         .iter()
@@ -175,6 +167,16 @@ pub async fn cluster_policies(
         })
         .collect();
     Ok((in_force, warnings))
+}
+
+/// A failed list in the user's words: the API server's own message and
+/// code, or why it could not be reached ("connection refused", "timed out").
+fn list_error(what: &'static str, e: &kube::Error) -> AuditError {
+    let error = match e {
+        kube::Error::Api(s) => format!("{} (HTTP {})", s.message, s.code),
+        other => crate::kubeclient::reason(other),
+    };
+    AuditError::List { what, error }
 }
 
 fn display(obj: &merge::PolicyObject) -> String {
