@@ -20,10 +20,11 @@ pub struct Cli {
 pub enum Command {
     /// Show what a policy does to a set of manifests (offline).
     Preview(crate::preview::PreviewArgs),
-    /// Validate a policy file: exit 0 when valid, non-zero with the errors otherwise.
-    Check(crate::preview::CheckArgs),
+    /// Validate policy files (policies or policy ConfigMaps): exit 0 when
+    /// all are valid, 1 with every error otherwise.
+    Check(crate::check::CheckArgs),
     /// Print the HighAvailabilityPolicy CustomResourceDefinition.
-    Crd,
+    Crd(crate::preview::CrdArgs),
     /// Run the HTTPS admission server.
     Serve(Box<crate::server::ServeArgs>),
     /// Report, per governed object, what differs from the policy: exit 0 when
@@ -35,8 +36,8 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Preview(args) => crate::preview::run_preview(&args),
-        Command::Check(args) => crate::preview::run_check(&args),
-        Command::Crd => crate::preview::run_crd(),
+        Command::Check(args) => crate::check::run_check(&args),
+        Command::Crd(args) => crate::preview::run_crd(&args),
         Command::Serve(args) => crate::server::run_cli(*args),
         Command::Audit(args) => return crate::reconcile::audit::run_cli(args),
     };

@@ -8,8 +8,11 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod check;
 pub mod cli;
 pub mod engine;
+pub mod kubeclient;
+pub mod manifest;
 pub mod policy;
 pub mod preview;
 pub mod reconcile;
@@ -18,3 +21,4 @@ pub mod sources;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod yaml;

@@ -5,8 +5,8 @@
 //! when absent; HPA targets taken from the HPAs in the input).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
@@ -17,9 +17,12 @@ use crate::policy::{self, Policy};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OutputFormat {
-    /// Every input document, mutated where the policy applies (multi-document YAML).
+    /// Every input object, mutated where the policy applies (multi-document YAML).
     #[default]
     Yaml,
+    /// The same objects as JSON: the object itself when there is one, else a
+    /// `v1` List (as `kubectl get -o json` prints them).
+    Json,
     /// One JSON object per line for each changed document.
     Patches,
 }
@@ -28,68 +31,44 @@ pub enum OutputFormat {
 pub struct PreviewArgs {
     /// Policy file (YAML, may hold several documents, one policy per target
     /// namespace). Repeatable.
-    #[arg(long, required = true)]
+    #[arg(
+        long = "policy-file",
+        alias = "policy",
+        value_name = "FILE",
+        required = true
+    )]
     pub policy: Vec<PathBuf>,
     /// What to print.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
-    /// Manifests (multi-document YAML); stdin when none or `-`.
+    /// Manifests (multi-document YAML; `kind: List` and typed lists are
+    /// expanded); stdin when none or `-`.
     pub manifests: Vec<PathBuf>,
 }
 
+/// How `crd` prints.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CrdFormat {
+    #[default]
+    Yaml,
+    Json,
+}
+
 #[derive(clap::Args, Debug)]
-pub struct CheckArgs {
-    /// Policy file to validate.
-    pub policy: PathBuf,
+pub struct CrdArgs {
+    /// What to print.
+    #[arg(long, short = 'o', value_enum, default_value_t = CrdFormat::Yaml)]
+    pub output: CrdFormat,
 }
 
-/// One document of an input file.
-#[derive(Debug, Clone)]
-pub struct Document {
-    /// File name as given (`<stdin>` for standard input).
-    pub file: String,
-    /// 1-based index of the document in its file.
-    pub index: usize,
-    pub value: Value,
-}
+pub use crate::check::{CheckArgs, run_check};
+pub use crate::manifest::Document;
 
-fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
-    if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("<stdin>: cannot read standard input")?;
-        return Ok(("<stdin>".to_string(), text));
-    }
-    let name = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("{name}: cannot read file"))?;
-    Ok((name, text))
-}
-
-/// Parses multi-document YAML into Kubernetes objects. Empty documents are
-/// skipped; anything that is not a mapping with string `apiVersion` and
-/// `kind` is an error naming the file and the 1-based document index.
+/// Parses multi-document YAML into Kubernetes objects (lists expanded).
+/// Errors name the file, the 1-based document index and the file line.
 pub fn parse_manifests(file: &str, text: &str) -> anyhow::Result<Vec<Document>> {
-    let mut docs = Vec::new();
-    for (index, doc) in policy::split_documents(text) {
-        let value: Value = serde_saphyr::from_str(&doc)
-            .map_err(|e| anyhow::anyhow!("{file}: document {index}: invalid YAML: {e}"))?;
-        let is_k8s = value.get("apiVersion").is_some_and(Value::is_string)
-            && value.get("kind").is_some_and(Value::is_string);
-        if !is_k8s {
-            bail!(
-                "{file}: document {index}: not a Kubernetes object (a mapping with apiVersion and kind), got {}",
-                policy::schema_check::show(&value)
-            );
-        }
-        docs.push(Document {
-            file: file.to_string(),
-            index,
-            value,
-        });
-    }
-    Ok(docs)
+    // The message already carries the cause: no source chain to repeat it.
+    crate::manifest::parse_manifests(file, text).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Loads policies from files (each may hold several documents). Two
@@ -97,7 +76,7 @@ pub fn parse_manifests(file: &str, text: &str) -> anyhow::Result<Vec<Document>> 
 pub fn load_policies(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<String, Policy>> {
     let mut by_ns: BTreeMap<String, (String, Policy)> = BTreeMap::new();
     for path in paths {
-        let (name, text) = read_input(path)?;
+        let (name, text) = crate::manifest::read_input(path)?;
         let policies = policy::parse_policies(&text).map_err(|e| {
             let lines: Vec<String> = e.flatten().iter().map(|e| format!("{name}: {e}")).collect();
             anyhow::anyhow!("invalid policy:\n{}", lines.join("\n"))
@@ -172,7 +151,7 @@ pub fn preview_documents(
                     object: &doc.value,
                 };
                 let outcome = engine::mutate_object(policy, &input, &ctx)
-                    .map_err(|e| anyhow::anyhow!("{}: document {}: {e}", doc.file, doc.index))?;
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", doc.display()))?;
                 (outcome.object, outcome.mutation)
             }
         };
@@ -232,7 +211,7 @@ pub fn run_preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
     };
     let mut docs = Vec::new();
     for path in &inputs {
-        let (name, text) = read_input(path)?;
+        let (name, text) = crate::manifest::read_input(path)?;
         docs.extend(parse_manifests(&name, &text)?);
     }
     let previewed = preview_documents(&policies, docs)?;
@@ -241,6 +220,19 @@ pub fn run_preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
         OutputFormat::Yaml => {
             let text = to_multi_yaml(previewed.iter().map(|p| &p.object))?;
             stdout.write_all(text.as_bytes())?;
+        }
+        OutputFormat::Json => {
+            let objects: Vec<&Value> = previewed.iter().map(|p| &p.object).collect();
+            let value = match objects.as_slice() {
+                [one] => (*one).clone(),
+                all => json!({
+                    "apiVersion": "v1",
+                    "kind": "List",
+                    "metadata": {"resourceVersion": ""},
+                    "items": all,
+                }),
+            };
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&value)?)?;
         }
         OutputFormat::Patches => {
             for p in previewed.iter().filter(|p| !p.mutation.is_empty()) {
@@ -252,34 +244,16 @@ pub fn run_preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn run_check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
-    let (name, text) = read_input(&args.policy)?;
-    match policy::parse_policies(&text) {
-        Ok(policies) => {
-            for p in policies {
-                println!(
-                    "{name}: valid (policy {} for namespace {})",
-                    p.name, p.spec.target_namespace
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            for err in e.flatten() {
-                eprintln!("{name}: {err}");
-            }
-            Ok(ExitCode::FAILURE)
-        }
-    }
-}
-
 /// The CRD as YAML, deterministic (the Helm chart copies it byte for byte).
 pub fn crd_yaml() -> anyhow::Result<String> {
     to_yaml(&policy::crd_value())
 }
 
-pub fn run_crd() -> anyhow::Result<ExitCode> {
-    let text = crd_yaml()?;
+pub fn run_crd(args: &CrdArgs) -> anyhow::Result<ExitCode> {
+    let text = match args.output {
+        CrdFormat::Yaml => crd_yaml()?,
+        CrdFormat::Json => serde_json::to_string_pretty(&policy::crd_value())? + "\n",
+    };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;

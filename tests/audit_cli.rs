@@ -40,11 +40,20 @@ struct Out {
 }
 
 async fn audit(kubeconfig: &Path, args: &[&str]) -> Out {
+    audit_with(Some(kubeconfig), args).await
+}
+
+/// `audit` with KUBECONFIG set to `kubeconfig`, or unset (and an empty HOME).
+async fn audit_with(kubeconfig: Option<&Path>, args: &[&str]) -> Out {
     let home = tempfile::tempdir().unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"))
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"));
+    match kubeconfig {
+        Some(k) => cmd.env("KUBECONFIG", k),
+        None => cmd.env_remove("KUBECONFIG"),
+    };
+    let out = cmd
         .arg("audit")
         .args(args)
-        .env("KUBECONFIG", kubeconfig)
         .env("HOME", home.path())
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("KUBERNETES_SERVICE_PORT")
@@ -324,14 +333,112 @@ async fn errors_exit_2_with_a_clear_message() {
         assert!(out.stdout.is_empty(), "{what}: {}", out.stdout);
     }
 
-    // The API server going away is an error too, not "in line".
-    api.stop().await;
-    let out = audit(&kc, &["--policy", &file]).await;
+    // A refused list: the API server's message and code, not the client's types.
+    api.fail_lists("", "configmaps", &[403]);
+    let out = audit(&kc, &[]).await;
     assert_eq!(out.code, 2, "stdout {} stderr {}", out.stdout, out.stderr);
     assert!(
         out.stderr
-            .contains("error: audit: list Deployment knative-serving/"),
+            .starts_with("error: audit: listing policy ConfigMaps: ")
+            && out.stderr.ends_with("(HTTP 403)\n"),
         "{}",
         out.stderr
+    );
+    assert!(!out.stderr.contains("ApiError"), "{}", out.stderr);
+
+    // The API server going away is an error too, not "in line", and the
+    // message names the server and the reason.
+    api.stop().await;
+    let out = audit(&kc, &["--policy", &file]).await;
+    assert_eq!(out.code, 2, "stdout {} stderr {}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: audit: cannot reach the Kubernetes API server at {}: connection refused\n",
+            api.url()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeconfig_context_and_output_flags() {
+    let api = FakeApi::start().await;
+    load_control_plane(&api);
+    let (file, policy) = example_policy();
+    let kc = api.kubeconfig_path().to_str().unwrap().to_string();
+    let want = drifting(&api, &policy);
+
+    // --kubeconfig and --context instead of KUBECONFIG; --policy-file; -o yaml.
+    let out = audit_with(
+        None,
+        &[
+            "--kubeconfig",
+            &kc,
+            "--context",
+            "fake",
+            "--policy-file",
+            &file,
+            "-o",
+            "yaml",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let y: Value = serde_saphyr::from_str(&out.stdout).expect("YAML report");
+    assert_eq!(y["inLine"], false);
+    assert_eq!(y["drift"].as_array().unwrap().len(), want.len());
+
+    // A context the kubeconfig does not have.
+    let out = audit_with(
+        None,
+        &[
+            "--kubeconfig",
+            &kc,
+            "--context",
+            "nope",
+            "--policy-file",
+            &file,
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: audit: context \"nope\" is not in kubeconfig {kc}; `kubectl config get-contexts` lists the contexts\n"
+        )
+    );
+
+    // --request-timeout against a server that accepts and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((c, _)) = silent.accept().await {
+            conns.push(c);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let silent_kc = dir.path().join("kubeconfig");
+    std::fs::write(
+        &silent_kc,
+        std::fs::read_to_string(&kc).unwrap().replace(
+            &format!("127.0.0.1:{}", api.port()),
+            &format!("127.0.0.1:{port}"),
+        ),
+    )
+    .unwrap();
+    let out = audit_with(
+        Some(&silent_kc),
+        &["--request-timeout", "1s", "--policy-file", &file],
+    )
+    .await;
+    held.abort();
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: audit: cannot reach the Kubernetes API server at http://127.0.0.1:{port}: timed out\n"
+        )
     );
 }

@@ -13,6 +13,7 @@
 //! are collected, not just the first.
 
 pub mod duration;
+pub mod prune;
 pub mod schema_check;
 pub mod validate;
 

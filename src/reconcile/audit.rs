@@ -2,7 +2,7 @@
 //! the cluster and the policy. Exit code 0 when everything is in line, 1
 //! when drift exists, 2 on errors.
 //!
-//! Policies come from `--policy` files, else from the cluster with a
+//! Policies come from `--policy-file` files, else from the cluster with a
 //! one-shot list of HighAvailabilityPolicy resources and labelled policy
 //! ConfigMaps, merged with the cluster source's rules
 //! ([`crate::sources::cluster::merge`]).
@@ -29,6 +29,8 @@ pub enum AuditFormat {
     Table,
     /// One JSON document, for tools.
     Json,
+    /// The same document as YAML.
+    Yaml,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -36,7 +38,7 @@ pub struct AuditArgs {
     /// Policy file(s) to compare against (YAML; repeatable). Without it,
     /// the policies in force in the cluster are used (HighAvailabilityPolicy
     /// resources and policy ConfigMaps).
-    #[arg(long)]
+    #[arg(long = "policy-file", alias = "policy", value_name = "FILE")]
     pub policy: Vec<PathBuf>,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = AuditFormat::Table)]
@@ -48,13 +50,15 @@ pub struct AuditArgs {
     /// Default: labelled ConfigMaps in every namespace.
     #[arg(long, value_name = "NS")]
     pub webhook_namespace: Option<String>,
+    #[command(flatten)]
+    pub kube: crate::kubeclient::KubeArgs,
 }
 
 /// Errors of `audit` (exit code 2).
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
-    #[error("no Kubernetes configuration found (KUBECONFIG, ~/.kube/config or in-cluster): {0}")]
-    Kube(String),
+    #[error(transparent)]
+    Kube(#[from] crate::kubeclient::KubeClientError),
     #[error("{0}")]
     Policy(String),
     #[error("listing {what}: {error}")]
@@ -112,12 +116,7 @@ pub async fn cluster_policies(
         Ok(l) => l.items,
         // The CRD not being installed: ConfigMaps alone.
         Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
-        Err(e) => {
-            return Err(AuditError::List {
-                what: "HighAvailabilityPolicy resources",
-                error: e.to_string(),
-            });
-        }
+        Err(e) => return Err(list_error("HighAvailabilityPolicy resources", &e)),
     };
     let cms: Api<ConfigMap> = match webhook_namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -126,10 +125,7 @@ pub async fn cluster_policies(
     let cm_list = cms
         .list(&ListParams::default().labels(configmaps::LABEL_SELECTOR))
         .await
-        .map_err(|e| AuditError::List {
-            what: "policy ConfigMaps",
-            error: e.to_string(),
-        })?
+        .map_err(|e| list_error("policy ConfigMaps", &e))?
         .items;
     let observed = cr_list
         .iter()
@@ -171,6 +167,16 @@ pub async fn cluster_policies(
         })
         .collect();
     Ok((in_force, warnings))
+}
+
+/// A failed list in the user's words: the API server's own message and
+/// code, or why it could not be reached ("connection refused", "timed out").
+fn list_error(what: &'static str, e: &kube::Error) -> AuditError {
+    let error = match e {
+        kube::Error::Api(s) => format!("{} (HTTP {})", s.message, s.code),
+        other => crate::kubeclient::reason(other),
+    };
+    AuditError::List { what, error }
 }
 
 fn display(obj: &merge::PolicyObject) -> String {
@@ -319,9 +325,7 @@ pub async fn run(args: &AuditArgs) -> Result<AuditReport, AuditError> {
                 .collect::<Vec<_>>(),
         )
     };
-    let client = kube::Client::try_default()
-        .await
-        .map_err(|e| AuditError::Kube(e.to_string()))?;
+    let client = crate::kubeclient::connect(&args.kube).await?.client;
     let (policies, warnings) = match file_policies {
         Some(p) => (p, Vec::new()),
         None => cluster_policies(&client, args.webhook_namespace.as_deref()).await?,
@@ -365,6 +369,13 @@ pub fn run_cli(args: AuditArgs) -> ExitCode {
                     Ok(s) => s + "\n",
                     Err(e) => {
                         eprintln!("error: encoding the report: {e}");
+                        return ExitCode::from(2);
+                    }
+                },
+                AuditFormat::Yaml => match crate::preview::to_yaml(&report) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("error: encoding the report: {e:#}");
                         return ExitCode::from(2);
                     }
                 },

@@ -92,7 +92,7 @@ fn parse_rate(text: &str) -> Result<f64, String> {
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     #[error(
-        "--reconcile needs the webhook's namespace (for its Lease): pass --namespace or set POD_NAMESPACE"
+        "--reconcile needs the webhook's namespace (for its Lease): pass --webhook-namespace or set POD_NAMESPACE"
     )]
     NoNamespace,
     #[error("{action} {kind} {namespace}/{name}: {error}")]
@@ -129,7 +129,7 @@ pub struct ReconcileConfig {
 
 impl ReconcileConfig {
     /// From the `serve` flags; `None` when `--reconcile` is off.
-    /// `namespace` is the webhook's own namespace (`--namespace`), else the
+    /// `namespace` is the webhook's own namespace (`--webhook-namespace`), else the
     /// service account's.
     pub fn from_args(
         args: &ReconcileArgs,

@@ -83,8 +83,14 @@ pub struct ServeArgs {
     /// (with a warning) or refuse.
     #[arg(long, env = "KHW_ON_ERROR", value_enum, default_value = "allow")]
     pub on_error: OnError,
-    /// The webhook's own namespace (where policy ConfigMaps are read from).
-    #[arg(long, env = "POD_NAMESPACE")]
+    /// The webhook's own namespace (where policy ConfigMaps and the
+    /// reconciler's Lease are). `--namespace` is accepted as an alias.
+    #[arg(
+        long = "webhook-namespace",
+        alias = "namespace",
+        value_name = "NS",
+        env = "POD_NAMESPACE"
+    )]
     pub namespace: Option<String>,
     #[command(flatten)]
     pub reconcile: crate::reconcile::ReconcileArgs,
@@ -186,7 +192,7 @@ pub enum ServerError {
     )]
     NoCertificate,
     #[error(
-        "the webhook's namespace is unknown: pass --namespace or set POD_NAMESPACE (needed without --policy-file)"
+        "the webhook's namespace is unknown: pass --webhook-namespace or set POD_NAMESPACE (needed without --policy-file)"
     )]
     NoNamespace,
     #[error("binding {what} {addr}: {error}")]

@@ -1,0 +1,183 @@
+//! `knative-ha-webhook check FILE...`: validates policy files in either
+//! form a user writes them (a HighAvailabilityPolicy document, or a policy
+//! ConfigMap with the document under data key `policy.yaml`) and reports
+//! every error of every file in one run, each naming the file and the
+//! document. Exit 0 when all are valid, 1 otherwise.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::Value;
+
+use crate::policy::{Policy, prune};
+use crate::sources::cluster::configmaps::DATA_KEY;
+use crate::yaml;
+
+/// The label that marks a policy ConfigMap (key, value).
+const LABEL: (&str, &str) = ("knativeha.dev/policy", "true");
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// Policy files (YAML, several documents each; HighAvailabilityPolicy
+    /// resources or policy ConfigMaps); `-` for standard input.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+}
+
+/// A valid policy and where it came from.
+struct Found {
+    policy: Policy,
+    place: String,
+    configmap: Option<String>,
+}
+
+/// The outcome of one document: its policy, or its errors (each a line).
+type Checked = Result<Found, Vec<String>>;
+
+fn is_configmap(value: &Value) -> bool {
+    value.get("apiVersion").and_then(Value::as_str) == Some("v1")
+        && value.get("kind").and_then(Value::as_str) == Some("ConfigMap")
+}
+
+fn policy_errors(errors: Vec<crate::policy::PolicyError>, prefix: &str) -> Vec<String> {
+    errors
+        .iter()
+        .flat_map(|e| e.flatten())
+        .map(|e| format!("{prefix}{e}"))
+        .collect()
+}
+
+/// A policy ConfigMap: labelled, with a valid policy under `policy.yaml`.
+fn check_configmap(cm: &Value) -> Result<(Policy, String), Vec<String>> {
+    let meta = &cm["metadata"];
+    let name = meta["name"].as_str().unwrap_or("");
+    let ns = meta["namespace"].as_str().unwrap_or("");
+    let id = if ns.is_empty() {
+        name.to_string()
+    } else {
+        format!("{ns}/{name}")
+    };
+    let mut errors = Vec::new();
+    if meta["labels"][LABEL.0].as_str() != Some(LABEL.1) {
+        errors.push(format!(
+            "ConfigMap {id}: metadata.labels: missing {}={}; the webhook reads only ConfigMaps with that label",
+            LABEL.0, LABEL.1
+        ));
+    }
+    let Some(text) = cm["data"][DATA_KEY].as_str() else {
+        errors.push(format!(
+            "ConfigMap {id}: data.{DATA_KEY}: missing (the policy document goes there)"
+        ));
+        return Err(errors);
+    };
+    let inner = yaml::YamlDoc {
+        index: 1,
+        line: 1,
+        text: text.to_string(),
+    };
+    let value = match yaml::parse(&inner) {
+        Ok(v) => v,
+        Err(e) => {
+            errors.push(format!(
+                "ConfigMap {id}: data.{DATA_KEY}: invalid YAML: {e} (of the {DATA_KEY} value)"
+            ));
+            return Err(errors);
+        }
+    };
+    match prune::check_all(&value) {
+        Ok(policy) if errors.is_empty() => Ok((policy, id)),
+        Ok(_) => Err(errors),
+        Err(e) => {
+            errors.extend(policy_errors(
+                e,
+                &format!("ConfigMap {id}: data.{DATA_KEY}: "),
+            ));
+            Err(errors)
+        }
+    }
+}
+
+/// Every document of one file.
+fn check_text(file: &str, text: &str) -> Vec<Checked> {
+    let docs = yaml::documents(text);
+    if docs.is_empty() {
+        return vec![Err(vec![format!("{file}: no policy document found")])];
+    }
+    docs.iter()
+        .map(|doc| {
+            let place = format!("{file}: document {}", doc.index);
+            let value =
+                yaml::parse(doc).map_err(|e| vec![format!("{place}: invalid YAML: {e}")])?;
+            let prefix = format!("{place}: ");
+            if is_configmap(&value) {
+                let (policy, id) = check_configmap(&value).map_err(|e| {
+                    e.into_iter()
+                        .map(|l| format!("{prefix}{l}"))
+                        .collect::<Vec<_>>()
+                })?;
+                return Ok(Found {
+                    policy,
+                    place,
+                    configmap: Some(id),
+                });
+            }
+            let policy = prune::check_all(&value).map_err(|e| policy_errors(e, &prefix))?;
+            Ok(Found {
+                policy,
+                place,
+                configmap: None,
+            })
+        })
+        .collect()
+}
+
+/// `knative-ha-webhook check`.
+pub fn run_check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let mut failed = false;
+    // target namespace -> (policy name, place), across every file
+    let mut governed: BTreeMap<String, (String, String)> = BTreeMap::new();
+    for path in &args.files {
+        let (name, text) = match crate::manifest::read_input(path) {
+            Ok(input) => input,
+            Err(e) => {
+                eprintln!("{e}");
+                failed = true;
+                continue;
+            }
+        };
+        for checked in check_text(&name, &text) {
+            let found = match checked {
+                Ok(found) => found,
+                Err(lines) => {
+                    lines.iter().for_each(|l| eprintln!("{l}"));
+                    failed = true;
+                    continue;
+                }
+            };
+            let ns = &found.policy.spec.target_namespace;
+            if let Some((other, other_place)) = governed.get(ns) {
+                eprintln!(
+                    "{}: spec.targetNamespace: {ns:?} is already governed by policy {other:?} ({other_place}); one policy per namespace",
+                    found.place
+                );
+                failed = true;
+                continue;
+            }
+            governed.insert(ns.clone(), (found.policy.name.clone(), found.place.clone()));
+            let from = found
+                .configmap
+                .map(|id| format!(", ConfigMap {id}"))
+                .unwrap_or_default();
+            println!(
+                "{name}: valid (policy {} for namespace {ns}{from})",
+                found.policy.name
+            );
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

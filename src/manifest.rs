@@ -1,0 +1,179 @@
+//! Kubernetes manifests as the command line reads them: multi-document
+//! YAML, where a document may be a `kind: List` or a typed `…List` (what
+//! `kubectl get -o yaml` prints); their items are expanded in order.
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+use crate::yaml::{self, YamlError};
+
+/// One object of an input file.
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// File name as given (`<stdin>` for standard input).
+    pub file: String,
+    /// 1-based index of the document in its file.
+    pub index: usize,
+    /// 1-based index in the document's `items` when it came from a list.
+    pub item: Option<usize>,
+    pub value: Value,
+}
+
+impl Document {
+    /// `FILE: document N` or `FILE: document N, item M`.
+    pub fn display(&self) -> String {
+        match self.item {
+            Some(i) => format!("{}: document {}, item {i}", self.file, self.index),
+            None => format!("{}: document {}", self.file, self.index),
+        }
+    }
+}
+
+/// Why a manifest file could not be read as Kubernetes objects.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{file}: document {index}: invalid YAML: {source}")]
+    Yaml {
+        file: String,
+        index: usize,
+        #[source]
+        source: YamlError,
+    },
+    #[error("{place}: not a Kubernetes object (a mapping with apiVersion and kind), got {got}")]
+    NotAnObject { place: String, got: String },
+}
+
+/// Reads a file, or standard input for `-`: `(name for messages, text)`.
+pub fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("<stdin>: cannot read standard input")?;
+        return Ok(("<stdin>".to_string(), text));
+    }
+    let name = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("{name}: cannot read file"))?;
+    Ok((name, text))
+}
+
+fn is_object(value: &Value) -> bool {
+    value.get("apiVersion").is_some_and(Value::is_string)
+        && value.get("kind").is_some_and(Value::is_string)
+}
+
+/// `List`, `DeploymentList`, ...: a kind ending in `List` with an `items` array.
+fn is_list(value: &Value) -> bool {
+    value
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k.ends_with("List"))
+        && value.get("items").is_some_and(Value::is_array)
+}
+
+/// The items of a list; items of a typed list (`DeploymentList`) get the
+/// list's apiVersion and the item kind when they lack them, as the API
+/// server omits them there.
+fn list_items(list: &Value) -> Vec<Value> {
+    let kind = list["kind"].as_str().unwrap_or("");
+    let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+    let api_version = list.get("apiVersion").cloned();
+    let mut items = list["items"].as_array().cloned().unwrap_or_default();
+    if let Some(item_kind) = item_kind {
+        for item in items.iter_mut().filter(|i| i.is_object()) {
+            if item.get("kind").is_none() {
+                item["kind"] = Value::from(item_kind);
+            }
+            if item.get("apiVersion").is_none()
+                && let Some(v) = &api_version
+            {
+                item["apiVersion"] = v.clone();
+            }
+        }
+    }
+    items
+}
+
+/// Parses multi-document YAML into Kubernetes objects, lists expanded.
+/// Empty documents are skipped; anything else that is not an object is an
+/// error naming the file, the document (and item) and the line.
+pub fn parse_manifests(file: &str, text: &str) -> Result<Vec<Document>, ManifestError> {
+    let mut docs = Vec::new();
+    for doc in yaml::documents(text) {
+        let value = yaml::parse(&doc).map_err(|source| ManifestError::Yaml {
+            file: file.to_string(),
+            index: doc.index,
+            source,
+        })?;
+        let items = if is_list(&value) {
+            list_items(&value)
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| (Some(i + 1), v))
+                .collect()
+        } else {
+            vec![(None, value)]
+        };
+        for (item, value) in items {
+            let d = Document {
+                file: file.to_string(),
+                index: doc.index,
+                item,
+                value,
+            };
+            if !is_object(&d.value) {
+                return Err(ManifestError::NotAnObject {
+                    place: d.display(),
+                    got: crate::policy::schema_check::show(&d.value),
+                });
+            }
+            docs.push(d);
+        }
+    }
+    Ok(docs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_are_expanded_in_order_and_typed_items_get_their_kind() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Secret, metadata: {name: b}}\n---\napiVersion: apps/v1\nkind: DeploymentList\nitems:\n- metadata: {name: c}\n";
+        let docs = parse_manifests("f.yaml", text).unwrap();
+        let got: Vec<(usize, Option<usize>, &str, &str)> = docs
+            .iter()
+            .map(|d| {
+                (
+                    d.index,
+                    d.item,
+                    d.value["kind"].as_str().unwrap(),
+                    d.value["apiVersion"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, None, "ConfigMap", "v1"),
+                (2, Some(1), "Secret", "v1"),
+                (3, Some(1), "Deployment", "apps/v1"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_item_names_the_document_and_the_item() {
+        let err =
+            parse_manifests("f.yaml", "apiVersion: v1\nkind: List\nitems:\n- 3\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("f.yaml: document 1, item 1: not a Kubernetes object"),
+            "{err}"
+        );
+    }
+}
