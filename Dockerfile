@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # knative-ha-webhook container image.
 #
-#   docker build -t REGISTRY/knative-ha-webhook:0.1.0 .      (or: podman build ...)
+#   docker build --build-arg REVISION=$(git rev-parse HEAD) -t REGISTRY/knative-ha-webhook:0.1.0 .
+#   (or podman build ...; VERSION defaults to the crate version, checked by check-docker-context)
 #   docker push REGISTRY/knative-ha-webhook:0.1.0
 #
 # Stage 1 builds a release binary; stage 2 is distroless (glibc + libgcc, no shell, no package
