@@ -2,9 +2,10 @@
 # Generates a private CA and a serving certificate for the knative-ha-webhook Service, for installs
 # without cert-manager and for local runs of `knative-ha-webhook serve --tls-cert --tls-key`.
 #
-# Usage: certs/generate.sh [-s SERVICE] [-n NAMESPACE] [-o OUT_DIR] [-d DAYS] [-f]
-#   or the environment: SERVICE, NAMESPACE, OUT_DIR, DAYS, FRESH_CA=1 (flags win).
+# Usage: certs/generate.sh [-s SERVICE] [-n NAMESPACE] [-o OUT_DIR] [-d DAYS] [-i IMAGE_REPO] [-f]
+#   or the environment: SERVICE, NAMESPACE, OUT_DIR, DAYS, IMAGE_REPO, FRESH_CA=1 (flags win).
 #   -f: make a new CA even when OUT_DIR already holds ca.crt + ca.key (otherwise they are reused).
+#   -i: the image repository you pushed (README "Getting an image"), put in the printed helm line.
 # Defaults: SERVICE=knative-ha-webhook NAMESPACE=knative-ha-webhook OUT_DIR=./certs-out DAYS=365.
 #
 # SERVICE must be the chart's Service name: the release's full name (`helm install knative-ha-webhook
@@ -19,14 +20,16 @@ NAMESPACE=${NAMESPACE:-knative-ha-webhook}
 OUT_DIR=${OUT_DIR:-./certs-out}
 DAYS=${DAYS:-365}
 FRESH_CA=${FRESH_CA:-0}
+IMAGE_REPO=${IMAGE_REPO:-}
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
-while getopts "s:n:o:d:fh" opt; do
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+while getopts "s:n:o:d:i:fh" opt; do
   case $opt in
     s) SERVICE=$OPTARG ;;
     n) NAMESPACE=$OPTARG ;;
     o) OUT_DIR=$OPTARG ;;
     d) DAYS=$OPTARG ;;
+    i) IMAGE_REPO=$OPTARG ;;
     f) FRESH_CA=1 ;;
     h) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -95,6 +98,14 @@ if [ "$SERVICE" != knative-ha-webhook ]; then
     override=" --set fullnameOverride=${SERVICE}"
   fi
 fi
+# No image is published: the chart refuses to render without the one you pushed.
+image_repo=${IMAGE_REPO:-REGISTRY/knative-ha-webhook}
+image_note=""
+if [ -z "$IMAGE_REPO" ]; then
+  image_note="
+  (REGISTRY/knative-ha-webhook: the image you built and pushed, see \"Getting an image\" in the
+  README; pass -i REPO to have it filled in)"
+fi
 cat <<MSG
 Wrote $OUT_DIR/{tls.crt,tls.key} for ${SERVICE}.${NAMESPACE}.svc (valid $DAYS days), signed by $ca_note.
 Keep ca.key offline; the cluster only needs tls.crt, tls.key and the CA certificate.
@@ -104,9 +115,10 @@ Install without cert-manager:
   kubectl create namespace ${NAMESPACE}
   kubectl -n ${NAMESPACE} create secret tls ${secret} --cert=$OUT_DIR/tls.crt --key=$OUT_DIR/tls.key
   helm install ${release} charts/knative-ha-webhook --namespace ${NAMESPACE} \\
+    --set image.repository=${image_repo} \\
     --set certManager.enabled=false${override} \\
     --set tls.existingSecret=${secret} \\
-    --set tls.caBundle=\$(base64 -w0 $OUT_DIR/ca.crt)
+    --set tls.caBundle=\$(base64 -w0 $OUT_DIR/ca.crt)${image_note}
 
 Run locally:
 

@@ -56,14 +56,16 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # --- helm lint ---------------------------------------------------------------------------------
-if out=$("$HELM" lint --strict "$CHART" 2>&1); then
+# No image is published: the chart refuses to render without image.repository (checked below).
+test_image=(--set image.repository=registry.test/knative-ha-webhook)
+if out=$("$HELM" lint --strict "$CHART" "${test_image[@]}" 2>&1); then
   pass "helm lint --strict (defaults)"
 else
   fail "helm lint --strict (defaults)" "$out"
 fi
 lint_values=(--set certManager.enabled=false --set tls.existingSecret=khw-tls --set "tls.caBundle=$(printf -- '-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n' | base64 -w0)"
   --set defaultPolicy.enabled=true --set serviceMonitor.enabled=true)
-if out=$("$HELM" lint --strict "$CHART" --namespace khw-system "${lint_values[@]}" 2>&1); then
+if out=$("$HELM" lint --strict "$CHART" --namespace khw-system "${test_image[@]}" "${lint_values[@]}" 2>&1); then
   pass "helm lint --strict (cert-manager off, policy, ServiceMonitor)"
 else
   fail "helm lint --strict (cert-manager off, policy, ServiceMonitor)" "$out"
@@ -207,7 +209,7 @@ elif case in ("clientca-secret", "clientca-configmap"):
 print("ok")
 PYEOF
 )
-np_render() { "$HELM" template khw "$CHART" --namespace khw-system "$@" 2>&1; }
+np_render() { "$HELM" template khw "$CHART" --namespace khw-system --set image.repository=registry.test/knative-ha-webhook "$@" 2>&1; }
 for case in defaults networkpolicy networkpolicy-open clientca-secret clientca-configmap; do
   case $case in
     defaults) set_args=() ;;
@@ -235,6 +237,68 @@ else
   pass "issue 12 chart: networkPolicy.admissionFrom rejects a value that is not a CIDR"
 fi
 # --- END server availability (issue 12) ----------------------------------------------------------
+
+# --- image: the chart refuses to install an image that does not exist (issue 13 point 1) --------
+# (block owned by the image work: refusal of a missing/placeholder image.repository, docs carry it)
+refuse_image() { # label, expected fragment, helm args...
+  local label=$1 want=$2
+  shift 2
+  if out=$("$HELM" template khw "$CHART" --namespace khw-system "$@" 2>&1); then
+    fail "image: refuses $label" "helm template rendered"
+  elif echo "$out" | grep -q "$want" && echo "$out" | grep -q "scripts/build-image" \
+    && echo "$out" | grep -q -- "--set image.repository="; then
+    pass "image: refuses $label, saying what to set and how to build the image"
+  else
+    fail "image: refuses $label" "message lacks '$want', scripts/build-image or --set image.repository=: $out"
+  fi
+}
+refuse_image "the default (empty image.repository)" "image.repository is required"
+refuse_image "the never-published ghcr.io default" "never-published" \
+  --set image.repository=ghcr.io/knative-ha-webhook/knative-ha-webhook
+refuse_image "the placeholder REGISTRY/knative-ha-webhook" "placeholder" --set image.repository=REGISTRY/knative-ha-webhook
+refuse_image "an unset \$REGISTRY (/knative-ha-webhook)" "placeholder" --set image.repository=/knative-ha-webhook
+refuse_image "registry.example.com/..." "placeholder" --set image.repository=registry.example.com/you/knative-ha-webhook
+app_version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$CHART/Chart.yaml")
+crate_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
+if img=$("$HELM" template khw "$CHART" --namespace khw-system --set image.repository=ghcr.io/you/knative-ha-webhook 2>&1 \
+  | grep -m1 ' image: ') && [ "$img" = "          image: \"ghcr.io/you/knative-ha-webhook:$crate_version\"" ] \
+  && [ "$app_version" = "$crate_version" ]; then
+  pass "image: a real repository renders REPO:$crate_version (appVersion = Cargo.toml version = the tag the builds write)"
+else
+  fail "image: default tag" "rendered '$img'; appVersion '$app_version', Cargo.toml version '$crate_version'"
+fi
+gen_default=$(certs/generate.sh -s khw-knative-ha-webhook -n khw-system -o "$certs_out" 2>&1)
+gen_image=$(certs/generate.sh -s khw-knative-ha-webhook -n khw-system -o "$certs_out" -i ghcr.io/you/khw 2>&1)
+if echo "$gen_image" | grep -q -- "--set image.repository=ghcr.io/you/khw \\\\\$" \
+  && echo "$gen_default" | grep -q -- "--set image.repository=REGISTRY/knative-ha-webhook" \
+  && echo "$gen_default" | grep -q "pass -i REPO"; then
+  pass "image: certs/generate.sh -i REPO puts the image in the printed helm install (a placeholder and a hint without -i)"
+else
+  fail "image: certs/generate.sh image line" "$gen_image"
+fi
+# Every documented `helm install` (continuation lines joined) sets image.repository.
+printf '%s\n' "$gen_default" >"$work/generate.out"
+if out=$("$PY" - README.md "$CHART/README.md" certs/README.md "$work/generate.out" <<'PYEOF'
+import re, sys
+bad, seen = [], 0
+for path in sys.argv[1:]:
+    text = re.sub(r"\\\n\s*", " ", open(path).read())
+    for line in text.splitlines():
+        if re.search(r"^\s*helm install\b", line):
+            seen += 1
+            if "--set image.repository=" not in line:
+                bad.append(f"{path}: {line.strip()}")
+print(f"{seen} helm install commands")
+if bad or seen < 6:
+    print("\n".join(bad) or "fewer commands than expected")
+    sys.exit(1)
+PYEOF
+); then
+  pass "image: every documented helm install carries --set image.repository ($out)"
+else
+  fail "image: documented helm install without --set image.repository" "$out"
+fi
+# --- end image ---------------------------------------------------------------------------------
 
 echo "chart: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

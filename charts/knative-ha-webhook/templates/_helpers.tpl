@@ -64,8 +64,20 @@ ServiceAccount name.
 
 {{/*
 Image reference: repository@digest when a digest is set, else repository:tag (tag defaults to appVersion).
+No image is published: rendering fails while image.repository is empty, the never-published
+ghcr.io default, or a documentation placeholder (REGISTRY, <...>, example.com), instead of
+installing pods that can never pull their image (with failurePolicy Ignore, nothing would say so).
 */}}
 {{- define "knative-ha-webhook.image" -}}
+{{- $repo := .Values.image.repository }}
+{{- $how := "build the image and push it to a registry your cluster pulls from (docker build -t REGISTRY/knative-ha-webhook:TAG . && docker push ..., or without Docker: scripts/build-image, then skopeo copy oci-archive:knative-ha-webhook-VERSION.oci.tar docker://REGISTRY/knative-ha-webhook:TAG; see \"Getting an image\" in the README), then pass --set image.repository=REGISTRY/knative-ha-webhook (and image.tag when TAG is not the chart's appVersion)" }}
+{{- if not $repo }}
+{{- fail (printf "image.repository is required: no knative-ha-webhook image is published; %s" $how) }}
+{{- end }}
+{{- $placeholder := or (eq $repo "ghcr.io/knative-ha-webhook/knative-ha-webhook") (hasPrefix "/" $repo) (contains "REGISTRY" $repo) (contains "<" $repo) (contains ">" $repo) (contains "example.com" $repo) (contains "example.org" $repo) (contains "example.net" $repo) }}
+{{- if $placeholder }}
+{{- fail (printf "image.repository %q is a placeholder or the never-published default, not an image your cluster can pull; %s" $repo $how) }}
+{{- end }}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}
