@@ -361,6 +361,20 @@ async fn policy_appears_each_drifting_object_is_written_once() {
         let want = usize::from(needed.contains(k));
         assert_eq!(*n, want, "PATCH requests for {k:?}");
     }
+    // Every write names the reconciler as its field manager, so managedFields
+    // tell its changes apart from the admission-time ones.
+    let managers: BTreeSet<String> = env
+        .api
+        .requests()
+        .iter()
+        .filter(|q| q.method == "PATCH" && q.path.contains("/namespaces/knative-serving/"))
+        .map(|q| q.query.clone())
+        .collect();
+    assert_eq!(
+        managers,
+        BTreeSet::from(["fieldManager=knative-ha-webhook-reconciler".to_string()]),
+        "query strings of the reconciler's PATCH requests"
+    );
     let m = &env.reconcilers[r].metrics;
     assert_eq!(
         writes(m, "Deployment", "success") as usize,

@@ -79,7 +79,7 @@ CLUSTER_SCOPED = {
     "CustomResourceDefinition",
 }
 CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
-CUSTOM_KINDS = CERT_MANAGER_KINDS | {"ServiceMonitor", "HighAvailabilityPolicy"}
+CUSTOM_KINDS = CERT_MANAGER_KINDS | {"ServiceMonitor", "PrometheusRule", "HighAvailabilityPolicy"}
 REQUIRED_LABELS = [
     "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
     "app.kubernetes.io/managed-by", "helm.sh/chart",
@@ -618,6 +618,46 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
     else:
         rep.check(f"{label}: no ServiceMonitor unless serviceMonitor.enabled", lambda: eq(len(sms), 0, "ServiceMonitors"))
 
+    rules = r.of_kind("PrometheusRule")
+    if v.get("prometheusRule", {}).get("enabled"):
+        rep.check(f"{label}: PrometheusRule alerts use metrics the server registers, scoped to the release namespace",
+                  lambda: check_prometheus_rule(rules, ns, v["prometheusRule"]))
+    else:
+        rep.check(f"{label}: no PrometheusRule unless prometheusRule.enabled", lambda: eq(len(rules), 0, "PrometheusRules"))
+
+
+EXPECTED_ALERTS = {"KnativeHAWebhookNotReady", "KnativeHAWebhookCertificateExpiring", "KnativeHAWebhookDriftPersists",
+                   "KnativeHAWebhookPolicyInvalid", "KnativeHAWebhookSourceDown", "KnativeHAWebhookReconcileFailing"}
+
+
+def registered_metrics() -> set[str]:
+    """Metric names the server registers (read from its source), with the `_total` prometheus-client adds to counters."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    names = set()
+    for f in src.rglob("*.rs"):
+        text = f.read_text()
+        names |= set(re.findall(r'"(knative_ha_webhook_[a-z_]+)"', text))
+        names |= {f"knative_ha_webhook_{n}" for n in re.findall(r'\bn\("([a-z_]+)"\)', text)}
+    return names | {n + "_total" for n in names}
+
+
+def check_prometheus_rule(rules: list[dict], ns: str, values: dict) -> None:
+    eq(len(rules), 1, "PrometheusRules")
+    rule = rules[0]
+    eq(rule["apiVersion"], "monitoring.coreos.com/v1", "apiVersion")
+    for k, val in values.get("labels", {}).items():
+        eq(rule["metadata"]["labels"].get(k), val, f"label {k}")
+    alerts = [a for g in rule["spec"]["groups"] for a in g["rules"]]
+    eq({a["alert"] for a in alerts}, EXPECTED_ALERTS, "alert names")
+    known = registered_metrics()
+    for a in alerts:
+        used = set(re.findall(r"knative_ha_webhook_[a-z_]+", a["expr"]))
+        expect(used, f"{a['alert']}: uses no knative_ha_webhook_ metric")
+        expect(used <= known, f"{a['alert']}: unknown metrics {sorted(used - known)}")
+        expect(f'namespace="{ns}"' in a["expr"], f"{a['alert']}: not scoped to namespace {ns}: {a['expr']}")
+        eq(a["labels"]["severity"], values["severity"], f"{a['alert']} severity")
+        expect(a["annotations"].get("summary"), f"{a['alert']}: no summary")
+
 
 def check_defaults(r: Rendered, app_version: str) -> None:
     """The defaults themselves (the checks above compare against values, so pin the defaults)."""
@@ -633,7 +673,7 @@ def check_defaults(r: Rendered, app_version: str) -> None:
     eq(args["--on-error"], "allow", "default --on-error")
     env = {e["name"]: e.get("value") for e in r.container.get("env", [])}
     eq((env.get("KHW_RECONCILE"), env.get("KHW_RECONCILE_DRY_RUN"), env.get("KHW_RECONCILE_POD_TEMPLATES")),
-       ("true", "false", "true"), "reconcile on by default, writing, pod templates included")
+       ("true", "true", "true"), "reconcile on by default in dry-run (first contact changes no running object)")
     expect("cert-manager.io/inject-ca-from" in r.webhook_config["metadata"].get("annotations", {}),
            "cert-manager is the default TLS mode")
     eq(r.container["image"], f"{r.values['image']['repository']}:{app_version}", "default image tag = appVersion")
@@ -643,7 +683,7 @@ def check_defaults(r: Rendered, app_version: str) -> None:
 OPAQUE_VALUES = {"resources", "podSecurityContext", "securityContext", "defaultPolicy.spec", "affinity",
                  "nodeSelector", "commonLabels", "podLabels", "podAnnotations", "serviceAccount.annotations",
                  "webhook.annotations", "service.annotations", "serviceMonitor.labels",
-                 "networkPolicy.metricsNamespaceLabels"}
+                 "networkPolicy.metricsNamespaceLabels", "prometheusRule.labels"}
 
 
 def value_paths(d: dict, prefix: str = "") -> set[str]:
@@ -719,6 +759,7 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
         ("policy-from-values", "khw", "khw-system", {"defaultPolicy": {"enabled": True}}),
         ("several-namespaces", "khw", "webhooks",
          {"governedNamespaces": ["knative-serving", "kourier-system", "knative-eventing"],
+          "reconcile": {"dryRun": False},
           "defaultPolicy": {"enabled": True, "name": "kourier",
                             "spec": {"targetNamespace": "kourier-system", "replicas": 2,
                                      "workloads": [{"name": "3scale-kourier-gateway", "replicas": 4}],
@@ -728,7 +769,8 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
          {"governedNamespaces": ["knative-serving", "kourier-system"],
           "reconcile": {"dryRun": True, "podTemplates": False, "interval": "5m", "rate": 2.5}}),
         ("service-monitor", "khw", "monitoring-test",
-         {"serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}}}),
+         {"serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}},
+          "prometheusRule": {"enabled": True, "severity": "critical", "labels": {"release": "prometheus"}}}),
         ("customised", "edge", "platform",
          {"fullnameOverride": "ha-hook", "replicaCount": 3,
           "server": {"port": 9443, "metricsPort": 9191, "shutdownDelay": "20s", "logFormat": "text",

@@ -119,7 +119,11 @@ pub async fn get(
     obj.as_ref().map(|o| to_value(kind, o)).transpose()
 }
 
-/// Sends a JSON patch (RFC 6902) to one object.
+/// The field manager of every write the reconciler sends: `managedFields`
+/// tell its changes apart from the ones made at admission.
+pub const FIELD_MANAGER: &str = "knative-ha-webhook-reconciler";
+
+/// Sends a JSON patch (RFC 6902) to one object, as [`FIELD_MANAGER`].
 pub async fn patch(
     client: &kube::Client,
     kind: Kind,
@@ -131,7 +135,11 @@ pub async fn patch(
     let body = serde_json::to_vec(patch).map_err(kube::Error::SerdeError)?;
     let request = hyper::Request::builder()
         .method(hyper::Method::PATCH)
-        .uri(format!("{}/{}", api.resource_url(), name))
+        .uri(format!(
+            "{}/{}?fieldManager={FIELD_MANAGER}",
+            api.resource_url(),
+            name
+        ))
         .header(hyper::header::CONTENT_TYPE, "application/json-patch+json")
         .header(hyper::header::ACCEPT, "application/json")
         .body(body)
