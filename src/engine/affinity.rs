@@ -80,6 +80,81 @@ fn equivalent(
     ls.len() == 1 && !labels.is_empty() && labels.iter().all(|(k, v)| selector.get(k) == Some(v))
 }
 
+/// True when `item` is exactly the term [`policy_term`] builds (compared
+/// without building it: this runs on every admission).
+fn is_policy_term(
+    aa: &PodAntiAffinity,
+    selector: &Map<String, Value>,
+    list: &str,
+    item: &Value,
+) -> bool {
+    if list == PREFERRED {
+        let Some(obj) = item.as_object() else {
+            return false;
+        };
+        if obj.len() != 2 || obj.get("weight") != Some(&json!(100)) {
+            return false;
+        }
+    }
+    let Some(term) = pod_term(list, item) else {
+        return false;
+    };
+    let Some(ls) = term.get("labelSelector").and_then(Value::as_object) else {
+        return false;
+    };
+    let marker_only = ls
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .is_some_and(|e| {
+            e.len() == 1
+                && e[0].as_object().is_some_and(|m| m.len() == 2)
+                && e[0].get("key").and_then(Value::as_str) == Some(MARKER_KEY)
+                && e[0].get("operator").and_then(Value::as_str) == Some("DoesNotExist")
+        });
+    term.len() == 2
+        && term.get("topologyKey").and_then(Value::as_str) == Some(aa.topology_key())
+        && ls.len() == 2
+        && ls.get("matchLabels").and_then(Value::as_object) == Some(selector)
+        && marker_only
+}
+
+/// True when [`wanted`] would return `current` unchanged, checked without
+/// copying anything: every marked term is the policy's own, last in its
+/// list, and exactly one of (it, an equivalent unmarked term) is there.
+fn unchanged(
+    want: Option<(&PodAntiAffinity, &'static str)>,
+    selector: &Map<String, Value>,
+    cur: &Map<String, Value>,
+) -> Result<bool, String> {
+    let (mut foreign_marked, mut have_ours, mut have_equivalent) = (false, false, false);
+    for list in [REQUIRED, PREFERRED] {
+        let items = match cur.get(list) {
+            None | Some(Value::Null) => continue,
+            Some(Value::Array(items)) => items,
+            Some(_) => return Err(format!("podAntiAffinity.{list} must be a list")),
+        };
+        let wanted_here = want.filter(|(_, l)| *l == list).map(|(aa, _)| aa);
+        for (i, item) in items.iter().enumerate() {
+            match wanted_here {
+                Some(aa) if is_marked(list, item) => {
+                    let ours = !have_ours
+                        && i + 1 == items.len()
+                        && is_policy_term(aa, selector, list, item);
+                    have_ours |= ours;
+                    foreign_marked |= !ours;
+                }
+                Some(aa) => have_equivalent |= equivalent(aa, list, item, selector),
+                None => foreign_marked |= is_marked(list, item),
+            }
+        }
+    }
+    Ok(!foreign_marked
+        && match want {
+            None => true,
+            Some(_) => have_ours != have_equivalent,
+        })
+}
+
 /// The podAntiAffinity the policy wants: `current` without the engine's
 /// own terms, plus the policy's term unless an equivalent term is there.
 /// `Ok(None)` when that is what `current` already holds. `aa` None (or
@@ -95,6 +170,21 @@ pub fn wanted(
         Some(Value::Object(m)) => m,
         Some(_) => return Err("podAntiAffinity must be an object".into()),
     };
+    let want = aa
+        .filter(|a| a.kind != AntiAffinityType::None && !selector.is_empty())
+        .map(|a| {
+            (
+                a,
+                if a.kind == AntiAffinityType::Required {
+                    REQUIRED
+                } else {
+                    PREFERRED
+                },
+            )
+        });
+    if unchanged(want, selector, cur)? {
+        return Ok(None);
+    }
     let mut out = cur.clone();
     for list in [REQUIRED, PREFERRED] {
         match out.get_mut(list) {
