@@ -164,6 +164,8 @@ fn preview_patches_prints_one_json_line_per_changed_document() {
         ("Deployment", "controller"),
         ("HorizontalPodAutoscaler", "webhook"),
         ("PodDisruptionBudget", "webhook-pdb"),
+        // leader-elected: the leader-election hash annotation (issue 10)
+        ("Deployment", "webhook"),
         ("Deployment", "net-kourier-controller"),
     ];
     assert_eq!(got, want.map(|(k, n)| (k.to_string(), n.to_string())));
@@ -222,7 +224,7 @@ fn preview_takes_several_policies_but_one_per_namespace() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("horizontalpodautoscaler/3scale-kourier-gateway: spec.minReplicas 1 -> 3, spec.maxReplicas 10 -> 12 (policy kourier-gateway)"), "{text}");
+    assert!(text.contains("horizontalpodautoscaler/3scale-kourier-gateway: spec.minReplicas 1 -> 3, spec.maxReplicas 10 -> 12 (from the original 1/10) (policy kourier-gateway)"), "{text}");
     assert!(text.contains("deployment/net-kourier-controller"), "{text}");
 
     // the same two as one multi-document file

@@ -143,6 +143,11 @@ fn expectations(api: &FakeApi, keys: &[Key], policy: &Policy) -> BTreeMap<Key, O
         .collect()
 }
 
+/// config-leader-election: held back with the pod templates (issue 10).
+fn is_leader_election_cm(k: &Key) -> bool {
+    k.0 == "ConfigMap" && k.2 == "config-leader-election"
+}
+
 fn needing(exp: &BTreeMap<Key, Option<Value>>) -> BTreeSet<Key> {
     exp.iter()
         .filter(|(_, v)| v.is_some())
@@ -640,7 +645,10 @@ async fn pod_templates_false_leaves_every_pod_template_alone() {
                 v
             });
             let unchanged = v.as_ref() == Some(&content(&before[k]));
-            (k.clone(), if unchanged { None } else { v })
+            // config-leader-election is held back with the pod templates
+            // (issue 10: its restart is a pod template change).
+            let held = is_leader_election_cm(k);
+            (k.clone(), if unchanged || held { None } else { v })
         })
         .collect();
     let template_only: Vec<&Key> = exp
@@ -680,11 +688,26 @@ async fn pod_templates_false_skips_deployments_with_only_pod_template_drift() {
     env.wait_leader(r).await;
     let mut value = example_policy_value();
     value["spec"]["replicas"] = json!(1);
+    // Preferred: Required would also set maxUnavailable 1 (issue 10), drift
+    // outside the pod template.
+    value["spec"]["podAntiAffinity"] =
+        json!({"type": "Preferred", "topologyKey": "topology.kubernetes.io/zone"});
     let policy = policy_of(&value);
     let exp = expectations(&env.api, &env.serving_keys(), &policy);
+    // Deployments whose only drift is in the pod template (with Required
+    // anti-affinity, activator's maxUnavailable 0 -> 1 is other drift).
+    let spec_without_template = |v: &Value| {
+        let mut spec = v["spec"].clone();
+        spec.as_object_mut().map(|m| m.remove("template"));
+        spec
+    };
     let template_only: BTreeSet<Key> = needing(&exp)
         .into_iter()
-        .filter(|k| k.0 == "Deployment")
+        .filter(|k| {
+            k.0 == "Deployment"
+                && spec_without_template(exp[k].as_ref().unwrap())
+                    == spec_without_template(&current(&env.api, k))
+        })
         .collect();
     let names: BTreeSet<&str> = template_only.iter().map(|k| k.2.as_str()).collect();
     assert!(
@@ -701,8 +724,16 @@ async fn pod_templates_false_skips_deployments_with_only_pod_template_drift() {
     }
     let others: BTreeMap<Key, Option<Value>> = exp
         .iter()
-        .filter(|(k, _)| k.0 != "Deployment")
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .filter(|(k, _)| !template_only.contains(*k))
+        .map(|(k, v)| {
+            let v = v.clone().map(|mut v| {
+                if k.0 == "Deployment" {
+                    v["spec"]["template"] = current(&env.api, k)["spec"]["template"].clone();
+                }
+                v
+            });
+            (k.clone(), if is_leader_election_cm(k) { None } else { v })
+        })
         .collect();
     assert!(
         others.values().any(Option::is_some),
@@ -761,4 +792,53 @@ async fn periodic_run_repairs_drift_introduced_later() {
         content(&current(&env.api, &controller)),
         exp[&controller].clone().unwrap()
     );
+}
+
+/// Issue 10, safety: without pod templates, a replicas change that would
+/// leave `--disable-ha` on several replicas is held back, and so are the
+/// config-leader-election keys (their restart is a pod template change).
+#[test]
+fn pod_templates_false_holds_back_unsafe_writes() {
+    use knative_ha_webhook::reconcile::plan::{op_path, plan};
+    let policy = policy_of(&example_policy_value());
+    let ctx = Context::default();
+    let mut d = support::fixture("Deployment", SERVING, "net-kourier-controller");
+    d["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["--disable-ha"]);
+    let with = plan(&policy, SERVING, &d, &ctx, true)
+        .unwrap()
+        .expect("drift");
+    let paths: Vec<String> = with.patch.0.iter().map(op_path).collect();
+    assert!(paths.contains(&"/spec/replicas".to_string()), "{paths:?}");
+    let without = plan(&policy, SERVING, &d, &ctx, false)
+        .unwrap()
+        .expect("drift");
+    let paths: Vec<String> = without.patch.0.iter().map(op_path).collect();
+    assert!(
+        !paths
+            .iter()
+            .any(|p| p == "/spec/replicas" || p.starts_with("/spec/template")),
+        "{paths:?}"
+    );
+    assert!(
+        without.held_back >= 2,
+        "replicas and the flag held back: {}",
+        without.held_back
+    );
+    // Without the flag, replicas go out alone.
+    let plain = support::fixture("Deployment", SERVING, "net-kourier-controller");
+    let d = plan(&policy, SERVING, &plain, &ctx, false)
+        .unwrap()
+        .expect("drift");
+    assert!(d.patch.0.iter().map(op_path).any(|p| p == "/spec/replicas"));
+
+    let cm = support::fixture("ConfigMap", SERVING, "config-leader-election");
+    let d = plan(&policy, SERVING, &cm, &ctx, false)
+        .unwrap()
+        .expect("drift");
+    assert!(d.patch.0.is_empty(), "{:?}", d.patch);
+    assert!(d.held_back > 0);
+    let d = plan(&policy, SERVING, &cm, &ctx, true)
+        .unwrap()
+        .expect("drift");
+    assert!(!d.patch.0.is_empty());
 }

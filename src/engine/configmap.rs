@@ -3,13 +3,86 @@
 //! strings in Knative's format. Never `_example`, never annotations (Knative
 //! validates `_example` against its checksum annotation). Durations equal in
 //! value to what is there (`1m` vs `60s`) are left as written.
+//!
+//! The policy's durations are merged over the ConfigMap's (Knative's
+//! defaults for keys neither sets) and checked with client-go's rules; when
+//! the merged set would make every leader-elected process exit, no duration
+//! is written and a warning names the rule and the values.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::patch::Patcher;
 use super::{EngineError, Handled, LEADER_ELECTION_CONFIGMAP, Target};
 use crate::policy::duration::parse_go_duration;
 use crate::policy::schema_check::show;
+use crate::policy::validate::broken_timing_rules;
+use crate::policy::{
+    DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, LeaderElection,
+};
+
+const TIMING_KEYS: [&str; 3] = ["lease-duration", "renew-deadline", "retry-period"];
+const DEFAULTS: [&str; 3] = [
+    DEFAULT_LEASE_DURATION,
+    DEFAULT_RENEW_DEADLINE,
+    DEFAULT_RETRY_PERIOD,
+];
+
+fn current<'v>(
+    t: &Target<'_>,
+    data: Option<&'v Map<String, Value>>,
+    key: &str,
+) -> Result<Option<&'v str>, EngineError> {
+    match data.and_then(|d| d.get(key)) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str())),
+        Some(other) => {
+            Err(t.malformed(format!("data.{key} must be a string, got {}", show(other))))
+        }
+    }
+}
+
+/// Why the merged durations would stop Knative, or None when they are valid
+/// (or the policy sets no duration).
+fn merged_timing_problem(
+    t: &Target<'_>,
+    le: &LeaderElection,
+    data: Option<&Map<String, Value>>,
+) -> Result<Option<String>, EngineError> {
+    let ours = [&le.lease_duration, &le.renew_deadline, &le.retry_period];
+    if ours.iter().all(|v| v.is_none()) {
+        return Ok(None);
+    }
+    let mut shown = Vec::new();
+    let mut ns = Vec::new();
+    for i in 0..3 {
+        let key = TIMING_KEYS[i];
+        let (text, from) = match (ours[i], current(t, data, key)?) {
+            (Some(v), _) => (v.as_str(), "policy"),
+            (None, Some(v)) => (v, "ConfigMap"),
+            (None, None) => (DEFAULTS[i], "Knative default"),
+        };
+        shown.push(format!("{key} {text:?} ({from})"));
+        match parse_go_duration(text) {
+            Ok(v) => ns.push(v),
+            Err(why) => {
+                return Ok(Some(format!(
+                    "{key} {text:?} ({from}) is not a Go duration: {why}"
+                )));
+            }
+        }
+    }
+    let broken = broken_timing_rules(ns[0], ns[1], ns[2]);
+    Ok((!broken.is_empty()).then(|| {
+        broken
+            .iter()
+            .map(|r| {
+                let (a, b) = r.fields();
+                r.message(&shown[a], &shown[b], ns[2])
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }))
+}
 
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     // Cheap exit before anything is copied: other ConfigMaps can be large.
@@ -19,27 +92,30 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     let Some(le) = &t.policy.spec.leader_election else {
         return Ok((None, Vec::new()));
     };
+    let data = t.object_at(&["data"])?;
+    let mut changes = Vec::new();
+    let problem = merged_timing_problem(t, le, data)?;
+    let timings = if problem.is_some() {
+        [None, None, None]
+    } else {
+        [
+            le.lease_duration.clone(),
+            le.renew_deadline.clone(),
+            le.retry_period.clone(),
+        ]
+    };
+    let [lease, renew, retry] = timings;
     let buckets = if le.is_enabled() { le.buckets } else { Some(1) };
     let wanted: [(&str, Option<String>, bool); 4] = [
         ("buckets", buckets.map(|b| b.to_string()), false),
-        ("lease-duration", le.lease_duration.clone(), true),
-        ("renew-deadline", le.renew_deadline.clone(), true),
-        ("retry-period", le.retry_period.clone(), true),
+        (TIMING_KEYS[0], lease, true),
+        (TIMING_KEYS[1], renew, true),
+        (TIMING_KEYS[2], retry, true),
     ];
-    let data = t.object_at(&["data"])?;
     let mut p: Option<Patcher> = None;
-    let mut changes = Vec::new();
     for (key, want, is_duration) in wanted {
         let Some(want) = want else { continue };
-        let current = match data.and_then(|d| d.get(key)) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.as_str()),
-            Some(other) => {
-                return Err(
-                    t.malformed(format!("data.{key} must be a string, got {}", show(other)))
-                );
-            }
-        };
+        let current = current(t, data, key)?;
         let same = match current {
             Some(cur) if cur == want => true,
             Some(cur) if is_duration => {
@@ -56,6 +132,11 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         changes.push(t.change(format!(
             "data.{key} {} -> {want:?}",
             current.map_or("unset".to_string(), |c| format!("{c:?}"))
+        )));
+    }
+    if let Some(problem) = problem {
+        changes.push(t.change(format!(
+            "warning: leader election durations not written: {problem}"
         )));
     }
     Ok((p, changes))

@@ -15,9 +15,11 @@
 //!   ([`patch::Patcher`]), so it applies cleanly and mutating the result
 //!   again yields an empty patch.
 
+pub mod affinity;
 pub mod configmap;
 pub mod deployment;
 pub mod hpa;
+pub mod leader;
 pub mod patch;
 pub mod pdb;
 
@@ -48,6 +50,32 @@ pub const DISABLE_HA_DEPLOYMENTS: &[&str] = &[
     "net-istio-webhook",
     "net-kourier-controller",
 ];
+
+/// Deployments Knative scales on demand (eventing-controller scales
+/// `pingsource-mt-adapter` 0 <-> 1 when PingSources exist; the Knative
+/// Operator's `haUnSupported` list). Their replicas are never touched.
+pub const SCALED_ON_DEMAND: &[&str] = &["pingsource-mt-adapter"];
+
+/// Deployments whose Knative processes run leader election (knative.dev/pkg
+/// sharedmain with `config-leader-election`). They roll together when the
+/// policy's leader election settings change. The activator is not one.
+pub const LEADER_ELECTED_DEPLOYMENTS: &[&str] = &[
+    "controller",
+    "autoscaler",
+    "autoscaler-hpa",
+    "webhook",
+    "net-kourier-controller",
+    "net-istio-controller",
+    "net-istio-webhook",
+    "net-certmanager-controller",
+    "eventing-controller",
+    "eventing-webhook",
+    "imc-controller",
+    "mt-broker-controller",
+];
+
+/// The API group of the Knative Operator's resources.
+pub const OPERATOR_API_GROUP: &str = "operator.knative.dev";
 
 /// The flag that turns Knative's leader election off.
 pub const DISABLE_HA_FLAG: &str = "--disable-ha";
@@ -252,8 +280,12 @@ impl Target<'_> {
     }
 
     /// The replicas the policy wants for a Deployment (override, else
-    /// global), ignoring leader election.
+    /// global), ignoring leader election. None for Deployments Knative
+    /// scales on demand ([`SCALED_ON_DEMAND`]).
     pub fn wanted_replicas(&self, deployment: &str) -> Option<i32> {
+        if SCALED_ON_DEMAND.contains(&deployment) {
+            return None;
+        }
         self.workload(deployment)
             .and_then(|w| w.replicas)
             .or(self.policy.spec.replicas)
@@ -342,15 +374,52 @@ pub fn mutate_object(
         Kind::ConfigMap => configmap::mutate(&target)?,
     };
     match patcher {
-        Some(p) if !p.ops.is_empty() => Ok(Outcome {
-            mutation: Mutation {
-                patch: json_patch::Patch(p.ops),
-                changes,
-            },
-            object: Some(p.doc),
-        }),
+        Some(p) if !p.ops.is_empty() => {
+            // Checked only when there is something to change: the Operator's
+            // objects are left alone, with a warning naming the owner.
+            if let Some(owner) = operator_owner(metadata)
+                && policy.spec.govern_operator_owned != Some(true)
+            {
+                return Ok(warning_only(vec![target.change(format!(
+                    "warning: left unchanged: owned by the Knative Operator's {owner}, which manages its high availability (set spec.governOperatorOwned: true to govern it anyway)"
+                ))]));
+            }
+            Ok(Outcome {
+                mutation: Mutation {
+                    patch: json_patch::Patch(p.ops),
+                    changes,
+                },
+                object: Some(p.doc),
+            })
+        }
+        _ if !changes.is_empty() => Ok(warning_only(changes)),
         _ => Ok(Outcome::default()),
     }
+}
+
+/// An outcome without a patch, carrying warning lines.
+fn warning_only(changes: Vec<String>) -> Outcome {
+    Outcome {
+        mutation: Mutation {
+            patch: json_patch::Patch(Vec::new()),
+            changes,
+        },
+        object: None,
+    }
+}
+
+/// `Kind/name` of an ownerReference whose apiVersion is the Knative
+/// Operator's group (`operator.knative.dev/*`).
+fn operator_owner(metadata: Option<&serde_json::Map<String, Value>>) -> Option<String> {
+    let refs = metadata?.get("ownerReferences")?.as_array()?;
+    refs.iter().find_map(|r| {
+        let api = r.get("apiVersion")?.as_str()?;
+        let group = api.split('/').next()?;
+        (group == OPERATOR_API_GROUP && api.contains('/')).then(|| {
+            let field = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("?");
+            format!("{}/{}", field("kind"), field("name"))
+        })
+    })
 }
 
 /// What a kind handler returns: the patcher (if it copied the object) and

@@ -1,7 +1,9 @@
 //! PodDisruptionBudgets: set the policy's field (minAvailable or
 //! maxUnavailable, typed as the policy wrote it: 1 vs "50%") and remove the
-//! other. PDBs of excluded Deployments (named `<deployment>-pdb` or
-//! selecting `app: <deployment>`) are left alone.
+//! other. A PDB belongs to a Deployment when it selects `app: <deployment>`
+//! or is named `<deployment>-pdb`: PDBs of excluded Deployments are left
+//! alone, and a `workloads[].podDisruptionBudget` replaces the global
+//! setting for the PDB of that workload.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
@@ -18,22 +20,26 @@ fn int_or_string(v: &IntOrString) -> Value {
 }
 
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
-    let Some(pdb) = &t.policy.spec.pod_disruption_budget else {
-        return Ok((None, Vec::new()));
-    };
     let app = t
         .str_at(&["spec", "selector", "matchLabels", "app"])
         .ok()
         .flatten();
-    let excluded = t
-        .policy
-        .spec
-        .exclude
-        .iter()
-        .any(|e| Some(e.as_str()) == app || t.name.strip_suffix("-pdb") == Some(e.as_str()));
-    if excluded {
+    let covers = |deployment: &str| {
+        Some(deployment) == app || t.name.strip_suffix("-pdb") == Some(deployment)
+    };
+    if t.policy.spec.exclude.iter().any(|e| covers(e)) {
         return Ok((None, Vec::new()));
     }
+    let own = t
+        .policy
+        .spec
+        .workloads
+        .iter()
+        .filter(|w| covers(&w.name))
+        .find_map(|w| w.pod_disruption_budget.as_ref());
+    let Some(pdb) = own.or(t.policy.spec.pod_disruption_budget.as_ref()) else {
+        return Ok((None, Vec::new()));
+    };
     let (field, value, other) = match (&pdb.min_available, &pdb.max_unavailable) {
         (Some(v), _) => ("minAvailable", int_or_string(v), "maxUnavailable"),
         (None, Some(v)) => ("maxUnavailable", int_or_string(v), "minAvailable"),

@@ -12,6 +12,7 @@
 //! bad value, and then the semantic rules run (see [`validate`]). All errors
 //! are collected, not just the first.
 
+pub mod disruption;
 pub mod duration;
 pub mod prune;
 pub mod schema_check;
@@ -86,6 +87,12 @@ pub struct HighAvailabilityPolicySpec {
     /// Deployment names this policy leaves alone (and the HPAs scaling them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude: Vec<String>,
+    /// true: also change objects owned by the Knative Operator (an
+    /// ownerReference with apiVersion operator.knative.dev/*). Default false:
+    /// they are left unchanged with a warning, as the Operator's own
+    /// spec.high-availability governs them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub govern_operator_owned: Option<bool>,
 }
 
 /// Leader election (Knative's `config-leader-election`).
@@ -103,7 +110,7 @@ pub struct LeaderElection {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DURATION_PATTERN))]
     pub lease_duration: Option<String>,
-    /// Go duration, e.g. 40s. Must exceed retryPeriod.
+    /// Go duration, e.g. 40s. Must exceed 1.2 x retryPeriod (client-go's JitterFactor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DURATION_PATTERN))]
     pub renew_deadline: Option<String>,
@@ -203,6 +210,10 @@ pub struct WorkloadOverride {
     /// Topology spread constraints for this Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_spread_constraints: Option<Vec<TopologySpread>>,
+    /// Settings for the PodDisruptionBudget selecting this Deployment's pods
+    /// (replaces spec.podDisruptionBudget for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_disruption_budget: Option<PodDisruptionBudgetPolicy>,
 }
 
 /// What the scheduler does when a spread constraint cannot be met.

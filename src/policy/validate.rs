@@ -3,8 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-
+use super::disruption;
 use super::duration::parse_go_duration;
 use super::{
     DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
@@ -45,6 +44,67 @@ fn check_spread(path: &str, list: &[TopologySpread], errors: &mut Vec<PolicyErro
                 ),
             ));
         }
+    }
+}
+
+/// A rule of client-go's `leaderelection.NewLeaderElector`, which Knative
+/// runs on `config-leader-election`; a broken rule makes every
+/// leader-elected Knative process exit at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimingRule {
+    /// leaseDuration must be greater than renewDeadline.
+    LeaseAboveRenew,
+    /// renewDeadline must be greater than 1.2 x retryPeriod (JitterFactor).
+    RenewAboveJitteredRetry,
+}
+
+impl TimingRule {
+    /// Indices (0 lease, 1 renew, 2 retry) of the two durations compared.
+    pub fn fields(self) -> (usize, usize) {
+        match self {
+            TimingRule::LeaseAboveRenew => (0, 1),
+            TimingRule::RenewAboveJitteredRetry => (1, 2),
+        }
+    }
+
+    /// `a` and `b` are the two durations as shown to the user
+    /// (`renewDeadline "11s"`); `retry_ns` is the retry period.
+    pub fn message(self, a: &str, b: &str, retry_ns: u128) -> String {
+        match self {
+            TimingRule::LeaseAboveRenew => format!(
+                "{a} must be greater than {b} (client-go leader election refuses to start otherwise)"
+            ),
+            TimingRule::RenewAboveJitteredRetry => format!(
+                "{a} must be greater than {b} x 1.2 = {} (client-go's JitterFactor; its leader election refuses to start otherwise)",
+                format_ns(retry_ns * 6 / 5)
+            ),
+        }
+    }
+}
+
+/// The rules client-go checks before it starts a leader elector.
+pub fn broken_timing_rules(lease: u128, renew: u128, retry: u128) -> Vec<TimingRule> {
+    let mut out = Vec::new();
+    if lease <= renew {
+        out.push(TimingRule::LeaseAboveRenew);
+    }
+    // renew > 1.2 * retry, in integers.
+    if renew * 5 <= retry * 6 {
+        out.push(TimingRule::RenewAboveJitteredRetry);
+    }
+    out
+}
+
+/// Nanoseconds in the largest exact unit: `12s`, `1500ms`, `7ns`.
+pub fn format_ns(ns: u128) -> String {
+    if ns.is_multiple_of(1_000_000_000) {
+        format!("{}s", ns / 1_000_000_000)
+    } else if ns.is_multiple_of(1_000_000) {
+        format!("{}ms", ns / 1_000_000)
+    } else if ns.is_multiple_of(1_000) {
+        format!("{}us", ns / 1_000)
+    } else {
+        format!("{ns}ns")
     }
 }
 
@@ -97,20 +157,6 @@ fn check_anti_affinity(path: &str, aa: &PodAntiAffinity, errors: &mut Vec<Policy
             format!("{path}.topologyKey"),
             format!("must be a non-empty node label key without spaces, got {key:?}"),
         ));
-    }
-}
-
-fn check_int_or_percent(path: &str, value: &IntOrString, errors: &mut Vec<PolicyError>) {
-    match value {
-        IntOrString::Int(n) if *n < 0 => errors.push(PolicyError::invalid(
-            path,
-            format!("must be an integer >= 0 or a percentage \"0%\"..\"100%\", got {n}"),
-        )),
-        IntOrString::String(s) if parse_percent(s).is_none() => errors.push(PolicyError::invalid(
-            path,
-            format!("must be an integer >= 0 or a percentage \"0%\"..\"100%\", got {s:?}"),
-        )),
-        _ => {}
     }
 }
 
@@ -183,31 +229,18 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
             }
         };
         let set = |i: usize| durations[i].1.is_some();
-        if let (Some(lease), Some(renew)) = (parsed[0], parsed[1])
-            && (set(0) || set(1))
-            && lease <= renew
-        {
-            errors.push(PolicyError::invalid(
-                if set(0) {
-                    "spec.leaderElection.leaseDuration"
-                } else {
-                    "spec.leaderElection.renewDeadline"
-                },
-                format!("{} must be greater than {}", shown(0), shown(1)),
-            ));
-        }
-        if let (Some(renew), Some(retry)) = (parsed[1], parsed[2])
-            && (set(1) || set(2))
-            && renew <= retry
-        {
-            errors.push(PolicyError::invalid(
-                if set(1) {
-                    "spec.leaderElection.renewDeadline"
-                } else {
-                    "spec.leaderElection.retryPeriod"
-                },
-                format!("{} must be greater than {}", shown(1), shown(2)),
-            ));
+        if let (Some(lease), Some(renew), Some(retry)) = (parsed[0], parsed[1], parsed[2]) {
+            for rule in broken_timing_rules(lease, renew, retry) {
+                let (a, b) = rule.fields();
+                if !(set(a) || set(b)) {
+                    continue;
+                }
+                let at = if set(a) { a } else { b };
+                errors.push(PolicyError::invalid(
+                    format!("spec.leaderElection.{}", durations[at].0),
+                    rule.message(&shown(a), &shown(b), retry),
+                ));
+            }
         }
     }
 
@@ -227,23 +260,13 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
     }
 
     if let Some(pdb) = &spec.pod_disruption_budget {
-        match (&pdb.min_available, &pdb.max_unavailable) {
-            (Some(_), Some(_)) => errors.push(PolicyError::invalid(
-                "spec.podDisruptionBudget",
-                "set exactly one of minAvailable and maxUnavailable, got both",
-            )),
-            (None, None) => errors.push(PolicyError::invalid(
-                "spec.podDisruptionBudget",
-                "set exactly one of minAvailable and maxUnavailable, got neither",
-            )),
-            _ => {}
-        }
-        if let Some(v) = &pdb.min_available {
-            check_int_or_percent("spec.podDisruptionBudget.minAvailable", v, &mut errors);
-        }
-        if let Some(v) = &pdb.max_unavailable {
-            check_int_or_percent("spec.podDisruptionBudget.maxUnavailable", v, &mut errors);
-        }
+        let fewest = disruption::fewest_for_global(spec);
+        disruption::check(
+            "spec.podDisruptionBudget",
+            pdb,
+            fewest.as_ref(),
+            &mut errors,
+        );
     }
 
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -282,6 +305,15 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
         }
         if let Some(aa) = &w.pod_anti_affinity {
             check_anti_affinity(&format!("{path}.podAntiAffinity"), aa, &mut errors);
+        }
+        if let Some(pdb) = &w.pod_disruption_budget {
+            let fewest = disruption::fewest_for_workload(spec, i);
+            disruption::check(
+                &format!("{path}.podDisruptionBudget"),
+                pdb,
+                fewest.as_ref(),
+                &mut errors,
+            );
         }
         if let Some(list) = &w.topology_spread_constraints {
             check_spread(

@@ -39,7 +39,8 @@ pub struct Drift {
     /// The engine's patch, without pod template operations when those are
     /// excluded (see [`plan`]).
     pub patch: Patch,
-    /// Pod template operations left out of `patch`.
+    /// Operations left out of `patch`: pod template operations, and the
+    /// writes that are unsafe without them (see [`plan`]).
     pub held_back: usize,
 }
 
@@ -91,10 +92,44 @@ pub fn touches_pod_template(op: &PatchOperation) -> bool {
         || (path.is_empty() && !matches!(op, PatchOperation::Test(_)))
 }
 
+/// Without the pod template ops, some other writes are unsafe on their own:
+/// replicas != 1 on a Deployment that keeps `--disable-ha` (several
+/// replicas without a leader), and `config-leader-election` keys (Knative
+/// reads them at start only; the restart that goes with them is a pod
+/// template change). Returns how many ops were held back and the rest.
+fn hold_back_unsafe(
+    kind: Kind,
+    name: &str,
+    object: &Value,
+    mutated: Option<&Value>,
+    ops: Vec<PatchOperation>,
+) -> (usize, Vec<PatchOperation>) {
+    let unsafe_op: Box<dyn Fn(&PatchOperation) -> bool> = match kind {
+        Kind::ConfigMap if name == engine::LEADER_ELECTION_CONFIGMAP => {
+            Box::new(|op| op_path(op).starts_with("/data"))
+        }
+        Kind::Deployment
+            if engine::leader::carries_disable_ha(object)
+                && mutated
+                    .and_then(|o| o.pointer("/spec/replicas"))
+                    .and_then(Value::as_i64)
+                    .is_some_and(|r| r != 1) =>
+        {
+            Box::new(|op| op_path(op) == "/spec/replicas")
+        }
+        _ => return (0, ops),
+    };
+    let (held, sent): (Vec<_>, Vec<_>) = ops.into_iter().partition(|op| unsafe_op(op));
+    (held.len(), sent)
+}
+
 /// Computes the drift of one existing object (operation UPDATE, like the
 /// admission request its write will produce). `Ok(None)`: in line, or not
 /// a governed kind/namespace. With `pod_templates == false`, operations on
-/// the pod template are left out of the patch (the changes still list them).
+/// the pod template are left out of the patch (the changes still list them),
+/// and so are the writes that are unsafe without them: a replicas change
+/// on a Deployment that would keep `--disable-ha` with replicas != 1, and
+/// the `config-leader-election` keys (their restart is a pod template change).
 pub fn plan(
     policy: &Policy,
     namespace: &str,
@@ -172,7 +207,9 @@ pub fn plan(
     let (patch, held_back) = if pod_templates {
         (outcome.mutation.patch, 0)
     } else {
-        (Patch(other_ops), template_ops.len())
+        let (held, sent) =
+            hold_back_unsafe(kind, &name, object, outcome.object.as_ref(), other_ops);
+        (Patch(sent), template_ops.len() + held)
     };
     Ok(Some(Drift {
         kind,
@@ -193,7 +230,7 @@ mod tests {
 
     fn policy() -> Policy {
         Policy::from_yaml(
-            "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: serving}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n  podAntiAffinity: {type: Required}\n",
+            "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: serving}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n  podAntiAffinity: {type: Preferred}\n",
         )
         .expect("policy")
     }

@@ -1,0 +1,160 @@
+//! PodDisruptionBudget rules: a budget must allow at least one voluntary
+//! disruption, or every node drain and cluster upgrade blocks
+//! (knative/serving#9990, knative/operator#376). A budget is compared with
+//! the fewest replicas the policy gives a workload the budget covers.
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::validate::parse_percent;
+use super::{HighAvailabilityPolicySpec, PodDisruptionBudgetPolicy, PolicyError};
+
+/// The fewest replicas the policy produces for the workloads a budget
+/// covers, with the field it comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fewest {
+    pub replicas: i32,
+    pub source: String,
+}
+
+fn fewest(candidates: impl Iterator<Item = (i32, String)>) -> Option<Fewest> {
+    candidates
+        .min_by_key(|(n, _)| *n)
+        .map(|(replicas, source)| Fewest { replicas, source })
+}
+
+/// What leader election off means for replica counts (every governed
+/// Deployment runs one replica).
+fn disabled(spec: &HighAvailabilityPolicySpec) -> Option<Fewest> {
+    spec.leader_election
+        .as_ref()
+        .is_some_and(|le| !le.is_enabled())
+        .then(|| Fewest {
+            replicas: 1,
+            source: "spec.leaderElection.enabled false".to_string(),
+        })
+}
+
+/// The fewest replicas under `spec.podDisruptionBudget`: the global
+/// replicas and every workload override without its own budget.
+pub fn fewest_for_global(spec: &HighAvailabilityPolicySpec) -> Option<Fewest> {
+    disabled(spec).or_else(|| {
+        let global = spec.replicas.map(|n| (n, "spec.replicas".to_string()));
+        let overrides = spec.workloads.iter().enumerate().filter_map(|(i, w)| {
+            let r = w.replicas.filter(|_| w.pod_disruption_budget.is_none())?;
+            Some((r, format!("spec.workloads[{i}].replicas")))
+        });
+        fewest(global.into_iter().chain(overrides))
+    })
+}
+
+/// The replicas of workload `i` (its override, else the global value).
+pub fn fewest_for_workload(spec: &HighAvailabilityPolicySpec, i: usize) -> Option<Fewest> {
+    disabled(spec).or_else(|| {
+        let w = spec.workloads.get(i)?;
+        match w.replicas {
+            Some(n) => Some((n, format!("spec.workloads[{i}].replicas"))),
+            None => spec.replicas.map(|n| (n, "spec.replicas".to_string())),
+        }
+        .map(|(replicas, source)| Fewest { replicas, source })
+    })
+}
+
+fn shown(v: &IntOrString) -> String {
+    match v {
+        IntOrString::Int(n) => n.to_string(),
+        IntOrString::String(s) => format!("{s:?}"),
+    }
+}
+
+const BLOCKS: &str =
+    "allows no voluntary disruption, so every node drain and cluster upgrade would block";
+
+/// Exactly one of the two fields, each well formed and allowing a disruption.
+pub fn check(
+    path: &str,
+    pdb: &PodDisruptionBudgetPolicy,
+    fewest: Option<&Fewest>,
+    errors: &mut Vec<PolicyError>,
+) {
+    match (&pdb.min_available, &pdb.max_unavailable) {
+        (Some(_), Some(_)) => errors.push(PolicyError::invalid(
+            path,
+            "set exactly one of minAvailable and maxUnavailable, got both",
+        )),
+        (None, None) => errors.push(PolicyError::invalid(
+            path,
+            "set exactly one of minAvailable and maxUnavailable, got neither",
+        )),
+        _ => {}
+    }
+    if let Some(v) = &pdb.max_unavailable
+        && well_formed(&format!("{path}.maxUnavailable"), v, errors)
+        && matches!(v, IntOrString::Int(0))
+            | matches!(v, IntOrString::String(s) if parse_percent(s) == Some(0))
+    {
+        errors.push(PolicyError::invalid(
+            format!("{path}.maxUnavailable"),
+            format!("{} {BLOCKS}; use at least 1", shown(v)),
+        ));
+    }
+    if let Some(v) = &pdb.min_available
+        && well_formed(&format!("{path}.minAvailable"), v, errors)
+    {
+        min_available(&format!("{path}.minAvailable"), v, fewest, errors);
+    }
+}
+
+fn min_available(
+    path: &str,
+    v: &IntOrString,
+    fewest: Option<&Fewest>,
+    errors: &mut Vec<PolicyError>,
+) {
+    let percent = match v {
+        IntOrString::String(s) => parse_percent(s),
+        IntOrString::Int(_) => None,
+    };
+    if percent == Some(100) {
+        errors.push(PolicyError::invalid(path, format!("{} {BLOCKS}", shown(v))));
+        return;
+    }
+    let Some(f) = fewest else { return };
+    let n = i64::from(f.replicas);
+    let needed = match (v, percent) {
+        (IntOrString::Int(m), _) => i64::from(*m),
+        // Kubernetes rounds a minAvailable percentage up.
+        (_, Some(p)) => (i64::from(p) * n + 99) / 100,
+        _ => return,
+    };
+    if needed >= n {
+        let how = match v {
+            IntOrString::Int(_) => String::new(),
+            IntOrString::String(_) => format!(" (rounds up to {needed})"),
+        };
+        errors.push(PolicyError::invalid(
+            path,
+            format!(
+                "{}{how} with {n} replicas ({}) {BLOCKS}; it must stay below {n}",
+                shown(v),
+                f.source
+            ),
+        ));
+    }
+}
+
+fn well_formed(path: &str, value: &IntOrString, errors: &mut Vec<PolicyError>) -> bool {
+    let bad = match value {
+        IntOrString::Int(n) => *n < 0,
+        IntOrString::String(s) => parse_percent(s).is_none(),
+    };
+    if bad {
+        errors.push(PolicyError::invalid(
+            path,
+            format!(
+                "must be an integer >= 0 or a percentage \"0%\"..\"100%\", got {}",
+                shown(value)
+            ),
+        ));
+    }
+    !bad
+}
