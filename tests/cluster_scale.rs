@@ -195,15 +195,24 @@ async fn hpa_status_updates_and_ungoverned_hpas_publish_nothing() {
     s.api.delete("", "configmaps", OWN_NS, "serving");
     s.wait_targets(SERVING, &[]).await;
     let published = s.published();
-    s.api
-        .update_status("autoscaling", HPAS, SERVING, "activator", json!({"currentReplicas": 9}));
+    s.api.update_status(
+        "autoscaling",
+        HPAS,
+        SERVING,
+        "activator",
+        json!({"currentReplicas": 9}),
+    );
     s.api
         .create("", "configmaps", policy_configmap("later", "later-ns"));
     wait_until("later-ns policy in force", || {
         s.store.load().policy_for("later-ns").map(|_| ())
     })
     .await;
-    assert_eq!(s.published(), published + 1.0, "the stopped watch sent nothing");
+    assert_eq!(
+        s.published(),
+        published + 1.0,
+        "the stopped watch sent nothing"
+    );
 }
 
 #[tokio::test]

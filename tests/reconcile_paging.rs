@@ -64,7 +64,9 @@ async fn a_namespace_larger_than_one_page_is_listed_in_pages() {
     let lists: Vec<String> = api
         .requests()
         .into_iter()
-        .filter(|r| r.method == "GET" && r.path == format!("/apis/apps/v1/namespaces/{NS}/deployments"))
+        .filter(|r| {
+            r.method == "GET" && r.path == format!("/apis/apps/v1/namespaces/{NS}/deployments")
+        })
         .map(|r| r.query)
         .collect();
     assert_eq!(lists.len(), 3, "1,201 objects in pages of 500: {lists:?}");

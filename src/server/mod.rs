@@ -84,7 +84,12 @@ pub struct ServeArgs {
     /// for others are refused (cluster: `Ready=False`, reason `NotGoverned`;
     /// policy file: an error); admission and reconcile never act elsewhere.
     /// Unset: every namespace a policy names.
-    #[arg(long, env = "KHW_GOVERNED_NAMESPACES", value_delimiter = ',', value_name = "NS,...")]
+    #[arg(
+        long,
+        env = "KHW_GOVERNED_NAMESPACES",
+        value_delimiter = ',',
+        value_name = "NS,..."
+    )]
     pub governed_namespaces: Vec<String>,
     #[command(flatten)]
     pub reconcile: crate::reconcile::ReconcileArgs,

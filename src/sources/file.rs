@@ -239,13 +239,23 @@ mod tests {
         );
         std::fs::write(&path, POLICY).unwrap();
         let store = PolicyStore::default();
-        let mut src =
-            FileSource::start_governed(path.clone(), store.clone(), Metrics::unregistered(), governed)
-                .unwrap();
+        let mut src = FileSource::start_governed(
+            path.clone(),
+            store.clone(),
+            Metrics::unregistered(),
+            governed,
+        )
+        .unwrap();
         std::fs::write(&path, POLICY.replace("knative-serving", "default")).unwrap();
-        assert!(matches!(src.poll(), Some(Err(FileSourceError::NotGoverned { .. }))));
+        assert!(matches!(
+            src.poll(),
+            Some(Err(FileSourceError::NotGoverned { .. }))
+        ));
         assert!(store.load().policy_for("default").is_none());
-        assert!(store.load().policy_for("knative-serving").is_some(), "old policy kept");
+        assert!(
+            store.load().policy_for("knative-serving").is_some(),
+            "old policy kept"
+        );
     }
 
     #[test]

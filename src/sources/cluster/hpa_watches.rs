@@ -232,22 +232,50 @@ mod tests {
         assert!(!w.set([&serving]));
         assert!(!w.synced());
         assert!(!w.apply(&serving, 1, Change::Init).0);
-        assert!(!w.apply(&serving, 1, Change::InitApply("a".into(), item(&serving, "activator"))).0);
+        assert!(
+            !w.apply(
+                &serving,
+                1,
+                Change::InitApply("a".into(), item(&serving, "activator"))
+            )
+            .0
+        );
         assert_eq!(w.apply(&serving, 1, Change::InitDone), (true, true));
         assert!(w.synced());
         assert_eq!(w.targets()[&serving], ["activator".to_string()].into());
         // Same target again (a status update): nothing changes.
-        assert!(!w.apply(&serving, 1, Change::Apply("a".into(), item(&serving, "activator"))).0);
+        assert!(
+            !w.apply(
+                &serving,
+                1,
+                Change::Apply("a".into(), item(&serving, "activator"))
+            )
+            .0
+        );
         // Policy gone: watch stopped, targets dropped.
         assert!(w.set([]));
         assert!(w.targets().is_empty());
         // Back: a new watcher (id 2); the old one's leftovers are ignored.
         w.set([&serving]);
-        assert!(!w.apply(&serving, 1, Change::Apply("b".into(), item(&serving, "webhook"))).0);
+        assert!(
+            !w.apply(
+                &serving,
+                1,
+                Change::Apply("b".into(), item(&serving, "webhook"))
+            )
+            .0
+        );
         assert!(w.targets().is_empty());
         assert!(!w.synced());
         assert_eq!(w.apply(&serving, 2, Change::InitDone), (false, true));
-        assert!(w.apply(&serving, 2, Change::Apply("b".into(), item(&serving, "webhook"))).0);
+        assert!(
+            w.apply(
+                &serving,
+                2,
+                Change::Apply("b".into(), item(&serving, "webhook"))
+            )
+            .0
+        );
         assert!(w.apply(&serving, 2, Change::Delete("b".into())).0);
     }
 }

@@ -308,7 +308,7 @@ mod tests {
         ];
         let m = merge_governed(&objs, &Governed::only(["knative-serving"]));
         assert_eq!(in_force(&m, "knative-serving").as_deref(), Some("a"));
-        assert!(m.policies.get("default").is_none());
+        assert!(!m.policies.contains_key("default"));
         assert_eq!(
             verdict(&m, Origin::ConfigMap, "b"),
             &Verdict::NotGoverned {

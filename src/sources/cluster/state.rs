@@ -316,7 +316,10 @@ impl State {
                         winner = %winner,
                         "policy in conflict; not applied"
                     ),
-                    Verdict::NotGoverned { namespace, governed } => tracing::warn!(
+                    Verdict::NotGoverned {
+                        namespace,
+                        governed,
+                    } => tracing::warn!(
                         policy = %obj.display(),
                         namespace = %namespace,
                         governed_namespaces = %governed,

@@ -172,7 +172,9 @@ where
                 // resource type is simply not there (yet).
                 outage.success();
                 if !crd_missing {
-                    tracing::info!("HighAvailabilityPolicy CRD not installed; using ConfigMaps only");
+                    tracing::info!(
+                        "HighAvailabilityPolicy CRD not installed; using ConfigMaps only"
+                    );
                     crd_missing = true;
                 }
                 send(Change::Missing)?;
@@ -237,10 +239,7 @@ mod tests {
     fn backoff_doubles_to_the_cap_and_resets() {
         let mut b = Backoff::new(BACKOFF_MAX);
         let got: Vec<u64> = (0..8).map(|_| b.next_delay().as_millis() as u64).collect();
-        assert_eq!(
-            got,
-            [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]
-        );
+        assert_eq!(got, [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
         b.reset();
         assert_eq!(b.next_delay(), BACKOFF_INITIAL);
     }
