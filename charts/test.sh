@@ -300,5 +300,30 @@ else
 fi
 # --- end image ---------------------------------------------------------------------------------
 
+# --- cluster source scale / governed namespaces (issue 11 part 1, issue 12 point 4) ------------
+# HPA list/watch only through a Role per governed namespace (none in the ClusterRole), and the
+# server started with exactly those namespaces.
+gov_out=$("$HELM" template khw "$CHART" --namespace khw-system \
+  --set image.repository=registry.test/khw --set 'governedNamespaces={knative-serving,kourier-system}' 2>&1)
+if printf '%s' "$gov_out" | "$PY" -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+cr = [d for d in docs if d["kind"] == "ClusterRole"][0]
+assert not any("horizontalpodautoscalers" in r["resources"] for r in cr["rules"]), "ClusterRole grants HPAs"
+roles = sorted(d["metadata"]["namespace"] for d in docs
+               if d["kind"] == "Role" and d["metadata"]["name"].endswith("-hpas")
+               and d["rules"] == [{"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"],
+                                   "verbs": ["list", "watch"]}])
+assert roles == ["knative-serving", "kourier-system"], roles
+args = [d for d in docs if d["kind"] == "Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
+i = args.index("--governed-namespaces")
+assert args[i + 1] == "knative-serving,kourier-system", args[i + 1]
+'; then
+  pass "governedNamespaces: HPA Roles per namespace, no cluster-wide HPA rule, --governed-namespaces passed"
+else
+  fail "governedNamespaces rendering" "$(printf '%s' "$gov_out" | head -c 300)"
+fi
+# --- end cluster source scale / governed namespaces --------------------------------------------
+
 echo "chart: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

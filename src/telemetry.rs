@@ -230,7 +230,11 @@ pub enum LogFormat {
 /// `info`). Does nothing when one is already installed.
 pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // kube-client's own request tracing logs every failed request at ERROR
+    // (one line per retry while the API server is away); the cluster source
+    // logs one warning per outage instead.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,kube_client::client::builder=off"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -183,7 +183,9 @@ async fn serve_reads_policies_from_the_cluster() {
     eventually("the HPA list to be requested", || async {
         api.requests()
             .iter()
-            .any(|r| r.path == "/apis/autoscaling/v2/horizontalpodautoscalers")
+            .any(|r| {
+                r.path == "/apis/autoscaling/v2/namespaces/knative-serving/horizontalpodautoscalers"
+            })
             .then_some(())
     })
     .await;

@@ -106,9 +106,7 @@ impl Harness {
         let metrics = ClusterMetrics::register(&mut registry);
         let task = tokio::spawn(cluster::run(
             client,
-            ClusterSourceConfig {
-                namespace: OWN_NS.to_string(),
-            },
+            ClusterSourceConfig::new(OWN_NS),
             store.clone(),
             metrics,
         ));
@@ -749,7 +747,9 @@ async fn not_synced_until_every_first_list_completes() {
     let cm_path = format!("/api/v1/namespaces/{OWN_NS}/configmaps");
     assert!(h.lists_of(&cm_path) >= 2, "the failed list was retried");
     wait_until("HPA list requested", || {
-        (h.lists_of("/apis/autoscaling/v2/horizontalpodautoscalers") >= 1).then_some(())
+        (h.lists_of("/apis/autoscaling/v2/namespaces/knative-serving/horizontalpodautoscalers")
+            >= 1)
+            .then_some(())
     })
     .await;
     assert!(!h.store.load().synced);

@@ -189,9 +189,7 @@ impl Env {
         let mut registry = prometheus_client::registry::Registry::default();
         let source = tokio::spawn(cluster::run(
             api.client().await,
-            ClusterSourceConfig {
-                namespace: OWN_NS.to_string(),
-            },
+            ClusterSourceConfig::new(OWN_NS),
             store.clone(),
             ClusterMetrics::register(&mut registry),
         ));

@@ -33,6 +33,9 @@ import yaml
 EXPECTED_CLUSTER_RULES = [
     {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies"], "verbs": ["list", "watch"]},
     {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies/status"], "verbs": ["patch"]},
+]
+# HPAs: list/watch in each governed namespace only (serve --governed-namespaces watches nowhere else).
+EXPECTED_HPA_RULES = [
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["list", "watch"]},
 ]
 EXPECTED_ROLE_RULES = [
@@ -349,6 +352,8 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         eq(len(metrics), 1, "Service metrics ports")
         eq(r.container_port(metrics[0]["targetPort"]), listen_port(args["--metrics-listen"]),
            "Service metrics targetPort vs --metrics-listen")
+        eq(args.get("--governed-namespaces"), ",".join(v["governedNamespaces"]),
+           "--governed-namespaces vs governedNamespaces")
     rep.check(f"{label}: Service 443 -> --listen port and webhook path {MUTATE_PATH}", wiring)
 
     def probes():
@@ -480,6 +485,12 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         eq(role["rules"], EXPECTED_ROLE_RULES, "Role rules")
         eq(role["metadata"]["namespace"], ns, "Role namespace")
         bound_roles = [("ClusterRoleBinding", cr), ("RoleBinding", role)]
+        hpa_roles = [d for d in r.of_kind("Role") if d["metadata"]["name"] == f"{full}-hpas"]
+        eq(sorted(d["metadata"]["namespace"] for d in hpa_roles), sorted(v["governedNamespaces"]),
+           "HPA Roles: one per governed namespace")
+        for d in hpa_roles:
+            eq(d["rules"], EXPECTED_HPA_RULES, f"HPA Role rules in {d['metadata']['namespace']}")
+            bound_roles.append(("RoleBinding", d))
         rc = v["reconcile"]
         if rc["enabled"]:
             lease = r.one("Role", f"{full}-reconcile-lease")
@@ -503,7 +514,7 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
             eq(b["subjects"], [{"kind": "ServiceAccount", "name": sa_name, "namespace": ns}], f"{kind} subjects")
         kinds = {d["kind"] for d in r.docs}
         eq(kinds & {"ClusterRole", "Role"}, {"ClusterRole", "Role"}, "RBAC kinds")
-        want_roles = 2 + (len(v["governedNamespaces"]) + 1 if rc["enabled"] else 0)
+        want_roles = 2 + len(v["governedNamespaces"]) + (len(v["governedNamespaces"]) + 1 if rc["enabled"] else 0)
         eq(len(r.of_kind("ClusterRole")) + len(r.of_kind("Role")), want_roles, "number of roles")
         eq(len(r.of_kind("ClusterRoleBinding")) + len(r.of_kind("RoleBinding")), want_roles, "number of bindings")
     rep.check(f"{label}: RBAC exactly the server's rules, bound to its ServiceAccount", rbac)

@@ -39,6 +39,7 @@ pub use plan::{ChangeLine, Drift};
 
 use crate::engine::{Context, Kind};
 use crate::policy::Policy;
+use crate::sources::Governed;
 use crate::store::{PolicyStore, Snapshot};
 
 /// Attempts per object: the first write plus retries after conflicts.
@@ -125,6 +126,8 @@ pub struct ReconcileConfig {
     pub lease: LeaseConfig,
     /// How often the policy snapshot is checked for changes.
     pub poll: Duration,
+    /// `--governed-namespaces`: no other namespace is ever read or written.
+    pub governed: Governed,
 }
 
 impl ReconcileConfig {
@@ -153,7 +156,14 @@ impl ReconcileConfig {
                 renew_every: Duration::from_secs(5),
             },
             poll: POLL_INTERVAL,
+            governed: Governed::all(),
         }))
+    }
+
+    /// Restricts the reconciler to `governed`.
+    pub fn governed(mut self, governed: Governed) -> ReconcileConfig {
+        self.governed = governed;
+        self
     }
 
     /// Short periods for tests (writes are still rate-limited by `rate`).
@@ -171,6 +181,7 @@ impl ReconcileConfig {
                 renew_every: Duration::from_millis(200),
             },
             poll: Duration::from_millis(50),
+            governed: Governed::all(),
         }
     }
 }
@@ -626,7 +637,9 @@ impl Reconciler {
             if !snapshot.synced {
                 continue;
             }
-            let now_seen = seen(&snapshot);
+            // Never outside --governed-namespaces, whatever the snapshot says.
+            let mut now_seen = seen(&snapshot);
+            now_seen.retain(|ns, _| config.governed.allows(ns));
             let full = last.is_none() || Instant::now() >= next_full;
             let namespaces = match (&last, full) {
                 (Some(before), false) => changed(before, &now_seen),

@@ -50,6 +50,39 @@ pub struct Listed {
     pub hpa_targets: BTreeSet<String>,
 }
 
+/// Objects per list request: a namespace with thousands of objects is read
+/// in pages (`limit` + `continue`), never as one huge response.
+pub const PAGE_SIZE: u32 = 500;
+
+/// Every object of `kind` in `namespace`, page by page.
+async fn list_all(
+    client: &kube::Client,
+    kind: Kind,
+    namespace: &str,
+) -> Result<Vec<DynamicObject>, ReconcileError> {
+    let api = api(client, kind, namespace);
+    let mut items = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut params = ListParams::default().limit(PAGE_SIZE);
+        if let Some(t) = token.take() {
+            params = params.continue_token(&t);
+        }
+        let page = api.list(&params).await.map_err(|e| ReconcileError::Api {
+            action: "list",
+            kind: kind.as_str(),
+            namespace: namespace.to_string(),
+            name: String::new(),
+            error: e.to_string(),
+        })?;
+        items.extend(page.items);
+        match page.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(t) => token = Some(t),
+            None => return Ok(items),
+        }
+    }
+}
+
 /// Lists the governed objects of `namespace`.
 pub async fn list_namespace(
     client: &kube::Client,
@@ -61,17 +94,7 @@ pub async fn list_namespace(
         Kind::HorizontalPodAutoscaler,
         Kind::PodDisruptionBudget,
     ] {
-        let list = api(client, kind, namespace)
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| ReconcileError::Api {
-                action: "list",
-                kind: kind.as_str(),
-                namespace: namespace.to_string(),
-                name: String::new(),
-                error: e.to_string(),
-            })?;
-        for item in &list.items {
+        for item in &list_all(client, kind, namespace).await? {
             let v = to_value(kind, item)?;
             if kind == Kind::HorizontalPodAutoscaler
                 && v.pointer("/spec/scaleTargetRef/kind")

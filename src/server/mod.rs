@@ -92,6 +92,17 @@ pub struct ServeArgs {
         env = "POD_NAMESPACE"
     )]
     pub namespace: Option<String>,
+    /// The only namespaces this webhook may govern (comma-separated). Policies
+    /// for others are refused (cluster: `Ready=False`, reason `NotGoverned`;
+    /// policy file: an error); admission and reconcile never act elsewhere.
+    /// Unset: every namespace a policy names.
+    #[arg(
+        long,
+        env = "KHW_GOVERNED_NAMESPACES",
+        value_delimiter = ',',
+        value_name = "NS,..."
+    )]
+    pub governed_namespaces: Vec<String>,
     #[command(flatten)]
     pub reconcile: crate::reconcile::ReconcileArgs,
 }
@@ -183,6 +194,8 @@ pub struct Config {
     pub policy_poll_interval: Duration,
     /// Bring existing objects in line (`--reconcile`); None when off.
     pub reconcile: Option<crate::reconcile::ReconcileConfig>,
+    /// `--governed-namespaces`.
+    pub governed: crate::sources::Governed,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -233,6 +246,7 @@ impl Config {
             },
             _ => return Err(ServerError::NoCertificate),
         };
+        let governed = crate::sources::Governed::from_flag(&args.governed_namespaces);
         let policy = match &args.policy_file {
             Some(path) => PolicySource::File(path.clone()),
             None => {
@@ -258,7 +272,9 @@ impl Config {
             reconcile: crate::reconcile::ReconcileConfig::from_args(
                 &args.reconcile,
                 args.namespace.as_deref(),
-            )?,
+            )?
+            .map(|r| r.governed(governed.clone())),
+            governed,
         })
     }
 
@@ -281,6 +297,7 @@ impl Config {
             tls_poll_interval: Duration::from_millis(200),
             policy_poll_interval: Duration::from_millis(200),
             reconcile: None,
+            governed: crate::sources::Governed::all(),
         }
     }
 }
@@ -317,7 +334,12 @@ impl Server {
             PolicySource::Store(store) => (store.clone(), None, None),
             PolicySource::File(path) => {
                 let store = PolicyStore::new(Snapshot::default());
-                let src = FileSource::start(path.clone(), store.clone(), metrics.clone())?;
+                let src = FileSource::start_governed(
+                    path.clone(),
+                    store.clone(),
+                    metrics.clone(),
+                    config.governed.clone(),
+                )?;
                 (store, Some(src), None)
             }
             PolicySource::Cluster { namespace } => {
@@ -414,7 +436,10 @@ impl Server {
         }
         let (cluster_err_tx, mut cluster_err_rx) = tokio::sync::mpsc::channel::<String>(1);
         if let Some((client, cm, namespace)) = cluster {
-            let cfg = crate::sources::cluster::ClusterSourceConfig { namespace };
+            let cfg = crate::sources::cluster::ClusterSourceConfig {
+                namespace,
+                governed: config.governed.clone(),
+            };
             let store = store.clone();
             background.spawn(async move {
                 let res = crate::sources::cluster::run(client, cfg, store, cm).await;

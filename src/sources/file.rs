@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::policy::{Policy, PolicyError};
+use crate::sources::Governed;
 use crate::store::{PolicyStore, Snapshot};
 use crate::telemetry::Metrics;
 
@@ -24,6 +25,37 @@ pub enum FileSourceError {
     },
     #[error("policy file {path}: {error}")]
     Invalid { path: PathBuf, error: PolicyError },
+    #[error(
+        "policy file {path}: policy {policy:?} has spec.targetNamespace {namespace:?}, \
+         which is not in --governed-namespaces ({governed}); add the namespace to the flag \
+         or remove the policy"
+    )]
+    NotGoverned {
+        path: PathBuf,
+        policy: String,
+        namespace: String,
+        governed: String,
+    },
+}
+
+/// Refuses policies for namespaces outside `governed`.
+pub fn check_governed(
+    policies: &[Policy],
+    governed: &Governed,
+    path: &Path,
+) -> Result<(), FileSourceError> {
+    match policies
+        .iter()
+        .find(|p| !governed.allows(&p.spec.target_namespace))
+    {
+        Some(p) => Err(FileSourceError::NotGoverned {
+            path: path.to_path_buf(),
+            policy: p.name.clone(),
+            namespace: p.spec.target_namespace.clone(),
+            governed: governed.display(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Parses every policy document of `text` (YAML, `---`-separated) with
@@ -37,12 +69,21 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Policy>, FileSourceError> {
 
 /// Reads and parses the file; returns its bytes and the snapshot.
 pub fn load(path: &Path) -> Result<(Vec<u8>, Snapshot), FileSourceError> {
+    load_governed(path, &Governed::all())
+}
+
+/// [`load`], refusing policies for namespaces outside `governed`.
+pub fn load_governed(
+    path: &Path,
+    governed: &Governed,
+) -> Result<(Vec<u8>, Snapshot), FileSourceError> {
     let bytes = std::fs::read(path).map_err(|error| FileSourceError::Read {
         path: path.to_path_buf(),
         error,
     })?;
     let text = String::from_utf8_lossy(&bytes);
     let policies = parse(&text, path)?;
+    check_governed(&policies, governed, path)?;
     Ok((bytes, Snapshot::from_policies(policies)))
 }
 
@@ -52,6 +93,7 @@ pub struct FileSource {
     store: PolicyStore,
     metrics: Metrics,
     last: Option<Vec<u8>>,
+    governed: Governed,
 }
 
 impl FileSource {
@@ -62,7 +104,19 @@ impl FileSource {
         store: PolicyStore,
         metrics: Metrics,
     ) -> Result<FileSource, FileSourceError> {
-        let (bytes, snapshot) = load(&path)?;
+        FileSource::start_governed(path, store, metrics, Governed::all())
+    }
+
+    /// [`FileSource::start`] with `--governed-namespaces`: a policy for
+    /// another namespace is an error at start and refused on reload (the
+    /// previous policy stays in force).
+    pub fn start_governed(
+        path: PathBuf,
+        store: PolicyStore,
+        metrics: Metrics,
+        governed: Governed,
+    ) -> Result<FileSource, FileSourceError> {
+        let (bytes, snapshot) = load_governed(&path, &governed)?;
         let count = snapshot.policies.len();
         store.publish(snapshot);
         metrics.policy_reload(true);
@@ -72,6 +126,7 @@ impl FileSource {
             store,
             metrics,
             last: Some(bytes),
+            governed,
         })
     }
 
@@ -98,7 +153,9 @@ impl FileSource {
         }
         let text = String::from_utf8_lossy(&bytes).into_owned();
         self.last = Some(bytes);
-        match parse(&text, &self.path) {
+        match parse(&text, &self.path)
+            .and_then(|p| check_governed(&p, &self.governed, &self.path).map(|()| p))
+        {
             Ok(policies) => {
                 let snapshot = Snapshot::from_policies(policies);
                 let count = snapshot.policies.len();
@@ -157,6 +214,48 @@ mod tests {
         .err()
         .unwrap();
         assert!(err.to_string().contains("policy.yaml"), "{err}");
+    }
+
+    #[test]
+    fn policy_outside_governed_namespaces_is_refused_at_start_and_on_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.yaml");
+        std::fs::write(&path, POLICY.replace("knative-serving", "default")).unwrap();
+        let governed = Governed::only(["knative-serving"]);
+        let err = FileSource::start_governed(
+            path.clone(),
+            PolicyStore::default(),
+            Metrics::unregistered(),
+            governed.clone(),
+        )
+        .err()
+        .expect("refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("policy.yaml")
+                && text.contains("\"default\"")
+                && text.contains("--governed-namespaces (knative-serving)"),
+            "{text}"
+        );
+        std::fs::write(&path, POLICY).unwrap();
+        let store = PolicyStore::default();
+        let mut src = FileSource::start_governed(
+            path.clone(),
+            store.clone(),
+            Metrics::unregistered(),
+            governed,
+        )
+        .unwrap();
+        std::fs::write(&path, POLICY.replace("knative-serving", "default")).unwrap();
+        assert!(matches!(
+            src.poll(),
+            Some(Err(FileSourceError::NotGoverned { .. }))
+        ));
+        assert!(store.load().policy_for("default").is_none());
+        assert!(
+            store.load().policy_for("knative-serving").is_some(),
+            "old policy kept"
+        );
     }
 
     #[test]

@@ -23,7 +23,11 @@
 //!   metadata and status changes, on objects that have a `spec`);
 //! - switches for tests: a resource "not installed" (404), lists failing or
 //!   held, dropping every open watch, expiring them with 410, stopping and
-//!   restarting the server on the same port (the store survives, like etcd).
+//!   restarting the server on the same port (the store survives, like etcd),
+//!   answering every request `503` while "unavailable" (the requests are
+//!   still recorded, so tests can count retries);
+//! - status-only writes as a controller makes them ([`FakeApi::update_status`]:
+//!   only `status` and the resourceVersion change).
 //!
 //! Test helpers write straight into the store through the same bookkeeping
 //! as the HTTP handlers (as `kubectl` would through the API server).
@@ -213,6 +217,8 @@ struct Store {
     held_lists: HashSet<ResKey>,
     /// Per (method, path): status codes the next such requests answer with.
     failures: HashMap<(String, String), Vec<u16>>,
+    /// Every request answers 503 (an API server that is up but unusable).
+    unavailable: bool,
     requests: Vec<Request>,
     /// Concurrent writers: applied just before the next PATCH of the object.
     interfere: Vec<(ObjKey, Interference)>,
@@ -1051,6 +1057,61 @@ impl FakeApi {
         });
     }
 
+    /// While `true`, every request (watches included) answers `503`, and
+    /// the open watches are closed when it is switched on.
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.shared.with_store(|s| s.unavailable = unavailable);
+        if unavailable {
+            self.drop_watches();
+        }
+    }
+
+    /// Writes `status` of an object the way its controller does (`PUT
+    /// .../status`): only `status` and the resourceVersion change, and
+    /// watchers see a MODIFIED event.
+    pub fn update_status(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+        status: Value,
+    ) -> Value {
+        self.shared.with_store(|s| {
+            let res = s
+                .resource(group, plural)
+                .expect("resource registered")
+                .clone();
+            let obj = json!({"metadata": {}, "status": status});
+            s.replace(&res, namespace, name, obj, true, false)
+                .unwrap_or_else(|e| panic!("update status of {plural} {namespace}/{name}: {e:?}"))
+        })
+    }
+
+    /// Creates many objects under one lock (benchmarks, large lists).
+    pub fn create_many(&self, group: &str, plural: &str, objs: Vec<Value>) {
+        self.shared.with_store(|s| {
+            let res = s
+                .resource(group, plural)
+                .unwrap_or_else(|| panic!("resource {group}/{plural} not registered"))
+                .clone();
+            for obj in objs {
+                let ns = obj["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                s.create(&res, &ns, obj, true)
+                    .unwrap_or_else(|e| panic!("create {plural}: {e:?}"));
+            }
+        });
+    }
+
+    /// Forgets the event log up to now without expiring the open watches
+    /// that already saw it (benchmarks: keeps the log short).
+    pub fn compact_keep_watches(&self) {
+        self.shared.with_store(|s| s.log.clear());
+    }
+
     /// Compacts and sends every open watch an ERROR event with a `410
     /// Expired` Status, then closes it.
     pub fn expire_watches(&self) {
@@ -1184,7 +1245,8 @@ async fn handle(
         let injected = s
             .failures
             .get_mut(&(method.to_string(), uri.path().to_string()))
-            .and_then(Vec::pop);
+            .and_then(Vec::pop)
+            .or(s.unavailable.then_some(503));
         (parse_path(s, uri.path()), injected)
     });
     if let Some(code) = injected {
@@ -1392,6 +1454,11 @@ fn start_watch(
     let mut kill = shared.kill.subscribe();
     kill.mark_unchanged();
     let mut changed = shared.changed.subscribe();
+    // A watch that raced with `set_unavailable(true)` (admitted before,
+    // subscribed after the watches were dropped) is refused too.
+    if shared.with_store(|s| s.unavailable) {
+        return json_response(503, &status_value(503, "ServiceUnavailable", "unavailable"));
+    }
     // Initial backlog, computed under the lock together with subscribing.
     let (initial, mut since, gone) = shared.with_store(|s| {
         changed.mark_unchanged();

@@ -1,10 +1,89 @@
-//! HorizontalPodAutoscalers (autoscaling/v2, all namespaces): which
-//! Deployments are scaled by an HPA, for the engine's HPA-backed rule.
+//! HorizontalPodAutoscalers (autoscaling/v2), watched per governed
+//! namespace: which Deployments are scaled by an HPA, for the engine's
+//! HPA-backed rule.
+//!
+//! Only `metadata` (name, namespace, resourceVersion) and
+//! `spec.scaleTargetRef` are parsed ([`HpaRef`]); the HPA controller's
+//! status rewrites (every HPA about every 15 s) cost one small parse and
+//! change nothing ([`NamespaceTargets::apply`] says so, and the state then
+//! publishes nothing).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use kube::ResourceExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use serde::{Deserialize, Deserializer};
+
+/// The parts of an HPA the source reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct HpaRef {
+    #[serde(deserialize_with = "lite_metadata", default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: HpaRefSpec,
+}
+
+/// `spec` of an HPA, reduced to its target.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HpaRefSpec {
+    #[serde(default)]
+    pub scale_target_ref: TargetRef,
+}
+
+/// `spec.scaleTargetRef` (kind and name).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct TargetRef {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+/// Reads only name, namespace and resourceVersion of `metadata` (the rest,
+/// `managedFields` included, is skipped without building anything).
+fn lite_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Lite {
+        name: Option<String>,
+        namespace: Option<String>,
+        resource_version: Option<String>,
+    }
+    let lite = Lite::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: lite.name,
+        namespace: lite.namespace,
+        resource_version: lite.resource_version,
+        ..ObjectMeta::default()
+    })
+}
+
+impl Resource for HpaRef {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "HorizontalPodAutoscaler".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "autoscaling".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v2".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "horizontalpodautoscalers".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
 
 /// What the source keeps of one HPA.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,12 +93,12 @@ pub struct HpaTarget {
     pub deployment: Option<String>,
 }
 
-/// The key the source tracks an HPA by (namespace/name).
-pub fn key(hpa: &HorizontalPodAutoscaler) -> String {
-    format!("{}/{}", hpa.namespace().unwrap_or_default(), hpa.name_any())
+/// The key the source tracks an HPA by (its name; watches are per namespace).
+pub fn key(hpa: &HpaRef) -> String {
+    hpa.name_any()
 }
 
-pub fn observe(hpa: &HorizontalPodAutoscaler) -> HpaTarget {
+pub fn observe(hpa: &HpaRef) -> HpaTarget {
     let target = &hpa.spec.scale_target_ref;
     let deployment = (target.kind == "Deployment").then(|| target.name.clone());
     HpaTarget {
@@ -28,19 +107,66 @@ pub fn observe(hpa: &HorizontalPodAutoscaler) -> HpaTarget {
     }
 }
 
-/// Namespace -> Deployment names targeted by some HPA.
-pub fn targets<'a>(
-    hpas: impl IntoIterator<Item = &'a HpaTarget>,
-) -> BTreeMap<String, BTreeSet<String>> {
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for hpa in hpas {
-        if let Some(d) = &hpa.deployment {
-            out.entry(hpa.namespace.clone())
-                .or_default()
-                .insert(d.clone());
+/// The HPAs of one namespace and the Deployments they target, kept up to
+/// date one HPA at a time (O(log n) per change).
+#[derive(Debug, Default)]
+pub struct NamespaceTargets {
+    /// HPA name -> the Deployment it targets.
+    by_hpa: BTreeMap<String, Option<String>>,
+    /// Deployment -> how many HPAs target it.
+    counts: BTreeMap<String, usize>,
+}
+
+impl NamespaceTargets {
+    /// Sets (`Some`) or removes (`None`) one HPA's target; true when the set
+    /// of targeted Deployments changed.
+    pub fn apply(&mut self, hpa: &str, target: Option<Option<String>>) -> bool {
+        let old = match &target {
+            Some(t) => self.by_hpa.insert(hpa.to_string(), t.clone()),
+            None => self.by_hpa.remove(hpa),
+        };
+        let new = target.flatten();
+        let old = old.flatten();
+        if old == new {
+            return false;
         }
+        let mut changed = false;
+        if let Some(d) = old
+            && let Some(n) = self.counts.get_mut(&d)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.counts.remove(&d);
+                changed = true;
+            }
+        }
+        if let Some(d) = new {
+            let n = self.counts.entry(d).or_insert(0);
+            *n += 1;
+            changed |= *n == 1;
+        }
+        changed
     }
-    out
+
+    /// Replaces everything (after a relist); true when the targets changed.
+    pub fn replace(&mut self, hpas: BTreeMap<String, Option<String>>) -> bool {
+        let before = self.targets();
+        self.by_hpa.clear();
+        self.counts.clear();
+        for (name, target) in hpas {
+            self.apply(&name, Some(target));
+        }
+        before != self.targets()
+    }
+
+    /// The Deployments some HPA of the namespace targets.
+    pub fn targets(&self) -> BTreeSet<String> {
+        self.counts.keys().cloned().collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
 }
 
 #[cfg(test)]
@@ -48,31 +174,50 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn hpa(ns: &str, name: &str, kind: &str, target: &str) -> HorizontalPodAutoscaler {
+    fn hpa(ns: &str, name: &str, kind: &str, target: &str) -> HpaRef {
         serde_json::from_value(json!({
             "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": name, "namespace": ns},
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": "7",
+                         "managedFields": [{"manager": "kube-controller-manager"}]},
             "spec": {"maxReplicas": 5,
-                     "scaleTargetRef": {"apiVersion": "apps/v1", "kind": kind, "name": target}}
+                     "scaleTargetRef": {"apiVersion": "apps/v1", "kind": kind, "name": target}},
+            "status": {"currentReplicas": 2, "desiredReplicas": 3}
         }))
         .unwrap()
     }
 
     #[test]
-    fn deployment_targets_grouped_by_namespace_other_kinds_ignored() {
-        let list = [
-            hpa("knative-serving", "activator", "Deployment", "activator"),
-            hpa("knative-serving", "webhook", "Deployment", "webhook"),
-            hpa("knative-serving", "sts", "StatefulSet", "db"),
-            hpa("other", "x", "Deployment", "y"),
-        ];
-        let observed: Vec<_> = list.iter().map(observe).collect();
-        let t = targets(&observed);
+    fn reads_metadata_and_target_only() {
+        let h = hpa("knative-serving", "activator", "Deployment", "activator");
+        assert_eq!(key(&h), "activator");
+        assert_eq!(h.resource_version().as_deref(), Some("7"));
+        assert!(h.metadata.managed_fields.is_none());
         assert_eq!(
-            t["knative-serving"].iter().cloned().collect::<Vec<_>>(),
-            vec!["activator".to_string(), "webhook".to_string()]
+            observe(&h),
+            HpaTarget {
+                namespace: "knative-serving".into(),
+                deployment: Some("activator".into())
+            }
         );
-        assert_eq!(t["other"].len(), 1);
-        assert_eq!(key(&list[0]), "knative-serving/activator");
+        let sts = observe(&hpa("ns", "s", "StatefulSet", "db"));
+        assert_eq!(sts.deployment, None);
+    }
+
+    #[test]
+    fn incremental_targets_report_only_real_changes() {
+        let mut t = NamespaceTargets::default();
+        assert!(t.apply("a", Some(Some("activator".into()))));
+        assert!(!t.apply("a", Some(Some("activator".into()))), "same target");
+        assert!(!t.apply("a2", Some(Some("activator".into()))), "second HPA");
+        assert!(!t.apply("a", None), "still targeted by a2");
+        assert!(t.apply("a2", None), "no HPA left on activator");
+        assert!(t.is_empty());
+        assert!(!t.apply("s", Some(None)), "non-Deployment target");
+        assert!(t.apply("s", Some(Some("webhook".into()))), "retargeted");
+        assert!(t.apply("s", Some(Some("controller".into()))));
+        assert_eq!(t.targets(), ["controller".to_string()].into());
+        let relist: BTreeMap<_, _> = [("s".to_string(), Some("controller".to_string()))].into();
+        assert!(!t.replace(relist));
+        assert!(t.replace(BTreeMap::new()));
     }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::policy::Policy;
+use crate::sources::Governed;
 
 /// Where a policy object comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -68,6 +69,8 @@ pub enum Verdict {
     Invalid { message: String, kept: bool },
     /// Valid, but another object governs the same namespace.
     Conflict { namespace: String, winner: String },
+    /// Valid, but its namespace is not in `--governed-namespaces`.
+    NotGoverned { namespace: String, governed: String },
 }
 
 impl Verdict {
@@ -77,6 +80,7 @@ impl Verdict {
             Verdict::Valid { .. } => "valid",
             Verdict::Invalid { .. } => "invalid",
             Verdict::Conflict { .. } => "conflict",
+            Verdict::NotGoverned { .. } => "not_governed",
         }
     }
 }
@@ -92,8 +96,17 @@ pub struct Merged {
     pub verdicts: BTreeMap<(Origin, String), Verdict>,
 }
 
-/// Applies the precedence rules to `objects`.
+/// Applies the precedence rules to `objects` (every namespace governed).
 pub fn merge<'a>(objects: impl IntoIterator<Item = &'a PolicyObject>) -> Merged {
+    merge_governed(objects, &Governed::all())
+}
+
+/// Applies the precedence rules to `objects`; a policy for a namespace
+/// outside `governed` is never in force (verdict `NotGoverned`).
+pub fn merge_governed<'a>(
+    objects: impl IntoIterator<Item = &'a PolicyObject>,
+    governed: &Governed,
+) -> Merged {
     let mut objects: Vec<&PolicyObject> = objects.into_iter().collect();
     // Resources before ConfigMaps; then oldest first (objects without a
     // creation time sort last); then by name; uid makes the order total.
@@ -124,6 +137,20 @@ pub fn merge<'a>(objects: impl IntoIterator<Item = &'a PolicyObject>) -> Merged 
             continue;
         };
         let namespace = policy.spec.target_namespace.clone();
+        if !governed.allows(&namespace) {
+            let verdict = match &obj.error {
+                Some(message) => Verdict::Invalid {
+                    message: message.clone(),
+                    kept: false,
+                },
+                None => Verdict::NotGoverned {
+                    namespace,
+                    governed: governed.display(),
+                },
+            };
+            merged.verdicts.insert(key, verdict);
+            continue;
+        }
         let winner = merged.winners.get(&namespace).cloned();
         let in_force = winner.is_none();
         if in_force {
@@ -271,6 +298,25 @@ mod tests {
                 kept: true
             }
         );
+    }
+
+    #[test]
+    fn policy_outside_the_governed_namespaces_is_never_in_force() {
+        let objs = [
+            obj(Origin::Resource, "a", 0, "knative-serving", 3),
+            obj(Origin::ConfigMap, "b", 1, "default", 2),
+        ];
+        let m = merge_governed(&objs, &Governed::only(["knative-serving"]));
+        assert_eq!(in_force(&m, "knative-serving").as_deref(), Some("a"));
+        assert!(!m.policies.contains_key("default"));
+        assert_eq!(
+            verdict(&m, Origin::ConfigMap, "b"),
+            &Verdict::NotGoverned {
+                namespace: "default".into(),
+                governed: "knative-serving".into()
+            }
+        );
+        assert_eq!(verdict(&m, Origin::ConfigMap, "b").state(), "not_governed");
     }
 
     #[test]

@@ -35,6 +35,10 @@ pub struct ClusterMetrics {
     /// `knative_ha_webhook_status_write_errors_total`: failed status
     /// patches and event writes.
     pub write_errors: Counter,
+    /// `knative_ha_webhook_cluster_snapshots_published_total`: snapshots
+    /// the cluster source published (an HPA event that changes no
+    /// `scaleTargetRef` publishes none).
+    pub published: Counter,
 }
 
 impl ClusterMetrics {
@@ -71,6 +75,11 @@ impl ClusterMetrics {
             "knative_ha_webhook_status_write_errors",
             "Failed writes of policy status conditions and ConfigMap events",
             m.write_errors.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_cluster_snapshots_published",
+            "Policy snapshots published by the cluster source (policy changes and HPA target changes)",
+            m.published.clone(),
         );
         m
     }

@@ -4,14 +4,16 @@
 //! Layout:
 //! - `watch`: one kube-runtime watcher per source (with backoff), turned
 //!   into [`Msg`]s; it also keeps the `source_up` / `watch_errors` metrics
-//!   and logs disconnects and reconnects.
+//!   and logs outages (once) and reconnects.
 //! - `policies`, `configmaps`, `hpas`: per-source conversion and validation.
+//! - `hpa_watches`: HPAs are watched only in the namespaces where a policy
+//!   is in force, one watcher per namespace, started and stopped by the
+//!   state as policies come and go.
 //! - `state`: per-object state (last valid version), merge, publication of
 //!   [`crate::store::Snapshot`]s, and the decision what to report.
 //! - `merge`: the pure precedence rules. `status`: `Ready` conditions.
 //! - `writer`: status patches and Events (off the watch path).
 
-use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::DynamicObject;
@@ -20,9 +22,11 @@ use kube::runtime::watcher;
 use tokio::sync::mpsc;
 
 use crate::policy::Policy;
+use crate::sources::Governed;
 use crate::store::PolicyStore;
 
 pub mod configmaps;
+mod hpa_watches;
 pub mod hpas;
 pub mod merge;
 mod metrics;
@@ -56,6 +60,19 @@ pub fn own_namespace(explicit: Option<&str>) -> Option<String> {
 pub struct ClusterSourceConfig {
     /// The webhook's own namespace: where policy ConfigMaps are read.
     pub namespace: String,
+    /// `--governed-namespaces`: policies for other namespaces are refused
+    /// (`Ready=False`, reason `NotGoverned`) and never in force.
+    pub governed: Governed,
+}
+
+impl ClusterSourceConfig {
+    /// Every namespace governed.
+    pub fn new(namespace: impl Into<String>) -> ClusterSourceConfig {
+        ClusterSourceConfig {
+            namespace: namespace.into(),
+            governed: Governed::all(),
+        }
+    }
 }
 
 /// Errors of the cluster source (all of them end [`run`]).
@@ -121,6 +138,12 @@ pub(crate) enum Change {
 #[derive(Debug)]
 pub(crate) enum Msg {
     Watch(Source, Change),
+    /// A change of the HPA watcher `id` of `namespace`.
+    Hpa {
+        namespace: String,
+        id: u64,
+        change: Change,
+    },
     /// A status write for this HighAvailabilityPolicy uid failed: retry.
     WriteFailed(String),
 }
@@ -137,9 +160,8 @@ pub async fn run(
     let resource = policies::api_resource();
     let crs: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
-    let hpa_api: Api<HorizontalPodAutoscaler> = Api::all(client.clone());
     let recorder = Recorder::new(
-        client,
+        client.clone(),
         Reporter {
             controller: "knative-ha-webhook".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -149,10 +171,23 @@ pub async fn run(
     let (tx, rx) = mpsc::unbounded_channel();
     let (write_tx, write_rx) = mpsc::unbounded_channel();
 
-    let state = state::run(rx, store, write_tx, metrics.clone());
+    let spawner = hpa_watches::KubeSpawner {
+        client,
+        tx: tx.clone(),
+        metrics: metrics.clone(),
+    };
+    let state = state::run(
+        rx,
+        store,
+        write_tx,
+        metrics.clone(),
+        Box::new(spawner),
+        config.governed.clone(),
+    );
     let writer = writer::run(crs.clone(), recorder, write_rx, tx.clone(), metrics.clone());
     let watch_crs = watch::run(
         Source::Policies,
+        "cluster",
         crs,
         watcher::Config::default(),
         tx.clone(),
@@ -163,9 +198,11 @@ pub async fn run(
                 Item::Policy(Box::new(policies::observe(obj))),
             )
         },
+        |change| Msg::Watch(Source::Policies, change),
     );
     let watch_cms = watch::run(
         Source::ConfigMaps,
+        &config.namespace,
         cms,
         watcher::Config::default().labels(configmaps::LABEL_SELECTOR),
         tx.clone(),
@@ -176,22 +213,18 @@ pub async fn run(
                 Item::Policy(Box::new(configmaps::observe(cm))),
             )
         },
+        |change| Msg::Watch(Source::ConfigMaps, change),
     );
-    let watch_hpas = watch::run(
-        Source::Hpas,
-        hpa_api,
-        watcher::Config::default(),
-        tx,
-        metrics,
-        |hpa: &HorizontalPodAutoscaler| (hpas::key(hpa), Item::Hpa(hpas::observe(hpa))),
+    tracing::info!(
+        namespace = %config.namespace,
+        governed_namespaces = %config.governed.display(),
+        "cluster policy source starting"
     );
-    tracing::info!(namespace = %config.namespace, "cluster policy source starting");
     let result: Result<(), ClusterError> = tokio::select! {
         r = state => r,
         r = writer => r,
         r = watch_crs => r,
         r = watch_cms => r,
-        r = watch_hpas => r,
     };
     result?;
     Ok(())

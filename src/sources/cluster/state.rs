@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use super::hpas::HpaTarget;
+use super::hpa_watches::{HpaWatches, Spawn};
 use super::merge::{self, Merged, Origin, PolicyObject, Verdict};
 use super::metrics::{SourceLabel, StateLabel};
 use super::status::{self, ObservedStatus, ReadyStatus};
 use super::writer::WriteReq;
 use super::{Change, ClusterError, ClusterMetrics, Item, Msg, Observed, Source, configmaps};
+use crate::sources::Governed;
 use crate::store::{PolicyStore, Snapshot};
 
 /// How often failed status writes are retried.
@@ -106,11 +107,17 @@ impl<T> Default for SourceState<T> {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     policies: SourceState<Tracked>,
     configmaps: SourceState<Tracked>,
-    hpas: SourceState<HpaTarget>,
+    /// HPA watches of the namespaces with a policy in force.
+    hpas: HpaWatches,
+    /// `--governed-namespaces`.
+    governed: Governed,
+    /// Once synced, the source stays synced (a namespace whose HPA watch
+    /// starts later must not fail readiness).
+    was_synced: bool,
     merged: Merged,
     /// Status patches sent and not yet seen on the object, per uid.
     sent_status: HashMap<String, ReadyStatus>,
@@ -124,8 +131,23 @@ struct State {
 }
 
 impl State {
+    fn new(spawner: Box<dyn Spawn>, governed: Governed) -> State {
+        State {
+            policies: SourceState::default(),
+            configmaps: SourceState::default(),
+            hpas: HpaWatches::new(spawner),
+            governed,
+            was_synced: false,
+            merged: Merged::default(),
+            sent_status: HashMap::new(),
+            failed: Default::default(),
+            sent_event: HashMap::new(),
+            logged: HashMap::new(),
+        }
+    }
+
     fn synced(&self) -> bool {
-        self.policies.synced && self.configmaps.synced && self.hpas.synced
+        self.was_synced || (self.policies.synced && self.configmaps.synced && self.hpas.synced())
     }
 
     /// A policy object's new state: folded into its last valid version.
@@ -136,43 +158,61 @@ impl State {
         }
     }
 
-    fn hpa_item(_prev: Option<&HpaTarget>, item: Item) -> Option<HpaTarget> {
-        match item {
-            Item::Hpa(t) => Some(t),
-            Item::Policy(_) => None,
-        }
-    }
-
-    fn apply(&mut self, msg: Msg) {
+    /// Applies one message; true when the snapshot may have changed (an
+    /// HPA event that changes no target is not).
+    fn apply(&mut self, msg: Msg) -> bool {
         match msg {
-            Msg::Watch(Source::Policies, change) => self.policies.apply(change, Self::policy_item),
-            Msg::Watch(Source::ConfigMaps, change) => {
-                self.configmaps.apply(change, Self::policy_item)
+            Msg::Watch(Source::Policies, change) => {
+                self.policies.apply(change, Self::policy_item);
+                true
             }
-            Msg::Watch(Source::Hpas, change) => self.hpas.apply(change, Self::hpa_item),
+            Msg::Watch(Source::ConfigMaps, change) => {
+                self.configmaps.apply(change, Self::policy_item);
+                true
+            }
+            Msg::Watch(Source::Hpas, _) => false,
+            Msg::Hpa {
+                namespace,
+                id,
+                change,
+            } => {
+                let (targets, first_list) = self.hpas.apply(&namespace, id, change);
+                // A first list matters before the first sync (it may
+                // complete it), not after.
+                targets || (first_list && !self.was_synced)
+            }
             Msg::WriteFailed(uid) => {
                 self.sent_status.remove(&uid);
                 self.failed.insert(uid);
+                false
             }
         }
     }
 
     /// Merges, publishes, updates metrics and logs changes.
     fn publish(&mut self, store: &PolicyStore, metrics: &ClusterMetrics) {
-        let merged = merge::merge(
+        let merged = merge::merge_governed(
             self.policies
                 .live
                 .values()
                 .chain(self.configmaps.live.values())
                 .map(|t| &t.object),
+            &self.governed,
         );
+        // HPAs matter only where a policy is in force: watch exactly there
+        // (before the first sync too, so that synced includes their lists).
+        if self.policies.synced && self.configmaps.synced {
+            self.hpas.set(merged.policies.keys());
+        }
         let synced = self.synced();
+        self.was_synced = synced;
         let snapshot = Snapshot {
             policies: merged.policies.clone(),
-            hpa_targets: super::hpas::targets(self.hpas.live.values()),
+            hpa_targets: self.hpas.targets().clone(),
             synced,
         };
         store.publish(snapshot);
+        metrics.published.inc();
         metrics.synced.set(i64::from(synced));
 
         // Log which object governs which namespace when that changes.
@@ -213,8 +253,13 @@ impl State {
                 })
                 .set(by_origin.get(&origin).copied().unwrap_or(0));
         }
-        let mut by_state: BTreeMap<&str, i64> =
-            [("valid", 0), ("invalid", 0), ("conflict", 0)].into();
+        let mut by_state: BTreeMap<&str, i64> = [
+            ("valid", 0),
+            ("invalid", 0),
+            ("conflict", 0),
+            ("not_governed", 0),
+        ]
+        .into();
         for v in merged.verdicts.values() {
             *by_state.entry(v.state()).or_default() += 1;
         }
@@ -271,6 +316,15 @@ impl State {
                         winner = %winner,
                         "policy in conflict; not applied"
                     ),
+                    Verdict::NotGoverned {
+                        namespace,
+                        governed,
+                    } => tracing::warn!(
+                        policy = %obj.display(),
+                        namespace = %namespace,
+                        governed_namespaces = %governed,
+                        "policy for a namespace outside --governed-namespaces; not applied"
+                    ),
                 }
                 self.logged.insert(key.clone(), verdict.clone());
             }
@@ -325,27 +379,33 @@ pub(crate) async fn run(
     store: PolicyStore,
     writes: UnboundedSender<WriteReq>,
     metrics: ClusterMetrics,
+    hpa_spawner: Box<dyn Spawn>,
+    governed: Governed,
 ) -> Result<(), ClusterError> {
-    let mut state = State::default();
+    let mut state = State::new(hpa_spawner, governed);
     let mut retry = tokio::time::interval(RETRY_INTERVAL);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut was_synced = false;
+    let mut logged_synced = false;
     loop {
         tokio::select! {
             msg = rx.recv() => {
                 let Some(msg) = msg else {
                     return Err(ClusterError::ChannelClosed("watch"));
                 };
-                state.apply(msg);
+                let mut dirty = state.apply(msg);
                 // Apply everything already queued before publishing once.
                 while let Ok(msg) = rx.try_recv() {
-                    state.apply(msg);
+                    dirty |= state.apply(msg);
+                }
+                if !dirty {
+                    continue;
                 }
                 state.publish(&store, &metrics);
-                if state.synced() && !was_synced {
-                    was_synced = true;
+                if state.synced() && !logged_synced {
+                    logged_synced = true;
                     tracing::info!(
                         policies = state.merged.policies.len(),
+                        hpa_namespaces = state.hpas.namespaces().count(),
                         "cluster policy source synced"
                     );
                 }

@@ -21,7 +21,7 @@ pub const READY: &str = "Ready";
 pub struct ReadyStatus {
     /// `True` or `False`.
     pub status: &'static str,
-    /// `Valid`, `Invalid` or `Conflict`.
+    /// `Valid`, `Invalid`, `Conflict` or `NotGoverned`.
     pub reason: &'static str,
     pub message: String,
     pub observed_generation: Option<i64>,
@@ -98,6 +98,16 @@ pub fn desired(verdict: &Verdict, kind: Origin, generation: Option<i64>) -> Read
                     "spec.targetNamespace: namespace {namespace} is governed by {winner} (a HighAvailabilityPolicy wins over a ConfigMap; among equals the oldest wins)"
                 ),
             },
+        ),
+        Verdict::NotGoverned {
+            namespace,
+            governed,
+        } => (
+            "False",
+            "NotGoverned",
+            format!(
+                "spec.targetNamespace: namespace {namespace} is not one this webhook may govern (--governed-namespaces {governed}); the policy is not applied"
+            ),
         ),
     };
     ReadyStatus {

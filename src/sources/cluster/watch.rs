@@ -1,25 +1,61 @@
-//! One kube-runtime watcher per source, with the default backoff, turned
+//! One kube-runtime watcher per source (per namespace for HPAs), turned
 //! into [`Msg`]s for the state. Keeps `source_up` and `watch_errors`, logs
-//! disconnects and reconnects, and treats a 404 on the policy resource as
-//! "CRD not installed" (not fatal; retried with backoff).
+//! outages and reconnects, and treats a 404 on the policy resource as
+//! "CRD not installed" (not fatal; retried).
+//!
+//! Backoff and logging are done here rather than with kube-runtime's
+//! `default_backoff()`: the watcher emits `Event::Init` *before* each
+//! relist, so a failed relist looks like "one success, one error" to a
+//! generic backoff (which then resets to 0.8 s) and to the log (which
+//! would say "reconnected"). Here only an answer of the API server counts:
+//! an object or the end of a list ([`Outage::success`]); `Init` does not.
 
 use std::fmt::Debug;
 use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::ListParams;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Change, ClusterError, ClusterMetrics, Item, Msg, Source};
 
-/// While a source is down, how often a cheap list (limit 1) checks whether
-/// the API server answers again, so that `source_up` and the log show a
-/// reconnect even when no object changes.
-const PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// The first retry after an error.
+pub const BACKOFF_INITIAL: Duration = Duration::from_millis(800);
+/// Retries are at most this far apart.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// While the policy CRD is not installed: re-checked at most this far apart.
+const CRD_RECHECK_MAX: Duration = Duration::from_secs(5);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Exponential backoff: 0.8 s doubling up to 30 s, reset by a success.
+#[derive(Debug)]
+pub struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    pub fn new(max: Duration) -> Backoff {
+        Backoff {
+            next: BACKOFF_INITIAL,
+            max,
+        }
+    }
+
+    /// The delay before the next attempt (and doubles the one after).
+    pub fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+
+    pub fn reset(&mut self) {
+        self.next = BACKOFF_INITIAL;
+    }
+}
 
 /// True when the error says the resource itself does not exist.
 fn is_not_found(err: &watcher::Error) -> bool {
@@ -31,102 +67,180 @@ fn is_not_found(err: &watcher::Error) -> bool {
     }
 }
 
+/// True for `410 Gone` in a watch: the resourceVersion expired, the
+/// watcher relists at once. Routine, not an outage.
+fn is_gone(err: &watcher::Error) -> bool {
+    matches!(err, watcher::Error::WatchError(s) if s.code == 410)
+}
+
+/// True when the failed step was a (re)start of the watch rather than a
+/// list: a later successful watch start says nothing until an object
+/// changes, so a cheap list checks whether the API server answers again.
+fn needs_probe(err: &watcher::Error) -> bool {
+    matches!(
+        err,
+        watcher::Error::WatchStartFailed(_) | watcher::Error::WatchFailed(_)
+    )
+}
+
+/// The up/down bookkeeping of one watch: one warning per outage,
+/// "reconnected" only after a real answer.
+struct Outage<'a> {
+    label: &'static str,
+    scope: &'a str,
+    metrics: &'a ClusterMetrics,
+    /// None until the first answer or error.
+    up: Option<bool>,
+    backoff: Backoff,
+}
+
+impl Outage<'_> {
+    /// Called for every answer: cheap unless the watch was down.
+    fn success(&mut self) {
+        if self.up == Some(true) {
+            return;
+        }
+        if self.up == Some(false) {
+            tracing::info!(source = self.label, scope = self.scope, "watch reconnected");
+        }
+        self.up = Some(true);
+        self.backoff.reset();
+        self.metrics.set_up(self.label, true);
+    }
+
+    /// Records a failure; returns how long to wait before the next attempt.
+    fn failure(&mut self, err: &watcher::Error) -> Duration {
+        self.metrics.watch_error(self.label);
+        self.metrics.set_up(self.label, false);
+        let delay = self.backoff.next_delay();
+        if self.up != Some(false) {
+            tracing::warn!(
+                source = self.label,
+                scope = self.scope,
+                error = %err,
+                "watch failed; the last known policies stay in force; retrying with backoff"
+            );
+        } else {
+            tracing::debug!(source = self.label, scope = self.scope, error = %err,
+                retry_in_ms = delay.as_millis() as u64, "watch still failing");
+        }
+        self.up = Some(false);
+        delay
+    }
+}
+
+/// Runs one watcher until the channel closes. `scope` names what is
+/// watched in log lines (`cluster` or a namespace); `to_msg` wraps each
+/// change for the state.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run<K>(
     source: Source,
+    scope: &str,
     api: Api<K>,
     config: watcher::Config,
     tx: UnboundedSender<Msg>,
     metrics: ClusterMetrics,
     convert: impl Fn(&K) -> (String, Item),
+    to_msg: impl Fn(Change) -> Msg,
 ) -> Result<(), ClusterError>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let label = source.label();
-    let mut stream = watcher(api.clone(), config).default_backoff().boxed();
-    // None until the first successful event or error.
-    let mut up: Option<bool> = None;
+    let mut stream = watcher(api.clone(), config).boxed();
+    let mut outage = Outage {
+        label,
+        scope,
+        metrics: &metrics,
+        up: None,
+        backoff: Backoff::new(BACKOFF_MAX),
+    };
     let mut crd_missing = false;
-    let mut probe = tokio::time::interval(PROBE_INTERVAL);
-    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut crd_backoff = Backoff::new(CRD_RECHECK_MAX);
     let send = |change: Change| {
-        tx.send(Msg::Watch(source, change))
+        tx.send(to_msg(change))
             .map_err(|_| ClusterError::ChannelClosed("watch"))
     };
-    let mark_up = |up: &mut Option<bool>| {
-        if *up == Some(false) {
-            tracing::info!(source = label, "watch reconnected");
-        }
-        *up = Some(true);
-        metrics.set_up(label, true);
-    };
     loop {
-        tokio::select! {
-            next = stream.next() => {
-                let Some(next) = next else {
-                    return Err(ClusterError::StreamEnded(label));
-                };
-                match next {
-                    Ok(event) => {
-                        mark_up(&mut up);
-                        let change = match event {
-                            watcher::Event::Init => Change::Init,
-                            watcher::Event::InitApply(obj) => {
-                                let (key, item) = convert(&obj);
-                                Change::InitApply(key, item)
-                            }
-                            watcher::Event::InitDone => {
-                                if crd_missing {
-                                    tracing::info!(
-                                        "HighAvailabilityPolicy CRD installed; watching HighAvailabilityPolicies"
-                                    );
-                                    crd_missing = false;
-                                }
-                                tracing::debug!(source = label, "list complete");
-                                Change::InitDone
-                            }
-                            watcher::Event::Apply(obj) => {
-                                let (key, item) = convert(&obj);
-                                Change::Apply(key, item)
-                            }
-                            watcher::Event::Delete(obj) => Change::Delete(convert(&obj).0),
-                        };
-                        send(change)?;
-                    }
-                    Err(err) if source == Source::Policies && is_not_found(&err) => {
-                        // The API server answered: the source is reachable, the
-                        // resource type is simply not there (yet).
-                        mark_up(&mut up);
-                        if !crd_missing {
-                            tracing::info!(
-                                "HighAvailabilityPolicy CRD not installed; using ConfigMaps only"
-                            );
-                            crd_missing = true;
-                        }
-                        send(Change::Missing)?;
-                    }
-                    Err(err) => {
-                        metrics.watch_error(label);
-                        metrics.set_up(label, false);
-                        if up != Some(false) {
-                            tracing::warn!(
-                                source = label,
-                                error = %err,
-                                "watch failed; the last known policies stay in force; retrying with backoff"
-                            );
-                        } else {
-                            tracing::debug!(source = label, error = %err, "watch still failing");
-                        }
-                        up = Some(false);
+        let Some(next) = stream.next().await else {
+            return Err(ClusterError::StreamEnded(label));
+        };
+        let event = match next {
+            Ok(event) => event,
+            Err(err) if source == Source::Policies && is_not_found(&err) => {
+                // The API server answered: the source is reachable, the
+                // resource type is simply not there (yet).
+                outage.success();
+                if !crd_missing {
+                    tracing::info!(
+                        "HighAvailabilityPolicy CRD not installed; using ConfigMaps only"
+                    );
+                    crd_missing = true;
+                }
+                send(Change::Missing)?;
+                tokio::time::sleep(crd_backoff.next_delay()).await;
+                continue;
+            }
+            Err(err) if is_gone(&err) => {
+                tracing::debug!(source = label, scope, "watch expired (410 Gone); relisting");
+                continue;
+            }
+            Err(err) => {
+                let delay = outage.failure(&err);
+                tokio::time::sleep(delay).await;
+                if needs_probe(&err) {
+                    let lp = ListParams::default().limit(1);
+                    if let Ok(Ok(_)) = tokio::time::timeout(PROBE_TIMEOUT, api.list(&lp)).await {
+                        outage.success();
                     }
                 }
+                continue;
             }
-            _ = probe.tick(), if up == Some(false) => {
-                let lp = ListParams::default().limit(1);
-                if let Ok(Ok(_)) = tokio::time::timeout(PROBE_TIMEOUT, api.list(&lp)).await {
-                    mark_up(&mut up);
+        };
+        let change = match event {
+            // Emitted before the list is even requested: not an answer.
+            watcher::Event::Init => Change::Init,
+            watcher::Event::InitApply(obj) => {
+                outage.success();
+                let (key, item) = convert(&obj);
+                Change::InitApply(key, item)
+            }
+            watcher::Event::InitDone => {
+                outage.success();
+                crd_backoff.reset();
+                if crd_missing {
+                    tracing::info!(
+                        "HighAvailabilityPolicy CRD installed; watching HighAvailabilityPolicies"
+                    );
+                    crd_missing = false;
                 }
+                tracing::debug!(source = label, scope, "list complete");
+                Change::InitDone
             }
-        }
+            watcher::Event::Apply(obj) => {
+                outage.success();
+                let (key, item) = convert(&obj);
+                Change::Apply(key, item)
+            }
+            watcher::Event::Delete(obj) => {
+                outage.success();
+                Change::Delete(convert(&obj).0)
+            }
+        };
+        send(change)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_resets() {
+        let mut b = Backoff::new(BACKOFF_MAX);
+        let got: Vec<u64> = (0..8).map(|_| b.next_delay().as_millis() as u64).collect();
+        assert_eq!(got, [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
+        b.reset();
+        assert_eq!(b.next_delay(), BACKOFF_INITIAL);
     }
 }

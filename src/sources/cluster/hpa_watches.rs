@@ -1,0 +1,281 @@
+//! HPA watches, one per namespace with a policy in force (policies for
+//! namespaces outside `--governed-namespaces` are never in force, so those
+//! are never watched). Started and stopped by the state as policies come
+//! and go; each keeps its namespace's [`NamespaceTargets`].
+//!
+//! A watcher that was stopped may still have messages in the channel:
+//! every watcher gets an id and messages of an old id are dropped.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube::Api;
+use kube::runtime::watcher;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinHandle;
+
+use super::hpas::{self, HpaRef, NamespaceTargets};
+use super::{Change, ClusterMetrics, Item, Msg, Source};
+
+/// How the watchers are started (a client, or nothing in unit tests).
+pub(crate) trait Spawn: Send {
+    fn spawn(&self, namespace: &str, id: u64) -> Option<JoinHandle<()>>;
+}
+
+/// Starts real watchers through the API server.
+pub(crate) struct KubeSpawner {
+    pub client: kube::Client,
+    pub tx: UnboundedSender<Msg>,
+    pub metrics: ClusterMetrics,
+}
+
+impl Spawn for KubeSpawner {
+    fn spawn(&self, namespace: &str, id: u64) -> Option<JoinHandle<()>> {
+        let api: Api<HpaRef> = Api::namespaced(self.client.clone(), namespace);
+        let tx = self.tx.clone();
+        let metrics = self.metrics.clone();
+        let ns = namespace.to_string();
+        Some(tokio::spawn(async move {
+            let scope = ns.clone();
+            let result = super::watch::run(
+                Source::Hpas,
+                &scope,
+                api,
+                watcher::Config::default(),
+                tx,
+                metrics,
+                |hpa: &HpaRef| (hpas::key(hpa), Item::Hpa(hpas::observe(hpa))),
+                move |change| Msg::Hpa {
+                    namespace: ns.clone(),
+                    id,
+                    change,
+                },
+            )
+            .await;
+            if let Err(e) = result {
+                tracing::debug!(namespace = %scope, error = %e, "HPA watch ended");
+            }
+        }))
+    }
+}
+
+/// One namespace's watcher and what it has seen.
+#[derive(Debug)]
+struct Watched {
+    id: u64,
+    task: Option<JoinHandle<()>>,
+    targets: NamespaceTargets,
+    /// A relist in progress: HPA name -> target.
+    pending: Option<BTreeMap<String, Option<String>>>,
+    synced: bool,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// Every HPA watch and the targets per namespace.
+pub(crate) struct HpaWatches {
+    spawner: Box<dyn Spawn>,
+    next_id: u64,
+    watched: BTreeMap<String, Watched>,
+    /// Namespace -> targeted Deployments (non-empty sets only), kept up to
+    /// date per namespace for the snapshot.
+    targets: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl std::fmt::Debug for HpaWatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HpaWatches")
+            .field("watched", &self.watched)
+            .finish()
+    }
+}
+
+impl HpaWatches {
+    pub(crate) fn new(spawner: Box<dyn Spawn>) -> HpaWatches {
+        HpaWatches {
+            spawner,
+            next_id: 0,
+            watched: BTreeMap::new(),
+            targets: BTreeMap::new(),
+        }
+    }
+
+    /// Watches exactly `namespaces`: starts the missing watchers, stops
+    /// the others. True when the published targets changed.
+    pub(crate) fn set<'a>(&mut self, namespaces: impl IntoIterator<Item = &'a String>) -> bool {
+        let wanted: BTreeSet<&String> = namespaces.into_iter().collect();
+        let before = self.watched.len();
+        self.watched.retain(|ns, _| wanted.contains(ns));
+        let stopped = before != self.watched.len();
+        let removed = self.targets.len();
+        self.targets.retain(|ns, _| wanted.contains(ns));
+        let changed = removed != self.targets.len();
+        for ns in wanted {
+            if self.watched.contains_key(ns) {
+                continue;
+            }
+            self.next_id += 1;
+            let id = self.next_id;
+            tracing::info!(namespace = %ns, "watching HorizontalPodAutoscalers");
+            let task = self.spawner.spawn(ns, id);
+            self.watched.insert(
+                ns.clone(),
+                Watched {
+                    id,
+                    task,
+                    targets: NamespaceTargets::default(),
+                    pending: None,
+                    synced: false,
+                },
+            );
+        }
+        if stopped {
+            tracing::debug!(watches = self.watched.len(), "HPA watches stopped");
+        }
+        changed
+    }
+
+    /// True when every watched namespace has completed its first list.
+    pub(crate) fn synced(&self) -> bool {
+        self.watched.values().all(|w| w.synced)
+    }
+
+    /// The targets for the snapshot.
+    pub(crate) fn targets(&self) -> &BTreeMap<String, BTreeSet<String>> {
+        &self.targets
+    }
+
+    /// Namespaces watched now.
+    pub(crate) fn namespaces(&self) -> impl Iterator<Item = &String> {
+        self.watched.keys()
+    }
+
+    /// Applies one watcher change; returns whether the targets changed and
+    /// whether this completed the namespace's first list. Costs O(log n)
+    /// for an event.
+    pub(crate) fn apply(&mut self, namespace: &str, id: u64, change: Change) -> (bool, bool) {
+        let Some(w) = self.watched.get_mut(namespace).filter(|w| w.id == id) else {
+            return (false, false); // a stopped watcher's leftovers
+        };
+        let mut first_list = false;
+        let target = |item: Item| match item {
+            Item::Hpa(t) => Some(t.deployment),
+            Item::Policy(_) => None,
+        };
+        let changed = match change {
+            Change::Init => {
+                w.pending = Some(BTreeMap::new());
+                false
+            }
+            Change::InitApply(name, item) => {
+                if let Some(t) = target(item) {
+                    w.pending.get_or_insert_with(BTreeMap::new).insert(name, t);
+                }
+                false
+            }
+            Change::InitDone => {
+                first_list = !w.synced;
+                w.synced = true;
+                w.targets.replace(w.pending.take().unwrap_or_default())
+            }
+            Change::Apply(name, item) => match target(item) {
+                Some(t) => w.targets.apply(&name, Some(t)),
+                None => false,
+            },
+            Change::Delete(name) => w.targets.apply(&name, None),
+            Change::Missing => {
+                first_list = !w.synced;
+                w.synced = true;
+                w.targets.replace(BTreeMap::new())
+            }
+        };
+        if changed {
+            if w.targets.is_empty() {
+                self.targets.remove(namespace);
+            } else {
+                self.targets
+                    .insert(namespace.to_string(), w.targets.targets());
+            }
+        }
+        (changed, first_list)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::cluster::hpas::HpaTarget;
+
+    struct NoSpawn;
+    impl Spawn for NoSpawn {
+        fn spawn(&self, _: &str, _: u64) -> Option<JoinHandle<()>> {
+            None
+        }
+    }
+
+    fn item(ns: &str, target: &str) -> Item {
+        Item::Hpa(HpaTarget {
+            namespace: ns.into(),
+            deployment: Some(target.into()),
+        })
+    }
+
+    #[test]
+    fn watches_follow_the_namespaces_and_stale_messages_are_dropped() {
+        let mut w = HpaWatches::new(Box::new(NoSpawn));
+        let serving = "knative-serving".to_string();
+        assert!(!w.set([&serving]));
+        assert!(!w.synced());
+        assert!(!w.apply(&serving, 1, Change::Init).0);
+        assert!(
+            !w.apply(
+                &serving,
+                1,
+                Change::InitApply("a".into(), item(&serving, "activator"))
+            )
+            .0
+        );
+        assert_eq!(w.apply(&serving, 1, Change::InitDone), (true, true));
+        assert!(w.synced());
+        assert_eq!(w.targets()[&serving], ["activator".to_string()].into());
+        // Same target again (a status update): nothing changes.
+        assert!(
+            !w.apply(
+                &serving,
+                1,
+                Change::Apply("a".into(), item(&serving, "activator"))
+            )
+            .0
+        );
+        // Policy gone: watch stopped, targets dropped.
+        assert!(w.set([]));
+        assert!(w.targets().is_empty());
+        // Back: a new watcher (id 2); the old one's leftovers are ignored.
+        w.set([&serving]);
+        assert!(
+            !w.apply(
+                &serving,
+                1,
+                Change::Apply("b".into(), item(&serving, "webhook"))
+            )
+            .0
+        );
+        assert!(w.targets().is_empty());
+        assert!(!w.synced());
+        assert_eq!(w.apply(&serving, 2, Change::InitDone), (false, true));
+        assert!(
+            w.apply(
+                &serving,
+                2,
+                Change::Apply("b".into(), item(&serving, "webhook"))
+            )
+            .0
+        );
+        assert!(w.apply(&serving, 2, Change::Delete("b".into())).0);
+    }
+}

@@ -1,0 +1,131 @@
+//! With the API server unusable, the cluster source logs one warning per
+//! outage and source, retries with the documented backoff (0.8 s doubling
+//! up to 30 s, unit-tested in `watch.rs`), and says "reconnected" only
+//! after the API server really answered again (issue 13 point 11).
+//!
+//! One test per binary: it installs the global log subscriber.
+
+mod fakeapi;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fakeapi::FakeApi;
+use knative_ha_webhook::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
+use knative_ha_webhook::store::PolicyStore;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+
+const OWN_NS: &str = "khw-system";
+
+/// Every log line written, as JSON text.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn lines(&self, message: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains(&format!("\"message\":\"{message}")))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Polls `check` every 100 ms for at most 60 s (the backoff may be at
+/// 12.8 s or more when the API server comes back).
+async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..600 {
+        if let Some(v) = check() {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_warning_per_outage_backoff_and_a_real_reconnect() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_env_filter("info,kube_client=off")
+        .with_writer(move || writer.clone())
+        .init();
+
+    let api = Arc::new(FakeApi::start().await);
+    api.create(
+        "knativeha.dev",
+        "highavailabilitypolicies",
+        json!({"apiVersion": "knativeha.dev/v1alpha1", "kind": "HighAvailabilityPolicy",
+               "metadata": {"name": "serving"},
+               "spec": {"targetNamespace": "knative-serving", "replicas": 3}}),
+    );
+    let store = PolicyStore::default();
+    let mut registry = Registry::default();
+    let metrics = ClusterMetrics::register(&mut registry);
+    let task = tokio::spawn(cluster::run(
+        api.client().await,
+        ClusterSourceConfig::new(OWN_NS),
+        store.clone(),
+        metrics,
+    ));
+    eventually("first sync", || store.load().synced.then_some(())).await;
+
+    // Outage: the API server is gone (connections closed, port refused)
+    // for 7 s.
+    api.stop().await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let failed = logs.lines("watch failed");
+    let reconnected = logs.lines("watch reconnected");
+    println!(
+        "during 7 s of outage: {} 'watch failed', {} 'watch reconnected'",
+        failed.len(),
+        reconnected.len()
+    );
+    for source in ["policies", "configmaps", "hpas"] {
+        let n = failed
+            .iter()
+            .filter(|l| l.contains(&format!("\"source\":\"{source}\"")))
+            .count();
+        assert_eq!(n, 1, "one warning per outage for {source}: {failed:#?}");
+    }
+    assert!(
+        reconnected.is_empty(),
+        "no 'reconnected' while the API server is down: {reconnected:#?}"
+    );
+    assert!(store.load().synced, "the last known policies stay in force");
+
+    // The API server is back: one "reconnected" per source, after a real
+    // answer.
+    api.restart().await;
+    eventually("three reconnects", || {
+        (logs.lines("watch reconnected").len() >= 3).then_some(())
+    })
+    .await;
+    // Anything else in flight would show within a second.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let reconnected = logs.lines("watch reconnected");
+    for source in ["policies", "configmaps", "hpas"] {
+        let n = reconnected
+            .iter()
+            .filter(|l| l.contains(&format!("\"source\":\"{source}\"")))
+            .count();
+        assert_eq!(n, 1, "one reconnect for {source}: {reconnected:#?}");
+    }
+    assert_eq!(logs.lines("watch failed").len(), 3, "no new warning");
+    task.abort();
+}
