@@ -6,47 +6,10 @@
 #[path = "fixtures/support.rs"]
 mod support;
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
 use serde_json::Value;
-use support::{FIXTURES, repo_path};
+use support::{FIXTURES, bin, repo_path, run, run_stdin, stderr, stdout};
 
 const POLICY: &str = "examples/policy.yaml";
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"));
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("binary runs")
-}
-
-fn run_stdin(args: &[&str], input: &str) -> Output {
-    let mut child = bin()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("binary runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).unwrap()
-}
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
     let p = dir.path().join(name);
