@@ -259,6 +259,9 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
             if kind in ("Role", "RoleBinding") and md["name"].endswith("-reconcile") \
                     and md.get("namespace") in v["governedNamespaces"] and v["reconcile"]["enabled"]:
                 continue  # the reconciler's Roles live in the governed namespaces (checked in rbac)
+            if kind in ("Role", "RoleBinding") and md["name"].endswith("-hpas") \
+                    and md.get("namespace") in v["governedNamespaces"]:
+                continue  # HPA list/watch is granted per governed namespace (checked in rbac)
             if kind in CLUSTER_SCOPED:
                 expect("namespace" not in md, f"{kind}/{md['name']} is cluster-scoped but has namespace {md.get('namespace')!r}")
             else:
