@@ -5,7 +5,6 @@
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::validate::parse_percent;
 use super::{HighAvailabilityPolicySpec, PodDisruptionBudgetPolicy, PolicyError};
 
 /// The fewest replicas the policy produces for the workloads a budget
@@ -157,4 +156,14 @@ fn well_formed(path: &str, value: &IntOrString, errors: &mut Vec<PolicyError>) -
         ));
     }
     !bad
+}
+
+/// Parses an int-or-string "N%" with 0 <= N <= 100.
+pub fn parse_percent(s: &str) -> Option<u32> {
+    let digits = s.strip_suffix('%')?;
+    if digits.is_empty() || digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u32 = digits.parse().ok()?;
+    (n <= 100).then_some(n)
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::disruption;
+pub use super::disruption::parse_percent;
 use super::duration::parse_go_duration;
 use super::{
     DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
@@ -126,16 +127,6 @@ pub fn is_dns1123_label(s: &str) -> bool {
 /// True for a DNS-1123 subdomain (what a Deployment name must be).
 pub fn is_dns1123_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
-}
-
-/// Parses an int-or-string "N%" with 0 <= N <= 100.
-pub fn parse_percent(s: &str) -> Option<u32> {
-    let digits = s.strip_suffix('%')?;
-    if digits.is_empty() || digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n: u32 = digits.parse().ok()?;
-    (n <= 100).then_some(n)
 }
 
 fn check_replicas(path: &str, value: Option<i32>, errors: &mut Vec<PolicyError>) {

@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tower::ServiceExt;
 
-use super::listener::{Limits, until_true};
+use super::limits::{Limits, until_true};
 use super::slots::{Activity, Slots};
 use super::stall::{StallIo, Stalls, Tracked};
 use crate::telemetry::Metrics;

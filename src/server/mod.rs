@@ -8,6 +8,7 @@
 
 mod budget;
 mod conn;
+mod limits;
 mod listener;
 pub mod probes;
 mod process;
@@ -27,7 +28,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
 pub use budget::{Budget, DEFAULT_BUDGET_BYTES, DEFAULT_BUDGET_WAIT};
-pub use listener::Limits;
+pub use limits::Limits;
 pub use process::{run_cli, shutdown_signal};
 pub use routes::{AppState, router, router_with_budget};
 
