@@ -77,7 +77,7 @@ pub(crate) fn hash(
     let pt = p.get_or_insert_with(|| Patcher::new(t.object));
     pt.set(HASH_PATH, json!(want)).map_err(|e| t.malformed(e))?;
     changes.push(t.change(format!(
-        "pod template annotation {HASH_ANNOTATION} {} -> {want} (leader election settings changed: the leader-elected Deployments restart together)",
+        "pod template annotation {HASH_ANNOTATION} {} -> {want} (hash of the leader-election settings: when they change, the leader-elected Deployments restart together)",
         current.and_then(Value::as_str).unwrap_or("unset")
     )));
     Ok(())
