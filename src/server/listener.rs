@@ -1,6 +1,6 @@
 //! The accept loops (HTTPS, and plain HTTP for metrics and probes): every
 //! accepted connection is served by [`super::conn::serve`] under
-//! [`Limits`]. Accepting never waits for a free slot, so held connections
+//! [`super::Limits`]. Accepting never waits for a free slot, so held connections
 //! cannot starve new clients: when a set is full, the oldest handshake or
 //! the longest-idle connection makes room.
 
@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
 use super::conn::{Shared, serve};
-use super::limits::{Limits, until_true};
+use super::limits::until_true;
 use crate::tls::TlsReloader;
 
 /// Permits of the live-connection counter (far above any cap).
