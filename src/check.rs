@@ -2,11 +2,10 @@
 //! form a user writes them (a HighAvailabilityPolicy document, or a policy
 //! ConfigMap with the document under data key `policy.yaml`) and reports
 //! every error of every file in one run, each naming the file and the
-//! document. Exit 0 when all are valid, 1 otherwise.
+//! document. Exit 0 when all are valid, 1 otherwise (`cmd::check`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use serde_json::Value;
 
@@ -16,14 +15,6 @@ use crate::yaml;
 
 /// The label that marks a policy ConfigMap (key, value).
 const LABEL: (&str, &str) = ("knativeha.dev/policy", "true");
-
-#[derive(clap::Args, Debug)]
-pub struct CheckArgs {
-    /// Policy files (YAML, several documents each; HighAvailabilityPolicy
-    /// resources or policy ConfigMaps); `-` for standard input.
-    #[arg(required = true, value_name = "FILE")]
-    pub files: Vec<PathBuf>,
-}
 
 /// A valid policy and where it came from.
 struct Found {
@@ -132,36 +123,39 @@ fn check_text(file: &str, text: &str) -> Vec<Checked> {
         .collect()
 }
 
-/// `knative-ha-webhook check`.
-pub fn run_check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
-    let mut failed = false;
+/// One line of the report: `Ok` for a valid document (standard output),
+/// `Err` for an error (standard error).
+pub type Line = Result<String, String>;
+
+/// Checks every document of every file (`-`: standard input), in order,
+/// across files too (one policy per target namespace). The files are
+/// valid when no line is an error.
+pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
+    let mut lines = Vec::new();
     // target namespace -> (policy name, place), across every file
     let mut governed: BTreeMap<String, (String, String)> = BTreeMap::new();
-    for path in &args.files {
+    for path in files {
         let (name, text) = match crate::manifest::read_input(path) {
             Ok(input) => input,
             Err(e) => {
-                eprintln!("{e}");
-                failed = true;
+                lines.push(Err(e.to_string()));
                 continue;
             }
         };
         for checked in check_text(&name, &text) {
             let found = match checked {
                 Ok(found) => found,
-                Err(lines) => {
-                    lines.iter().for_each(|l| eprintln!("{l}"));
-                    failed = true;
+                Err(errors) => {
+                    lines.extend(errors.into_iter().map(Err));
                     continue;
                 }
             };
             let ns = &found.policy.spec.target_namespace;
             if let Some((other, other_place)) = governed.get(ns) {
-                eprintln!(
+                lines.push(Err(format!(
                     "{}: spec.targetNamespace: {ns:?} is already governed by policy {other:?} ({other_place}); one policy per namespace",
                     found.place
-                );
-                failed = true;
+                )));
                 continue;
             }
             governed.insert(ns.clone(), (found.policy.name.clone(), found.place.clone()));
@@ -169,15 +163,11 @@ pub fn run_check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
                 .configmap
                 .map(|id| format!(", ConfigMap {id}"))
                 .unwrap_or_default();
-            println!(
+            lines.push(Ok(format!(
                 "{name}: valid (policy {} for namespace {ns}{from})",
                 found.policy.name
-            );
+            )));
         }
     }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    lines
 }

@@ -2,6 +2,7 @@
 //! its cluster: `--kubeconfig FILE`, else `KUBECONFIG`, else
 //! `~/.kube/config`, else the in-cluster service account; `--context`
 //! picks a context; `--request-timeout` bounds connecting and reading.
+//! What the flags and the environment say arrives as [`KubeSettings`].
 //!
 //! Errors say which file, context or server is at fault and what to do,
 //! not which library layer failed.
@@ -11,19 +12,22 @@ use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
-/// Connection flags shared by the commands that talk to a cluster.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct KubeArgs {
-    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config,
-    /// then the in-cluster service account).
-    #[arg(long, value_name = "FILE")]
+/// Where to find the cluster (built by `config` from the flags and the
+/// environment; see [`crate::config::kube_settings`]).
+#[derive(Clone, Debug, Default)]
+pub struct KubeSettings {
+    /// `--kubeconfig`.
     pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use (default: its current-context).
-    #[arg(long, value_name = "NAME")]
+    /// `KUBECONFIG` when set and not empty (paths separated like `PATH`).
+    pub kubeconfig_env: Option<String>,
+    /// `~/.kube/config`, and whether it exists.
+    pub default_path: Option<PathBuf>,
+    pub default_exists: bool,
+    /// Running in a pod (`KUBERNETES_SERVICE_HOST` is set).
+    pub in_cluster: bool,
+    /// `--context`.
     pub context: Option<String>,
-    /// How long to wait for the API server to connect and answer each
-    /// request, e.g. `5s`, `1m` (default: no limit beyond the client's own).
-    #[arg(long, value_name = "DURATION", value_parser = crate::server::parse_duration)]
+    /// `--request-timeout`.
     pub request_timeout: Option<Duration>,
 }
 
@@ -60,7 +64,12 @@ pub enum KubeClientError {
         source: kube::Error,
     },
     #[error("cannot reach the Kubernetes API server at {server}: {reason}")]
-    Unreachable { server: String, reason: String },
+    Unreachable {
+        server: String,
+        reason: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// A client and the server URL it talks to (for messages).
@@ -70,13 +79,28 @@ pub struct Connected {
     pub server: String,
 }
 
-fn default_path() -> Option<PathBuf> {
-    std::env::home_dir().map(|h| h.join(".kube").join("config"))
+pub type Result<T, E = KubeClientError> = std::result::Result<T, E>;
+
+/// The files `KUBECONFIG` names, merged the way kubectl merges them
+/// (empty entries ignored; `None` when it names none).
+fn read_kubeconfig_env(value: &str) -> std::result::Result<Option<Kubeconfig>, KubeconfigError> {
+    let paths: Vec<PathBuf> = std::env::split_paths(value)
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect();
+    if paths.is_empty() {
+        return Ok(None);
+    }
+    paths
+        .iter()
+        .try_fold(Kubeconfig::default(), |merged, p| {
+            Kubeconfig::read_from(p).and_then(|c| merged.merge(c))
+        })
+        .map(Some)
 }
 
-/// Which kubeconfig to read: the flag, `KUBECONFIG` (first path named, for
+/// Which kubeconfig to read: the flag, `KUBECONFIG` (named as a whole in
 /// messages), `~/.kube/config`; `None` for in-cluster.
-fn locate(args: &KubeArgs) -> Result<Option<(String, Kubeconfig)>, KubeClientError> {
+fn locate(args: &KubeSettings) -> Result<Option<(String, Kubeconfig)>> {
     let read = |path: &Path| {
         let name = path.display().to_string();
         Kubeconfig::read_from(path)
@@ -86,20 +110,20 @@ fn locate(args: &KubeArgs) -> Result<Option<(String, Kubeconfig)>, KubeClientErr
     if let Some(path) = &args.kubeconfig {
         return read(path);
     }
-    if let Some(value) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
-        let name = value.to_string_lossy().into_owned();
-        return match Kubeconfig::from_env() {
-            Ok(Some(k)) => Ok(Some((name, k))),
+    if let Some(value) = &args.kubeconfig_env {
+        return match read_kubeconfig_env(value) {
+            Ok(Some(k)) => Ok(Some((value.clone(), k))),
             Ok(None) => Ok(None),
-            Err(e) => Err(kubeconfig_error(&name, e)),
+            Err(e) => Err(kubeconfig_error(value, e)),
         };
     }
-    let default = default_path();
-    match &default {
-        Some(path) if path.exists() => read(path),
-        _ if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => Ok(None),
-        _ => Err(KubeClientError::NoConfig {
-            default: default.map_or("~/.kube/config".into(), |p| p.display().to_string()),
+    match &args.default_path {
+        Some(path) if args.default_exists => read(path),
+        _ if args.in_cluster => Ok(None),
+        default => Err(KubeClientError::NoConfig {
+            default: default
+                .as_ref()
+                .map_or("~/.kube/config".into(), |p| p.display().to_string()),
         }),
     }
 }
@@ -130,7 +154,7 @@ fn io_reason(e: &std::io::Error) -> String {
 }
 
 /// The kube configuration the flags select.
-pub async fn config(args: &KubeArgs) -> Result<kube::Config, KubeClientError> {
+pub async fn config(args: &KubeSettings) -> Result<kube::Config> {
     let options = KubeConfigOptions {
         context: args.context.clone(),
         ..Default::default()
@@ -153,7 +177,7 @@ pub async fn config(args: &KubeArgs) -> Result<kube::Config, KubeClientError> {
 
 /// Builds the client and checks the API server answers (any HTTP answer,
 /// even an error status, counts as reachable).
-pub async fn connect(args: &KubeArgs) -> Result<Connected, KubeClientError> {
+pub async fn connect(args: &KubeSettings) -> Result<Connected> {
     let config = config(args).await?;
     let server = config.cluster_url.to_string();
     let server = server.trim_end_matches('/').to_string();
@@ -163,9 +187,10 @@ pub async fn connect(args: &KubeArgs) -> Result<Connected, KubeClientError> {
     })?;
     match client.apiserver_version().await {
         Ok(_) | Err(kube::Error::Api(_)) => Ok(Connected { client, server }),
-        Err(e) => Err(KubeClientError::Unreachable {
-            reason: reason(&e),
+        Err(source) => Err(KubeClientError::Unreachable {
+            reason: reason(&source),
             server,
+            source,
         }),
     }
 }

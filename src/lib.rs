@@ -4,12 +4,16 @@
 //! Dependencies point one way:
 //! `policy` (model + validation) <- `engine` (pure mutation) <- `store`
 //! (snapshot the request path reads) <- `sources` (file / cluster watchers)
-//! and `admission` (wire protocol) <- `server` (HTTPS, probes, metrics) <- `cli`.
+//! and `admission` (wire protocol) <- `server` (HTTPS, probes, metrics) and
+//! `reconcile` <- `config` (flags and environment, parsed purely) <- `cmd`
+//! (one function per subcommand) <- `cli`.
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod check;
 pub mod cli;
+pub mod cmd;
+pub mod config;
 pub mod engine;
 pub mod kubeclient;
 pub mod manifest;

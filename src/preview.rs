@@ -1,13 +1,11 @@
-//! Offline commands: `preview`, `check` and `crd`.
+//! What the offline commands `preview` and `crd` compute (`cmd` runs them).
 //!
 //! `preview` runs the engine over manifests exactly as the admission server
 //! would (operation CREATE, namespace from `metadata.namespace`, `default`
 //! when absent; HPA targets taken from the HPAs in the input).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
@@ -15,53 +13,6 @@ use serde_json::{Value, json};
 use crate::engine::{self, Context, Input, Kind, Operation};
 use crate::policy::{self, Policy};
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum OutputFormat {
-    /// Every input object, mutated where the policy applies (multi-document YAML).
-    #[default]
-    Yaml,
-    /// The same objects as JSON: the object itself when there is one, else a
-    /// `v1` List (as `kubectl get -o json` prints them).
-    Json,
-    /// One JSON object per line for each changed document.
-    Patches,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct PreviewArgs {
-    /// Policy file (YAML, may hold several documents, one policy per target
-    /// namespace). Repeatable.
-    #[arg(
-        long = "policy-file",
-        alias = "policy",
-        value_name = "FILE",
-        required = true
-    )]
-    pub policy: Vec<PathBuf>,
-    /// What to print.
-    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Yaml)]
-    pub output: OutputFormat,
-    /// Manifests (multi-document YAML; `kind: List` and typed lists are
-    /// expanded); stdin when none or `-`.
-    pub manifests: Vec<PathBuf>,
-}
-
-/// How `crd` prints.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum CrdFormat {
-    #[default]
-    Yaml,
-    Json,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct CrdArgs {
-    /// What to print.
-    #[arg(long, short = 'o', value_enum, default_value_t = CrdFormat::Yaml)]
-    pub output: CrdFormat,
-}
-
-pub use crate::check::{CheckArgs, run_check};
 pub use crate::manifest::Document;
 
 /// Parses multi-document YAML into Kubernetes objects (lists expanded).
@@ -202,60 +153,7 @@ pub fn patch_line(p: &Previewed) -> Value {
     })
 }
 
-pub fn run_preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
-    let policies = load_policies(&args.policy)?;
-    let inputs: Vec<PathBuf> = if args.manifests.is_empty() {
-        vec![PathBuf::from("-")]
-    } else {
-        args.manifests.clone()
-    };
-    let mut docs = Vec::new();
-    for path in &inputs {
-        let (name, text) = crate::manifest::read_input(path)?;
-        docs.extend(parse_manifests(&name, &text)?);
-    }
-    let previewed = preview_documents(&policies, docs)?;
-    let mut stdout = std::io::stdout().lock();
-    match args.output {
-        OutputFormat::Yaml => {
-            let text = to_multi_yaml(previewed.iter().map(|p| &p.object))?;
-            stdout.write_all(text.as_bytes())?;
-        }
-        OutputFormat::Json => {
-            let objects: Vec<&Value> = previewed.iter().map(|p| &p.object).collect();
-            let value = match objects.as_slice() {
-                [one] => (*one).clone(),
-                all => json!({
-                    "apiVersion": "v1",
-                    "kind": "List",
-                    "metadata": {"resourceVersion": ""},
-                    "items": all,
-                }),
-            };
-            writeln!(stdout, "{}", serde_json::to_string_pretty(&value)?)?;
-        }
-        OutputFormat::Patches => {
-            for p in previewed.iter().filter(|p| !p.mutation.is_empty()) {
-                writeln!(stdout, "{}", serde_json::to_string(&patch_line(p))?)?;
-            }
-        }
-    }
-    stdout.flush()?;
-    Ok(ExitCode::SUCCESS)
-}
-
 /// The CRD as YAML, deterministic (the Helm chart copies it byte for byte).
 pub fn crd_yaml() -> anyhow::Result<String> {
     to_yaml(&policy::crd_value())
-}
-
-pub fn run_crd(args: &CrdArgs) -> anyhow::Result<ExitCode> {
-    let text = match args.output {
-        CrdFormat::Yaml => crd_yaml()?,
-        CrdFormat::Json => serde_json::to_string_pretty(&policy::crd_value())? + "\n",
-    };
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes())?;
-    stdout.flush()?;
-    Ok(ExitCode::SUCCESS)
 }

@@ -59,7 +59,7 @@ struct Source {
     api: Arc<FakeApi>,
     store: PolicyStore,
     registry: Registry,
-    task: JoinHandle<anyhow::Result<()>>,
+    task: JoinHandle<cluster::Result<()>>,
 }
 
 impl Drop for Source {

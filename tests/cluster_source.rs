@@ -88,7 +88,7 @@ struct Harness {
     api: Arc<FakeApi>,
     store: PolicyStore,
     registry: Registry,
-    task: JoinHandle<anyhow::Result<()>>,
+    task: JoinHandle<cluster::Result<()>>,
 }
 
 impl Drop for Harness {

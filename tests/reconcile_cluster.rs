@@ -160,7 +160,7 @@ struct Env {
     api: Arc<FakeApi>,
     keys: Vec<Key>,
     store: PolicyStore,
-    source: JoinHandle<anyhow::Result<()>>,
+    source: JoinHandle<cluster::Result<()>>,
     reconcilers: Vec<Running>,
 }
 

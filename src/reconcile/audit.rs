@@ -1,14 +1,12 @@
-//! `knative-ha-webhook audit`: what differs, per governed object, between
-//! the cluster and the policy. Exit code 0 when everything is in line, 1
-//! when drift exists, 2 on errors.
+//! `knative-ha-webhook audit` (run by `cmd::audit`): what differs, per
+//! governed object, between the cluster and the policy. Exit code 0 when
+//! everything is in line, 1 when drift exists, 2 on errors.
 //!
 //! Policies come from `--policy-file` files, else from the cluster with a
 //! one-shot list of HighAvailabilityPolicy resources and labelled policy
 //! ConfigMaps, merged with the cluster source's rules
 //! ([`crate::sources::cluster::merge`]).
 
-use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -21,38 +19,6 @@ use super::{ReconcileError, objects};
 use crate::engine::Kind;
 use crate::policy::Policy;
 use crate::sources::cluster::{configmaps, merge, policies};
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum AuditFormat {
-    /// One line per change, for people.
-    #[default]
-    Table,
-    /// One JSON document, for tools.
-    Json,
-    /// The same document as YAML.
-    Yaml,
-}
-
-#[derive(clap::Args, Debug, Clone)]
-pub struct AuditArgs {
-    /// Policy file(s) to compare against (YAML; repeatable). Without it,
-    /// the policies in force in the cluster are used (HighAvailabilityPolicy
-    /// resources and policy ConfigMaps).
-    #[arg(long = "policy-file", alias = "policy", value_name = "FILE")]
-    pub policy: Vec<PathBuf>,
-    /// Output format.
-    #[arg(long, short = 'o', value_enum, default_value_t = AuditFormat::Table)]
-    pub output: AuditFormat,
-    /// Audit only this governed namespace.
-    #[arg(long, short = 'n')]
-    pub namespace: Option<String>,
-    /// Where the webhook reads policy ConfigMaps (its own namespace).
-    /// Default: labelled ConfigMaps in every namespace.
-    #[arg(long, value_name = "NS")]
-    pub webhook_namespace: Option<String>,
-    #[command(flatten)]
-    pub kube: crate::kubeclient::KubeArgs,
-}
 
 /// Errors of `audit` (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -311,83 +277,9 @@ pub fn render_table(report: &AuditReport) -> String {
     out
 }
 
-/// Loads the policies (files or cluster) and audits.
-pub async fn run(args: &AuditArgs) -> Result<AuditReport, AuditError> {
-    let file_policies = if args.policy.is_empty() {
-        None
-    } else {
-        let by_ns = crate::preview::load_policies(&args.policy)
-            .map_err(|e| AuditError::Policy(format!("{e:#}")))?;
-        Some(
-            by_ns
-                .into_values()
-                .map(|p| (Arc::new(p), "file".to_string()))
-                .collect::<Vec<_>>(),
-        )
-    };
-    let client = crate::kubeclient::connect(&args.kube).await?.client;
-    let (policies, warnings) = match file_policies {
-        Some(p) => (p, Vec::new()),
-        None => cluster_policies(&client, args.webhook_namespace.as_deref()).await?,
-    };
-    if policies.is_empty() {
-        let where_ = if args.policy.is_empty() {
-            " in the cluster (HighAvailabilityPolicy resources or ConfigMaps labelled knativeha.dev/policy=true)"
-        } else {
-            ""
-        };
-        return Err(AuditError::NoPolicy(where_.to_string()));
-    }
-    let mut report = audit(&client, &policies, args.namespace.as_deref()).await?;
-    report.warnings = warnings;
-    Ok(report)
-}
-
 /// The exit code for a report: 0 in line, 1 drift.
 pub fn exit_code(report: &AuditReport) -> u8 {
     if report.in_line { 0 } else { 1 }
-}
-
-/// `knative-ha-webhook audit`.
-pub fn run_cli(args: AuditArgs) -> ExitCode {
-    crate::tls::install_crypto_provider();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: starting the runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(run(&args)) {
-        Ok(report) => {
-            let text = match args.output {
-                AuditFormat::Table => render_table(&report),
-                AuditFormat::Json => match serde_json::to_string_pretty(&report) {
-                    Ok(s) => s + "\n",
-                    Err(e) => {
-                        eprintln!("error: encoding the report: {e}");
-                        return ExitCode::from(2);
-                    }
-                },
-                AuditFormat::Yaml => match crate::preview::to_yaml(&report) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("error: encoding the report: {e:#}");
-                        return ExitCode::from(2);
-                    }
-                },
-            };
-            print!("{text}");
-            ExitCode::from(exit_code(&report))
-        }
-        Err(e) => {
-            eprintln!("error: audit: {e}");
-            ExitCode::from(2)
-        }
-    }
 }
 
 #[cfg(test)]

@@ -23,32 +23,12 @@ pub const LEASE_NAME: &str = "knative-ha-webhook-reconcile";
 pub struct LeaseConfig {
     pub namespace: String,
     pub name: String,
-    /// `holderIdentity`: the pod name.
+    /// `holderIdentity`: the pod name (see [`crate::config::identity`]).
     pub identity: String,
     /// `leaseDurationSeconds`: how long a record stays valid unrenewed.
     pub duration: Duration,
     /// How often the holder renews (and others retry).
     pub renew_every: Duration,
-}
-
-/// This replica's identity: `POD_NAME`, else hostname and process id.
-pub fn default_identity() -> String {
-    if let Ok(name) = std::env::var("POD_NAME")
-        && !name.is_empty()
-    {
-        return name;
-    }
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-                .filter(|h| !h.is_empty())
-        })
-        .unwrap_or_else(|| "unknown-host".to_string());
-    format!("{host}-{}", std::process::id())
 }
 
 /// The outcome of one election round.

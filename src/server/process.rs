@@ -1,12 +1,8 @@
-//! The `serve` process: logging, the runtime and the signals. The first
+//! The `serve` process's signals (`cmd::serve` runs the process). The first
 //! SIGTERM/SIGINT starts the graceful shutdown (see [`super::Server::run`]);
 //! a second one during it exits at once with code 130.
 
 use std::future::Future;
-use std::process::ExitCode;
-use std::time::Duration;
-
-use super::{Config, ServeArgs, Server};
 
 /// Exit code after a second signal (128 + SIGINT, as shells report Ctrl-C).
 pub const SECOND_SIGNAL_EXIT: i32 = 130;
@@ -60,7 +56,7 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
 
 /// Like [`shutdown_signal`], and after the first signal a second one
 /// exits the process at once (code 130) instead of waiting for the drain.
-fn shutdown_signal_then_exit() -> impl Future<Output = ()> + Send + 'static {
+pub fn shutdown_signal_then_exit() -> impl Future<Output = ()> + Send + 'static {
     let mut signals = Signals::install();
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
@@ -73,25 +69,4 @@ fn shutdown_signal_then_exit() -> impl Future<Output = ()> + Send + 'static {
     async move {
         let _ = first_rx.await;
     }
-}
-
-/// `knative-ha-webhook serve`.
-pub fn run_cli(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    crate::telemetry::init_logging(args.log_format);
-    let config = Config::from_args(&args)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let result = runtime.block_on(async move {
-        // Handlers first: a signal during start-up must not kill the process.
-        let signal = shutdown_signal_then_exit();
-        let server = Server::bind(config).await?;
-        server.run(signal).await?;
-        tracing::info!("stopped");
-        Ok::<_, anyhow::Error>(())
-    });
-    // Do not wait for a blocking file read that is still in progress.
-    runtime.shutdown_timeout(Duration::from_millis(500));
-    result?;
-    Ok(ExitCode::SUCCESS)
 }

@@ -38,23 +38,6 @@ mod writer;
 
 pub use metrics::{ClusterMetrics, SourceLabel, StateLabel};
 
-/// Where Kubernetes mounts the pod's namespace with its service account token.
-pub const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
-
-/// The webhook's own namespace: `explicit` (`--namespace` / `POD_NAMESPACE`)
-/// when set and non-empty, else the service account's namespace file.
-pub fn own_namespace(explicit: Option<&str>) -> Option<String> {
-    explicit
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
-        .or_else(|| {
-            std::fs::read_to_string(SA_NAMESPACE_FILE)
-                .ok()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-        })
-}
-
 /// Settings of the cluster source.
 #[derive(Clone, Debug)]
 pub struct ClusterSourceConfig {
@@ -63,6 +46,8 @@ pub struct ClusterSourceConfig {
     /// `--governed-namespaces`: policies for other namespaces are refused
     /// (`Ready=False`, reason `NotGoverned`) and never in force.
     pub governed: Governed,
+    /// The instance of the Event reporter (the pod's name).
+    pub instance: Option<String>,
 }
 
 impl ClusterSourceConfig {
@@ -71,6 +56,7 @@ impl ClusterSourceConfig {
         ClusterSourceConfig {
             namespace: namespace.into(),
             governed: Governed::all(),
+            instance: None,
         }
     }
 }
@@ -83,6 +69,8 @@ pub enum ClusterError {
     #[error("cluster source: the internal {0} channel closed")]
     ChannelClosed(&'static str),
 }
+
+pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
 
 /// The three watched sources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -156,7 +144,7 @@ pub async fn run(
     config: ClusterSourceConfig,
     store: PolicyStore,
     metrics: ClusterMetrics,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let resource = policies::api_resource();
     let crs: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
@@ -164,7 +152,7 @@ pub async fn run(
         client.clone(),
         Reporter {
             controller: "knative-ha-webhook".into(),
-            instance: std::env::var("POD_NAME").ok(),
+            instance: config.instance.clone(),
         },
     );
 
@@ -220,12 +208,10 @@ pub async fn run(
         governed_namespaces = %config.governed.display(),
         "cluster policy source starting"
     );
-    let result: Result<(), ClusterError> = tokio::select! {
+    tokio::select! {
         r = state => r,
         r = writer => r,
         r = watch_crs => r,
         r = watch_cms => r,
-    };
-    result?;
-    Ok(())
+    }
 }

@@ -1,0 +1,25 @@
+//! `knative-ha-webhook check FILE...`.
+
+use std::process::ExitCode;
+
+use crate::config::CheckArgs;
+
+/// Prints every valid document (stdout) and every error (stderr); exit 1
+/// when there is an error.
+pub fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let mut failed = false;
+    for line in crate::check::check_files(&args.files) {
+        match line {
+            Ok(valid) => println!("{valid}"),
+            Err(error) => {
+                eprintln!("{error}");
+                failed = true;
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,34 @@
+//! The subcommands, each a small function over the library.
+//!
+//! One convention: `anyhow::Result<ExitCode>`. `Ok` carries the command's
+//! exit status, including the outcomes it reports itself (`check`: 1 when a
+//! file is invalid; `audit`: 1 on drift, 2 on errors, its documented
+//! codes); `Err` is any other failure, which [`crate::cli::main`] prints as
+//! `error: ...` and exits with 1.
+
+mod audit;
+mod check;
+mod crd;
+mod preview;
+mod serve;
+
+use std::process::ExitCode;
+
+use crate::config::Config;
+
+pub use audit::audit;
+pub use check::check;
+pub use crd::crd;
+pub use preview::preview;
+pub use serve::serve;
+
+/// Runs the configured command.
+pub fn run(config: Config) -> anyhow::Result<ExitCode> {
+    match config {
+        Config::Preview(args) => preview(&args),
+        Config::Check(args) => check(&args),
+        Config::Crd(args) => crd(&args),
+        Config::Serve(config) => serve(*config),
+        Config::Audit(config) => audit(&config),
+    }
+}

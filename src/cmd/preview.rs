@@ -1,0 +1,59 @@
+//! `knative-ha-webhook preview`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+
+use crate::config::{OutputFormat, PreviewArgs};
+use crate::preview::{Previewed, load_policies, parse_manifests, patch_line, preview_documents};
+
+/// Runs the engine over the manifests and prints what comes out.
+pub fn preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
+    let policies = load_policies(&args.policy)?;
+    let inputs: Vec<PathBuf> = if args.manifests.is_empty() {
+        vec![PathBuf::from("-")]
+    } else {
+        args.manifests.clone()
+    };
+    let mut docs = Vec::new();
+    for path in &inputs {
+        let (name, text) = crate::manifest::read_input(path)?;
+        docs.extend(parse_manifests(&name, &text)?);
+    }
+    let previewed = preview_documents(&policies, docs)?;
+    let text = render(&previewed, args.output)?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The output in `format`.
+fn render(previewed: &[Previewed], format: OutputFormat) -> anyhow::Result<String> {
+    Ok(match format {
+        OutputFormat::Yaml => crate::preview::to_multi_yaml(previewed.iter().map(|p| &p.object))?,
+        OutputFormat::Json => {
+            let objects: Vec<&Value> = previewed.iter().map(|p| &p.object).collect();
+            let value = match objects.as_slice() {
+                [one] => (*one).clone(),
+                all => json!({
+                    "apiVersion": "v1",
+                    "kind": "List",
+                    "metadata": {"resourceVersion": ""},
+                    "items": all,
+                }),
+            };
+            serde_json::to_string_pretty(&value)? + "\n"
+        }
+        OutputFormat::Patches => {
+            let mut out = String::new();
+            for p in previewed.iter().filter(|p| !p.mutation.is_empty()) {
+                out.push_str(&serde_json::to_string(&patch_line(p))?);
+                out.push('\n');
+            }
+            out
+        }
+    })
+}

@@ -1,0 +1,27 @@
+//! `knative-ha-webhook serve`: logging, the runtime, the signals, the server.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::config::ServeConfig;
+use crate::server::{Server, shutdown_signal_then_exit};
+
+/// Serves until SIGTERM/SIGINT (a second one exits at once).
+pub fn serve(config: ServeConfig) -> anyhow::Result<ExitCode> {
+    crate::telemetry::init_logging(config.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(async move {
+        // Handlers first: a signal during start-up must not kill the process.
+        let signal = shutdown_signal_then_exit();
+        let server = Server::bind(config.server).await?;
+        server.run(signal).await?;
+        tracing::info!("stopped");
+        Ok::<_, anyhow::Error>(())
+    });
+    // Do not wait for a blocking file read that is still in progress.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    result?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,175 @@
+//! The command line: every subcommand's flags (except `serve`'s, in
+//! [`super::serve`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use super::env::Env;
+use crate::kubeclient::KubeSettings;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "knative-ha-webhook",
+    version,
+    about = "Mutating admission webhook that makes Knative Serving's control plane highly available"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Show what a policy does to a set of manifests (offline).
+    Preview(PreviewArgs),
+    /// Validate policy files (policies or policy ConfigMaps): exit 0 when
+    /// all are valid, 1 with every error otherwise.
+    Check(CheckArgs),
+    /// Print the HighAvailabilityPolicy CustomResourceDefinition.
+    Crd(CrdArgs),
+    /// Run the HTTPS admission server.
+    Serve(Box<super::ServeArgs>),
+    /// Report, per governed object, what differs from the policy: exit 0 when
+    /// everything is in line, 1 when drift exists, 2 on errors.
+    Audit(AuditArgs),
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// Every input object, mutated where the policy applies (multi-document YAML).
+    #[default]
+    Yaml,
+    /// The same objects as JSON: the object itself when there is one, else a
+    /// `v1` List (as `kubectl get -o json` prints them).
+    Json,
+    /// One JSON object per line for each changed document.
+    Patches,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PreviewArgs {
+    /// Policy file (YAML, may hold several documents, one policy per target
+    /// namespace). Repeatable.
+    #[arg(
+        long = "policy-file",
+        alias = "policy",
+        value_name = "FILE",
+        required = true
+    )]
+    pub policy: Vec<PathBuf>,
+    /// What to print.
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Yaml)]
+    pub output: OutputFormat,
+    /// Manifests (multi-document YAML; `kind: List` and typed lists are
+    /// expanded); stdin when none or `-`.
+    pub manifests: Vec<PathBuf>,
+}
+
+/// How `crd` prints.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CrdFormat {
+    #[default]
+    Yaml,
+    Json,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CrdArgs {
+    /// What to print.
+    #[arg(long, short = 'o', value_enum, default_value_t = CrdFormat::Yaml)]
+    pub output: CrdFormat,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// Policy files (YAML, several documents each; HighAvailabilityPolicy
+    /// resources or policy ConfigMaps); `-` for standard input.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AuditFormat {
+    /// One line per change, for people.
+    #[default]
+    Table,
+    /// One JSON document, for tools.
+    Json,
+    /// The same document as YAML.
+    Yaml,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct AuditArgs {
+    /// Policy file(s) to compare against (YAML; repeatable). Without it,
+    /// the policies in force in the cluster are used (HighAvailabilityPolicy
+    /// resources and policy ConfigMaps).
+    #[arg(long = "policy-file", alias = "policy", value_name = "FILE")]
+    pub policy: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = AuditFormat::Table)]
+    pub output: AuditFormat,
+    /// Audit only this governed namespace.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Where the webhook reads policy ConfigMaps (its own namespace).
+    /// Default: labelled ConfigMaps in every namespace.
+    #[arg(long, value_name = "NS")]
+    pub webhook_namespace: Option<String>,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// Connection flags shared by the commands that talk to a cluster.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct KubeArgs {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config,
+    /// then the in-cluster service account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current-context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// How long to wait for the API server to connect and answer each
+    /// request, e.g. `5s`, `1m` (default: no limit beyond the client's own).
+    #[arg(long, value_name = "DURATION", value_parser = super::parse_duration)]
+    pub request_timeout: Option<Duration>,
+}
+
+/// What `audit` runs with.
+#[derive(Clone, Debug)]
+pub struct AuditConfig {
+    pub policy: Vec<PathBuf>,
+    pub output: AuditFormat,
+    pub namespace: Option<String>,
+    pub webhook_namespace: Option<String>,
+    pub kube: KubeSettings,
+}
+
+/// Where the kube client looks, the way kubectl does: the flag, else
+/// `KUBECONFIG`, else `~/.kube/config`, else in-cluster.
+pub fn kube_settings(args: &KubeArgs, env: &dyn Env) -> KubeSettings {
+    let default_path = env.home_dir().map(|h| h.join(".kube").join("config"));
+    KubeSettings {
+        kubeconfig: args.kubeconfig.clone(),
+        kubeconfig_env: env.var("KUBECONFIG").filter(|v| !v.is_empty()),
+        default_exists: default_path.as_deref().is_some_and(|p| env.exists(p)),
+        default_path,
+        in_cluster: env.var("KUBERNETES_SERVICE_HOST").is_some(),
+        context: args.context.clone(),
+        request_timeout: args.request_timeout,
+    }
+}
+
+/// What `audit` runs with.
+pub fn audit_config(args: AuditArgs, env: &dyn Env) -> AuditConfig {
+    AuditConfig {
+        kube: kube_settings(&args.kube, env),
+        policy: args.policy,
+        output: args.output,
+        namespace: args.namespace,
+        webhook_namespace: args.webhook_namespace,
+    }
+}

@@ -1,0 +1,81 @@
+//! Configuration: the command line and the environment, turned into what
+//! each command runs with, by one pure function ([`parse`]).
+//!
+//! - `commands`: the [`Cli`], every subcommand's flags and clap enums.
+//! - `serve`: `serve`'s flags, the server and reconciler configuration.
+//! - `env`: the environment as an input ([`Env`]): [`ProcessEnv`] in the
+//!   binary, [`MapEnv`] in tests.
+//!
+//! Only this layer reads environment variables (`POD_NAME`, `HOSTNAME`,
+//! `KUBECONFIG`, ...) or files (the service account's namespace,
+//! `/etc/hostname`) for configuration; library code gets values. (clap
+//! reads the `KHW_*` and `POD_NAMESPACE` variables of the flags.)
+
+mod commands;
+mod env;
+mod serve;
+
+use std::time::Duration;
+
+pub use commands::{
+    AuditArgs, AuditConfig, AuditFormat, CheckArgs, Cli, Command, CrdArgs, CrdFormat, KubeArgs,
+    OutputFormat, PreviewArgs, audit_config, kube_settings,
+};
+pub use env::{Env, MapEnv, ProcessEnv};
+pub use serve::{
+    HOSTNAME_FILE, LogFormat, OnError, ReconcileArgs, SA_NAMESPACE_FILE, ServeArgs, ServeConfig,
+    identity, own_namespace, reconcile_config, serve_config,
+};
+
+/// Why the command line and environment do not make a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "no certificate: pass --tls-cert and --tls-key, or --self-signed CA_OUT for a local test"
+    )]
+    NoCertificate,
+    #[error(
+        "the webhook's namespace is unknown: pass --webhook-namespace or set POD_NAMESPACE (needed without --policy-file)"
+    )]
+    NoNamespace,
+    #[error(
+        "--reconcile needs the webhook's namespace (for its Lease): pass --webhook-namespace or set POD_NAMESPACE"
+    )]
+    ReconcileNoNamespace,
+}
+
+pub type Result<T, E = ConfigError> = std::result::Result<T, E>;
+
+/// What a command runs with.
+#[derive(Debug)]
+pub enum Config {
+    Preview(PreviewArgs),
+    Check(CheckArgs),
+    Crd(CrdArgs),
+    Serve(Box<ServeConfig>),
+    Audit(AuditConfig),
+}
+
+/// The configuration of the command `cli` names, with `env` for what the
+/// flags leave to the environment. Reads nothing else.
+pub fn parse(cli: Cli, env: &dyn Env) -> Result<Config> {
+    Ok(match cli.command {
+        Command::Preview(args) => Config::Preview(args),
+        Command::Check(args) => Config::Check(args),
+        Command::Crd(args) => Config::Crd(args),
+        Command::Serve(args) => Config::Serve(Box::new(serve_config(&args, env)?)),
+        Command::Audit(args) => Config::Audit(audit_config(args, env)),
+    })
+}
+
+/// Parses a Go-style duration flag (`10s`, `1m30s`, `1.5s`, `250ms`, `0`;
+/// surrounding blanks ignored) with [`crate::policy::duration`], the one
+/// duration parser.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    crate::policy::duration::parse_go_duration(text.trim())
+        .map(|nanos| Duration::from_nanos(nanos as u64))
+        .map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,183 @@
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::*;
+
+#[derive(Parser, Debug)]
+struct ReconcileCli {
+    #[command(flatten)]
+    r: ReconcileArgs,
+}
+
+fn parse_reconcile(args: &[&str]) -> Result<ReconcileArgs, String> {
+    ReconcileCli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+        .map(|c| c.r)
+        .map_err(|e| e.to_string())
+}
+
+fn parse_cli(args: &[&str]) -> Cli {
+    Cli::try_parse_from(std::iter::once("knative-ha-webhook").chain(args.iter().copied()))
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+#[test]
+fn durations() {
+    let ok: &[(&str, Duration)] = &[
+        ("0", Duration::ZERO),
+        ("0s", Duration::ZERO),
+        ("10s", Duration::from_secs(10)),
+        ("1m30s", Duration::from_secs(90)),
+        ("250ms", Duration::from_millis(250)),
+        ("1.5s", Duration::from_millis(1500)),
+        ("1h", Duration::from_secs(3600)),
+        (" 10s ", Duration::from_secs(10)),
+    ];
+    for (text, want) in ok {
+        assert_eq!(parse_duration(text).unwrap(), *want, "{text}");
+    }
+    for bad in ["", "10", "s", "10x", "-1s", "1..2s"] {
+        assert!(parse_duration(bad).is_err(), "{bad}");
+    }
+    let e = parse_duration("10").unwrap_err();
+    assert!(e.contains("\"10\"") && e.contains("missing unit"), "{e}");
+}
+
+#[test]
+fn reconcile_flags_and_defaults() {
+    let d = parse_reconcile(&[]).unwrap();
+    assert!(!d.enabled && !d.dry_run && d.pod_templates);
+    assert_eq!(d.interval, Duration::from_secs(600));
+    assert_eq!(d.rate, 5.0);
+    type Check = fn(&ReconcileArgs) -> bool;
+    let cases: &[(&str, &[&str], Check)] = &[
+        ("enabled", &["--reconcile"], |a| a.enabled),
+        ("dry run", &["--reconcile-dry-run"], |a| a.dry_run),
+        (
+            "pod templates off",
+            &["--reconcile-pod-templates=false"],
+            |a| !a.pod_templates,
+        ),
+        (
+            "pod templates bare flag",
+            &["--reconcile-pod-templates"],
+            |a| a.pod_templates,
+        ),
+        ("interval", &["--reconcile-interval", "1m30s"], |a| {
+            a.interval == Duration::from_secs(90)
+        }),
+        ("rate", &["--reconcile-rate", "0.5"], |a| a.rate == 0.5),
+    ];
+    for (what, args, check) in cases {
+        let a = parse_reconcile(args).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(check(&a), "{what}: {a:?}");
+    }
+    for bad in [
+        &["--reconcile-rate", "0"][..],
+        &["--reconcile-rate", "-1"],
+        &["--reconcile-rate", "fast"],
+        &["--reconcile-interval", "10"],
+        &["--reconcile-pod-templates=maybe"],
+    ] {
+        assert!(parse_reconcile(bad).is_err(), "{bad:?} accepted");
+    }
+}
+
+#[test]
+fn reconcile_config_needs_a_namespace_only_when_enabled() {
+    let none = MapEnv::new();
+    let off = parse_reconcile(&[]).unwrap();
+    assert!(reconcile_config(&off, None, &none).unwrap().is_none());
+    let on = parse_reconcile(&["--reconcile", "--reconcile-dry-run"]).unwrap();
+    let c = reconcile_config(&on, Some("khw"), &none)
+        .unwrap()
+        .expect("enabled");
+    assert_eq!(c.lease.namespace, "khw");
+    assert_eq!(c.lease.name, crate::reconcile::LEASE_NAME);
+    assert!(c.dry_run);
+    assert!(matches!(
+        reconcile_config(&on, None, &none),
+        Err(ConfigError::ReconcileNoNamespace)
+    ));
+    // In a pod: the service account's namespace file.
+    let pod = MapEnv::new().with_file(SA_NAMESPACE_FILE, "knative-ha\n");
+    let c = reconcile_config(&on, None, &pod).unwrap().expect("enabled");
+    assert_eq!(c.lease.namespace, "knative-ha");
+    // An empty flag value falls back to it too; a blank file is no namespace.
+    let c = reconcile_config(&on, Some(""), &pod).unwrap().unwrap();
+    assert_eq!(c.lease.namespace, "knative-ha");
+    let blank = MapEnv::new().with_file(SA_NAMESPACE_FILE, " \n");
+    assert!(reconcile_config(&on, None, &blank).is_err());
+}
+
+#[test]
+fn identity_is_the_pod_name_else_host_and_pid() {
+    let env = MapEnv {
+        pid: 42,
+        ..MapEnv::new()
+    };
+    assert_eq!(identity(&env), "unknown-host-42");
+    let env = env.with_file(HOSTNAME_FILE, "node-a\n");
+    assert_eq!(identity(&env), "node-a-42");
+    let env = env.with_var("HOSTNAME", "box");
+    assert_eq!(identity(&env), "box-42");
+    let env = env.with_var("POD_NAME", "");
+    assert_eq!(identity(&env), "box-42");
+    let env = env.with_var("POD_NAME", "webhook-0");
+    assert_eq!(identity(&env), "webhook-0");
+}
+
+#[test]
+fn serve_config_from_flags_and_environment() {
+    let cli = parse_cli(&["serve", "--self-signed", "/tmp/ca.pem", "--reconcile"]);
+    let env = MapEnv::new()
+        .with_file(SA_NAMESPACE_FILE, "khw")
+        .with_var("POD_NAME", "webhook-1");
+    let Config::Serve(serve) = parse(cli, &env).unwrap() else {
+        panic!("not serve");
+    };
+    let server = &serve.server;
+    assert!(matches!(
+        &server.policy,
+        crate::server::PolicySource::Cluster { namespace } if namespace == "khw"
+    ));
+    assert_eq!(server.shutdown_delay, Duration::from_secs(10));
+    assert_eq!(server.pod_name.as_deref(), Some("webhook-1"));
+    let reconcile = server.reconcile.as_ref().expect("reconcile on");
+    assert_eq!(reconcile.lease.identity, "webhook-1");
+    assert_eq!(serve.log_format, crate::telemetry::LogFormat::Json);
+
+    let no_ns = parse_cli(&["serve", "--self-signed", "/tmp/ca.pem"]);
+    assert!(matches!(
+        parse(no_ns, &MapEnv::new()),
+        Err(ConfigError::NoNamespace)
+    ));
+    let no_cert = parse_cli(&["serve", "--policy-file", "p.yaml"]);
+    assert!(matches!(
+        parse(no_cert, &env),
+        Err(ConfigError::NoCertificate)
+    ));
+}
+
+#[test]
+fn kube_settings_follow_kubectl() {
+    let args = KubeArgs::default();
+    let home = MapEnv::new().with_var("HOME", "/home/me");
+    let s = kube_settings(&args, &home);
+    assert_eq!(
+        s.default_path.as_deref(),
+        Some(std::path::Path::new("/home/me/.kube/config"))
+    );
+    assert!(!s.default_exists && !s.in_cluster && s.kubeconfig_env.is_none());
+    let s = kube_settings(
+        &args,
+        &home
+            .clone()
+            .with_file("/home/me/.kube/config", "")
+            .with_var("KUBECONFIG", "")
+            .with_var("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+    );
+    assert!(s.default_exists && s.in_cluster && s.kubeconfig_env.is_none());
+    let s = kube_settings(&args, &home.with_var("KUBECONFIG", "/a:/b"));
+    assert_eq!(s.kubeconfig_env.as_deref(), Some("/a:/b"));
+}
