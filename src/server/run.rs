@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -16,7 +18,10 @@ use super::{
 use crate::admission::ReviewOptions;
 use crate::reconcile::RunningReconciler;
 use crate::sources::cluster::{self, ClusterSourceConfig};
-use crate::tls::TlsSource;
+use crate::sources::file::FileSource;
+use crate::store::PolicyStore;
+use crate::telemetry::Metrics;
+use crate::tls::{TlsReloader, TlsSource};
 
 /// A listener task and the switches that stop it.
 struct Serving {
@@ -78,31 +83,9 @@ impl Server {
             cluster,
             reconciler,
         } = self;
-        let mut background = JoinSet::new();
-        if let TlsSource::Files { .. } = config.tls {
-            background.spawn(tls.clone().watch(config.tls_poll_interval));
-        }
-        if let Some(src) = file_source {
-            background.spawn(src.watch(config.policy_poll_interval));
-        }
-        let (cluster_tx, cluster_ended) = mpsc::channel(1);
-        if let Some((client, cm, namespace)) = cluster {
-            let cfg = ClusterSourceConfig {
-                namespace,
-                governed: config.governed.clone(),
-                instance: config.pod_name.clone(),
-            };
-            let store = store.clone();
-            background.spawn(async move {
-                let error = match cluster::run(client, cfg, store, cm).await {
-                    Ok(()) => ServerError::ClusterSourceStopped,
-                    Err(e) => ServerError::ClusterSource(e),
-                };
-                let _ = cluster_tx.send(error).await;
-            });
-        }
+        let (background, cluster_ended) =
+            spawn_background(&config, &tls, file_source, cluster, &store);
         let reconciler = reconciler.map(crate::reconcile::Reconciler::spawn);
-
         let readiness = probes::Readiness {
             store: store.clone(),
             tls: Some(tls.clone()),
@@ -110,21 +93,8 @@ impl Server {
             metrics: metrics.clone(),
         };
         let metrics_addr = metrics_listener.local_addr().ok();
-        let (_never_draining, not_draining) = watch::channel(false);
-        let metrics_limits = config.limits.for_metrics(config.metrics_max_connections);
-        let probes = serve(listener::Listener {
-            listener: metrics_listener,
-            tls: None,
-            shared: conn_shared(
-                probes::router(readiness, registry),
-                not_draining,
-                None,
-                metrics_limits,
-            ),
-            live: Arc::new(Semaphore::new(listener::LIVE_MAX as usize)),
-            name: "metrics",
-        });
-
+        let probes = serve_probes(&config, metrics_listener, readiness, registry);
+        let bound = listener.local_addr().ok();
         let state = AppState {
             store,
             metrics: metrics.clone(),
@@ -132,23 +102,7 @@ impl Server {
                 on_error: config.on_error,
             },
         };
-        let budget = Budget::new(config.body_budget_bytes, config.body_budget_wait);
-        let live = Arc::new(Semaphore::new(listener::LIVE_MAX as usize));
-        let (draining, draining_rx) = watch::channel(false);
-        let https = listener::Listener {
-            listener,
-            tls: Some(tls),
-            shared: conn_shared(
-                router_with_budget(state, budget),
-                draining_rx,
-                Some(metrics),
-                config.limits,
-            ),
-            live: live.clone(),
-            name: "https",
-        };
-        let bound = https.listener.local_addr().ok();
-        let https = serve(https);
+        let (https, draining, live) = serve_https(&config, listener, tls, state, metrics);
         tracing::info!(
             listen = %bound.map(|a| a.to_string()).unwrap_or_default(),
             metrics_listen = %metrics_addr.map(|a| a.to_string()).unwrap_or_default(),
@@ -166,6 +120,94 @@ impl Server {
             probes,
         }
     }
+}
+
+/// The policy source's cluster connection: client, metrics, own namespace.
+type ClusterParts = (kube::Client, cluster::ClusterMetrics, String);
+
+/// The certificate and policy file watchers and the cluster source; the
+/// receiver gets the cluster source's end.
+fn spawn_background(
+    config: &Config,
+    tls: &Arc<TlsReloader>,
+    file_source: Option<FileSource>,
+    cluster: Option<ClusterParts>,
+    store: &PolicyStore,
+) -> (JoinSet<()>, mpsc::Receiver<ServerError>) {
+    let mut background = JoinSet::new();
+    if let TlsSource::Files { .. } = config.tls {
+        background.spawn(tls.clone().watch(config.tls_poll_interval));
+    }
+    if let Some(src) = file_source {
+        background.spawn(src.watch(config.policy_poll_interval));
+    }
+    let (cluster_tx, cluster_ended) = mpsc::channel(1);
+    if let Some((client, cm, namespace)) = cluster {
+        let cfg = ClusterSourceConfig {
+            namespace,
+            governed: config.governed.clone(),
+            instance: config.pod_name.clone(),
+        };
+        let store = store.clone();
+        background.spawn(async move {
+            let error = match cluster::run(client, cfg, store, cm).await {
+                Ok(()) => ServerError::ClusterSourceStopped,
+                Err(e) => ServerError::ClusterSource(e),
+            };
+            let _ = cluster_tx.send(error).await;
+        });
+    }
+    (background, cluster_ended)
+}
+
+/// The plain HTTP listener of /metrics, /healthz and /readyz.
+fn serve_probes(
+    config: &Config,
+    metrics_listener: TcpListener,
+    readiness: probes::Readiness,
+    registry: Arc<Registry>,
+) -> Serving {
+    let (_never_draining, not_draining) = watch::channel(false);
+    let limits = config.limits.for_metrics(config.metrics_max_connections);
+    serve(listener::Listener {
+        listener: metrics_listener,
+        tls: None,
+        shared: conn_shared(
+            probes::router(readiness, registry),
+            not_draining,
+            None,
+            limits,
+        ),
+        live: Arc::new(Semaphore::new(listener::LIVE_MAX as usize)),
+        name: "metrics",
+    })
+}
+
+/// The HTTPS listener of POST /mutate; also the switch that drains its
+/// connections and the semaphore that counts them.
+fn serve_https(
+    config: &Config,
+    listener: TcpListener,
+    tls: Arc<TlsReloader>,
+    state: AppState,
+    metrics: Metrics,
+) -> (Serving, watch::Sender<bool>, Arc<Semaphore>) {
+    let budget = Budget::new(config.body_budget_bytes, config.body_budget_wait);
+    let live = Arc::new(Semaphore::new(listener::LIVE_MAX as usize));
+    let (draining, draining_rx) = watch::channel(false);
+    let https = serve(listener::Listener {
+        listener,
+        tls: Some(tls),
+        shared: conn_shared(
+            router_with_budget(state, budget),
+            draining_rx,
+            Some(metrics),
+            config.limits,
+        ),
+        live: live.clone(),
+        name: "https",
+    });
+    (https, draining, live)
 }
 
 /// Runs a listener in a task.

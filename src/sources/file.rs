@@ -38,12 +38,10 @@ pub enum FileSourceError {
     },
 }
 
+pub type Result<T, E = FileSourceError> = std::result::Result<T, E>;
+
 /// Refuses policies for namespaces outside `governed`.
-pub fn check_governed(
-    policies: &[Policy],
-    governed: &Governed,
-    path: &Path,
-) -> Result<(), FileSourceError> {
+pub fn check_governed(policies: &[Policy], governed: &Governed, path: &Path) -> Result<()> {
     match policies
         .iter()
         .find(|p| !governed.allows(&p.spec.target_namespace))
@@ -60,7 +58,7 @@ pub fn check_governed(
 
 /// Parses every policy document of `text` (YAML, `---`-separated) with
 /// [`crate::policy::parse_policies`].
-pub fn parse(text: &str, path: &Path) -> Result<Vec<Policy>, FileSourceError> {
+pub fn parse(text: &str, path: &Path) -> Result<Vec<Policy>> {
     crate::policy::parse_policies(text).map_err(|error| FileSourceError::Invalid {
         path: path.to_path_buf(),
         error,
@@ -68,15 +66,12 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Policy>, FileSourceError> {
 }
 
 /// Reads and parses the file; returns its bytes and the snapshot.
-pub fn load(path: &Path) -> Result<(Vec<u8>, Snapshot), FileSourceError> {
+pub fn load(path: &Path) -> Result<(Vec<u8>, Snapshot)> {
     load_governed(path, &Governed::all())
 }
 
 /// [`load`], refusing policies for namespaces outside `governed`.
-pub fn load_governed(
-    path: &Path,
-    governed: &Governed,
-) -> Result<(Vec<u8>, Snapshot), FileSourceError> {
+pub fn load_governed(path: &Path, governed: &Governed) -> Result<(Vec<u8>, Snapshot)> {
     let bytes = std::fs::read(path).map_err(|error| FileSourceError::Read {
         path: path.to_path_buf(),
         error,
@@ -99,11 +94,7 @@ pub struct FileSource {
 impl FileSource {
     /// Loads the file once and publishes it to `store`. An invalid or
     /// unreadable file at start is an error (the caller exits).
-    pub fn start(
-        path: PathBuf,
-        store: PolicyStore,
-        metrics: Metrics,
-    ) -> Result<FileSource, FileSourceError> {
+    pub fn start(path: PathBuf, store: PolicyStore, metrics: Metrics) -> Result<FileSource> {
         FileSource::start_governed(path, store, metrics, Governed::all())
     }
 
@@ -115,7 +106,7 @@ impl FileSource {
         store: PolicyStore,
         metrics: Metrics,
         governed: Governed,
-    ) -> Result<FileSource, FileSourceError> {
+    ) -> Result<FileSource> {
         let (bytes, snapshot) = load_governed(&path, &governed)?;
         let count = snapshot.policies.len();
         store.publish(snapshot);
