@@ -39,7 +39,12 @@ pub enum KubeClientError {
     )]
     NoConfig { default: String },
     #[error("cannot read kubeconfig {path}: {reason}; pass --kubeconfig FILE or fix KUBECONFIG")]
-    Read { path: String, reason: String },
+    Read {
+        path: String,
+        reason: String,
+        #[source]
+        source: KubeconfigError,
+    },
     #[error(
         "context {context:?} is not in kubeconfig {path}; `kubectl config get-contexts` lists the contexts"
     )]
@@ -130,15 +135,21 @@ fn locate(args: &KubeSettings) -> Result<Option<(String, Kubeconfig)>> {
 
 fn kubeconfig_error(path: &str, error: KubeconfigError) -> KubeClientError {
     let path = path.to_string();
+    let reason = match &error {
+        KubeconfigError::ReadConfig(io, _) => Some(io_reason(io)),
+        KubeconfigError::Parse(e) => {
+            Some(format!("not valid YAML: {}", crate::yaml::describe(e, 0)))
+        }
+        _ => None,
+    };
+    if let Some(reason) = reason {
+        return KubeClientError::Read {
+            path,
+            reason,
+            source: error,
+        };
+    }
     match error {
-        KubeconfigError::ReadConfig(io, _) => KubeClientError::Read {
-            path,
-            reason: io_reason(&io),
-        },
-        KubeconfigError::Parse(e) => KubeClientError::Read {
-            path,
-            reason: format!("not valid YAML: {}", crate::yaml::describe(&e, 0)),
-        },
         KubeconfigError::LoadContext(context) => KubeClientError::NoContext { context, path },
         KubeconfigError::CurrentContextNotSet => KubeClientError::NoCurrentContext { path },
         source => KubeClientError::Kubeconfig { path, source },

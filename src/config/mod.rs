@@ -70,7 +70,10 @@ pub fn parse(cli: Cli, env: &dyn Env) -> Result<Config> {
 
 /// Parses a Go-style duration flag (`10s`, `1m30s`, `1.5s`, `250ms`, `0`;
 /// surrounding blanks ignored) with [`crate::policy::duration`], the one
-/// duration parser.
+/// duration parser. Against the float-based parser the flags had before:
+/// fractions are truncated to whole nanoseconds (as Go does), `μs` (Greek
+/// mu) is accepted beside `µs` and `us`, and more than Go's maximum (about
+/// 292 years) is refused.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     crate::policy::duration::parse_go_duration(text.trim())
         .map(|nanos| Duration::from_nanos(nanos as u64))

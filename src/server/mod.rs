@@ -106,8 +106,6 @@ pub enum ServerError {
     ClusterSourceStopped,
     #[error("serving metrics")]
     Metrics(#[source] std::io::Error),
-    #[error(transparent)]
-    Reconcile(#[from] crate::reconcile::ReconcileError),
 }
 
 pub type Result<T, E = ServerError> = std::result::Result<T, E>;
