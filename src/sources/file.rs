@@ -18,13 +18,18 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum FileSourceError {
-    #[error("reading policy file {path}: {error}")]
+    #[error("reading policy file {path}")]
     Read {
         path: PathBuf,
+        #[source]
         error: std::io::Error,
     },
-    #[error("policy file {path}: {error}")]
-    Invalid { path: PathBuf, error: PolicyError },
+    #[error("policy file {path}")]
+    Invalid {
+        path: PathBuf,
+        #[source]
+        error: PolicyError,
+    },
     #[error(
         "policy file {path}: policy {policy:?} has spec.targetNamespace {namespace:?}, \
          which is not in --governed-namespaces ({governed}); add the namespace to the flag \
@@ -39,6 +44,18 @@ pub enum FileSourceError {
 }
 
 pub type Result<T, E = FileSourceError> = std::result::Result<T, E>;
+
+/// An error and its causes, `: `-separated (for log lines).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
+}
 
 /// Refuses policies for namespaces outside `governed`.
 pub fn check_governed(policies: &[Policy], governed: &Governed, path: &Path) -> Result<()> {
@@ -135,7 +152,7 @@ impl FileSource {
                     error,
                 };
                 self.metrics.policy_reload(false);
-                tracing::error!(error = %err, "policy file unreadable; keeping the previous policy");
+                tracing::error!(error = %with_causes(&err), "policy file unreadable; keeping the previous policy");
                 return Some(Err(err));
             }
         };
@@ -157,7 +174,7 @@ impl FileSource {
             }
             Err(err) => {
                 self.metrics.policy_reload(false);
-                tracing::error!(error = %err, "invalid policy file; keeping the previous policy");
+                tracing::error!(error = %with_causes(&err), "invalid policy file; keeping the previous policy");
                 Some(Err(err))
             }
         }
