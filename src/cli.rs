@@ -16,8 +16,23 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", with_causes(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, `: `-separated, leaving out a cause whose
+/// text is already there (kube's errors repeat their causes in their own
+/// messages).
+fn with_causes(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }

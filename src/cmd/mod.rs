@@ -4,7 +4,7 @@
 //! exit status, including the outcomes it reports itself (`check`: 1 when a
 //! file is invalid; `audit`: 1 on drift, 2 on errors, its documented
 //! codes); `Err` is any other failure, which [`crate::cli::main`] prints as
-//! `error: ...` and exits with 1.
+//! `error: ...` with its causes and exits with 1.
 
 mod audit;
 mod check;

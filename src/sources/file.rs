@@ -50,8 +50,11 @@ fn with_causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();
     while let Some(e) = cause {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
+        let line = e.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
         cause = e.source();
     }
     text
