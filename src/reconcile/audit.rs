@@ -16,8 +16,9 @@ use kube::Api;
 use kube::api::{DynamicObject, ListParams};
 use serde::Serialize;
 
+use super::error::{self, ReconcileError};
+use super::objects;
 use super::plan::{self, ChangeLine};
-use super::{ReconcileError, objects};
 use crate::engine::Kind;
 use crate::policy::Policy;
 use crate::sources::cluster::{configmaps, merge, policies};
@@ -61,8 +62,12 @@ pub enum AuditError {
     Kube(#[from] crate::kubeclient::KubeClientError),
     #[error("{0}")]
     Policy(String),
-    #[error("listing {what}: {error}")]
-    List { what: &'static str, error: String },
+    #[error("listing {what}: {}", list_reason(.source))]
+    List {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
     #[error("no policy found{0}: nothing to audit")]
     NoPolicy(String),
     #[error("namespace {0:?} is not governed by any policy")]
@@ -70,6 +75,9 @@ pub enum AuditError {
     #[error(transparent)]
     Reconcile(#[from] ReconcileError),
 }
+
+/// The result of the audit's steps.
+pub type Result<T, E = AuditError> = std::result::Result<T, E>;
 
 /// Where the audited policy of a namespace comes from.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -109,14 +117,19 @@ pub struct AuditReport {
 pub async fn cluster_policies(
     client: &kube::Client,
     webhook_namespace: Option<&str>,
-) -> Result<(Vec<(Arc<Policy>, String)>, Vec<String>), AuditError> {
+) -> Result<(Vec<(Arc<Policy>, String)>, Vec<String>)> {
     let resource = policies::api_resource();
     let crs: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let cr_list = match crs.list(&ListParams::default()).await {
         Ok(l) => l.items,
         // The CRD not being installed: ConfigMaps alone.
-        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
-        Err(e) => return Err(list_error("HighAvailabilityPolicy resources", &e)),
+        Err(e) if error::is_not_found(&e) => Vec::new(),
+        Err(source) => {
+            return Err(AuditError::List {
+                what: "HighAvailabilityPolicy resources",
+                source,
+            });
+        }
     };
     let cms: Api<ConfigMap> = match webhook_namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -125,7 +138,10 @@ pub async fn cluster_policies(
     let cm_list = cms
         .list(&ListParams::default().labels(configmaps::LABEL_SELECTOR))
         .await
-        .map_err(|e| list_error("policy ConfigMaps", &e))?
+        .map_err(|source| AuditError::List {
+            what: "policy ConfigMaps",
+            source,
+        })?
         .items;
     let observed = cr_list
         .iter()
@@ -171,12 +187,11 @@ pub async fn cluster_policies(
 
 /// A failed list in the user's words: the API server's own message and
 /// code, or why it could not be reached ("connection refused", "timed out").
-fn list_error(what: &'static str, e: &kube::Error) -> AuditError {
-    let error = match e {
+fn list_reason(e: &kube::Error) -> String {
+    match e {
         kube::Error::Api(s) => format!("{} (HTTP {})", s.message, s.code),
         other => crate::kubeclient::reason(other),
-    };
-    AuditError::List { what, error }
+    }
 }
 
 fn display(obj: &merge::PolicyObject) -> String {
@@ -191,7 +206,7 @@ pub async fn audit(
     client: &kube::Client,
     policies: &[(Arc<Policy>, String)],
     namespace: Option<&str>,
-) -> Result<AuditReport, AuditError> {
+) -> Result<AuditReport> {
     let mut report = AuditReport::default();
     let selected: Vec<&(Arc<Policy>, String)> = policies
         .iter()
@@ -220,7 +235,7 @@ pub async fn audit(
                     kind: Kind::of(object).map_or("object", Kind::as_str),
                     namespace: ns.clone(),
                     name: object["metadata"]["name"].as_str().unwrap_or("").into(),
-                    error: Box::new(error),
+                    source: Box::new(error),
                 }
             })?;
             if let Some(d) = drift {
@@ -312,7 +327,7 @@ pub fn render_table(report: &AuditReport) -> String {
 }
 
 /// Loads the policies (files or cluster) and audits.
-pub async fn run(args: &AuditArgs) -> Result<AuditReport, AuditError> {
+pub async fn run(args: &AuditArgs) -> Result<AuditReport> {
     let file_policies = if args.policy.is_empty() {
         None
     } else {

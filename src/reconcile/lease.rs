@@ -15,6 +15,8 @@ use kube::Api;
 use kube::api::{PostParams, ResourceExt};
 use tokio::time::Instant;
 
+use super::error::is_conflict;
+
 /// The Lease's name.
 pub const LEASE_NAME: &str = "knative-ha-webhook-reconcile";
 
@@ -76,18 +78,18 @@ pub struct Elector {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error("lease {namespace}/{name}: {action}: {error}")]
+    #[error("lease {namespace}/{name}: {action}: {source}")]
     Api {
         namespace: String,
         name: String,
         action: &'static str,
-        error: String,
+        #[source]
+        source: kube::Error,
     },
 }
 
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
-}
+/// The result of an election step.
+pub type Result<T, E = LeaseError> = std::result::Result<T, E>;
 
 impl Elector {
     pub fn new(client: kube::Client, config: LeaseConfig) -> Elector {
@@ -108,7 +110,7 @@ impl Elector {
             namespace: self.config.namespace.clone(),
             name: self.config.name.clone(),
             action,
-            error: e.to_string(),
+            source: e,
         }
     }
 
@@ -142,7 +144,7 @@ impl Elector {
     }
 
     /// One election round: create, renew or take over the Lease.
-    pub async fn round(&mut self) -> Result<Round, LeaseError> {
+    pub async fn round(&mut self) -> Result<Round> {
         let current = self
             .api
             .get_opt(&self.config.name)
@@ -226,7 +228,7 @@ impl Elector {
 
     /// Gives the Lease up if this replica holds it (on shutdown), so that
     /// another replica takes over without waiting for expiry.
-    pub async fn release(&mut self) -> Result<bool, LeaseError> {
+    pub async fn release(&mut self) -> Result<bool> {
         self.last_renew = None;
         let Some(mut lease) = self
             .api

@@ -20,6 +20,7 @@
 //! - [`audit`]: the `audit` command.
 
 pub mod audit;
+mod error;
 pub mod lease;
 pub mod metrics;
 pub mod objects;
@@ -33,6 +34,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+pub use error::{ReconcileError, Result};
 pub use lease::{LEASE_NAME, LeaseConfig};
 pub use metrics::ReconcileMetrics;
 pub use plan::{ChangeLine, Drift};
@@ -87,32 +89,6 @@ fn parse_rate(text: &str) -> Result<f64, String> {
         return Err(format!("invalid rate {text:?}: must be more than 0"));
     }
     Ok(rate)
-}
-
-/// Errors of the reconciler and of `audit`.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    #[error(
-        "--reconcile needs the webhook's namespace (for its Lease): pass --webhook-namespace or set POD_NAMESPACE"
-    )]
-    NoNamespace,
-    #[error("{action} {kind} {namespace}/{name}: {error}")]
-    Api {
-        action: &'static str,
-        kind: &'static str,
-        namespace: String,
-        name: String,
-        error: String,
-    },
-    #[error("decoding a {kind}: {error}")]
-    Decode { kind: &'static str, error: String },
-    #[error("{kind} {namespace}/{name}: {error}")]
-    Engine {
-        kind: &'static str,
-        namespace: String,
-        name: String,
-        error: Box<crate::engine::EngineError>,
-    },
 }
 
 /// Everything the reconciler needs.
@@ -272,16 +248,6 @@ impl<F: Fn() -> bool + Send + Sync> MayWrite for F {
     fn may_write(&self) -> bool {
         self()
     }
-}
-
-fn is_conflict(e: &kube::Error) -> bool {
-    // 409 Conflict (resourceVersion precondition), 422 Invalid (a failed
-    // `test` operation of the JSON patch).
-    matches!(e, kube::Error::Api(s) if s.code == 409 || s.code == 422)
-}
-
-fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
 fn context_for(snapshot_targets: Option<&BTreeSet<String>>, listed: &BTreeSet<String>) -> Context {
@@ -450,13 +416,13 @@ async fn reconcile_object(
                     drift.held_back > 0,
                 );
             }
-            Err(e) if is_conflict(&e) => {
+            Err(e) if error::is_precondition_failed(&e) => {
                 metrics.write(kind, "conflict");
                 tracing::info!(kind = kind.as_str(), namespace, name, attempt, error = %e,
                     "reconcile: the object changed since it was read; reading it again");
                 last_error = e.to_string();
             }
-            Err(e) if is_not_found(&e) => {
+            Err(e) if error::is_not_found(&e) => {
                 tracing::info!(
                     kind = kind.as_str(),
                     namespace,
