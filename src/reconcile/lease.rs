@@ -13,6 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{PostParams, ResourceExt};
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::error::is_conflict;
@@ -255,5 +257,57 @@ impl Elector {
             Err(e) if is_conflict(&e) => Ok(false),
             Err(e) => Err(self.err("release", e)),
         }
+    }
+
+    /// The election: a round every `renew_every` until `stop`, leadership
+    /// published on `leader` and in `leader_metric` (the
+    /// `knative_ha_webhook_reconcile_leader` gauge); then gives the Lease up.
+    pub async fn run(
+        mut self,
+        leader: watch::Sender<bool>,
+        leader_metric: Gauge,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        loop {
+            let was = *leader.borrow();
+            let leading = self.lead(was).await;
+            leader.send_if_modified(|l| std::mem::replace(l, leading) != leading);
+            leader_metric.set(i64::from(leading));
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.renew_every) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+        leader.send_replace(false);
+        leader_metric.set(0);
+        match self.release().await {
+            Ok(true) => tracing::info!("reconcile: released the Lease"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "reconcile: releasing the Lease failed"),
+        }
+    }
+
+    /// One round, logged where leadership changes hands: whether this
+    /// replica leads now (`was`: whether it led before). A failed round
+    /// keeps leading while the last renewal is still valid.
+    async fn lead(&mut self, was: bool) -> bool {
+        let leading = match self.round().await {
+            Ok(Round::Leader) => true,
+            Ok(Round::Follower { holder }) => {
+                if was {
+                    tracing::warn!(holder = %holder, "reconcile: lost the Lease");
+                }
+                false
+            }
+            Err(e) => {
+                let valid = self.still_valid();
+                tracing::warn!(error = %e, still_leader = valid, "reconcile: Lease round failed");
+                valid
+            }
+        };
+        if leading && !was {
+            tracing::info!(identity = %self.identity(), "reconcile: acquired the Lease; this replica reconciles");
+        }
+        leading
     }
 }
