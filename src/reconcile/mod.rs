@@ -18,7 +18,8 @@
 //! - [`reconciler`]: the running reconciler; [`schedule`]: which
 //!   namespaces are due; [`lease`]: leader election.
 //! - [`run`]: one run over some namespaces, object by object, paced by
-//!   [`rate`]; [`plan`]: pure drift computation (which changes roll pods);
+//!   [`rate`], told in a [`report`]; [`plan`]: pure drift computation
+//!   (which changes roll pods);
 //!   [`objects`]: list/get/patch of governed objects.
 //! - [`metrics`]: the reconcile metrics. [`audit`]: the `audit` command.
 
@@ -30,6 +31,7 @@ pub mod objects;
 pub mod plan;
 pub mod rate;
 pub mod reconciler;
+pub mod report;
 pub mod run;
 pub mod schedule;
 
@@ -41,7 +43,8 @@ pub use metrics::ReconcileMetrics;
 pub use plan::{ChangeLine, Drift};
 pub use rate::RateLimiter;
 pub use reconciler::{Reconciler, RunningReconciler};
-pub use run::{MAX_ATTEMPTS, MayWrite, ObjectResult, RunOptions, RunReport, reconcile_once};
+pub use report::{ObjectResult, RunReport};
+pub use run::{MAX_ATTEMPTS, MayWrite, RunOptions, reconcile_once};
 pub use schedule::RETRY_AFTER_ERROR;
 
 use crate::sources::Governed;

@@ -13,6 +13,7 @@ use super::metrics::ReconcileMetrics;
 use super::objects;
 use super::plan::{self, Drift};
 use super::rate::RateLimiter;
+use super::report::{ObjectResult, RunReport};
 use crate::engine::{Context, Kind};
 use crate::policy::Policy;
 use crate::store::Snapshot;
@@ -35,51 +36,6 @@ pub trait MayWrite: Send + Sync {
 impl<F: Fn() -> bool + Send + Sync> MayWrite for F {
     fn may_write(&self) -> bool {
         self()
-    }
-}
-
-/// What happened to one object in a run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ObjectResult {
-    /// Patched (the number of attempts it took).
-    Written { attempts: u32 },
-    /// Already in line (also when a concurrent writer brought it in line).
-    InLine,
-    /// Differs; dry-run mode wrote nothing.
-    DryRun,
-    /// Differs only in the pod template, which `--reconcile-pod-templates=false` leaves alone.
-    SkippedPodTemplate,
-    /// The object disappeared before it could be written.
-    Gone,
-    /// The write failed (or every attempt met a conflict).
-    Failed { error: String },
-    /// This replica lost the Lease or is stopping: not attempted.
-    Abandoned,
-}
-
-/// The result of a run over some namespaces.
-#[derive(Clone, Debug, Default)]
-pub struct RunReport {
-    /// (kind, namespace, name) -> what happened.
-    pub objects: BTreeMap<(&'static str, String, String), ObjectResult>,
-    /// Namespaces that could not be listed, with the error.
-    pub errors: Vec<String>,
-}
-
-impl RunReport {
-    pub fn written(&self) -> usize {
-        self.objects
-            .values()
-            .filter(|r| matches!(r, ObjectResult::Written { .. }))
-            .count()
-    }
-
-    pub fn ok(&self) -> bool {
-        self.errors.is_empty()
-            && !self
-                .objects
-                .values()
-                .any(|r| matches!(r, ObjectResult::Failed { .. }))
     }
 }
 
