@@ -153,24 +153,7 @@ impl Elector {
             .await
             .map_err(|e| self.err("get", e))?;
         let Some(lease) = current else {
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(self.config.name.clone()),
-                    namespace: Some(self.config.namespace.clone()),
-                    ..Default::default()
-                },
-                spec: Some(self.spec_for_me(None)),
-            };
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => {
-                    self.last_renew = Some(Instant::now());
-                    Ok(Round::Leader)
-                }
-                Err(e) if is_conflict(&e) => Ok(Round::Follower {
-                    holder: "(another replica)".to_string(),
-                }),
-                Err(e) => Err(self.err("create", e)),
-            };
+            return self.create().await;
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
@@ -199,11 +182,38 @@ impl Elector {
                 holder: holder.unwrap_or_default(),
             });
         }
-        let mut next = lease.clone();
-        next.spec = Some(self.spec_for_me(Some(&spec)));
+        self.take(lease, &spec).await
+    }
+
+    /// No Lease yet: creates it, held by this replica.
+    async fn create(&mut self) -> Result<Round> {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.config.name.clone()),
+                namespace: Some(self.config.namespace.clone()),
+                ..Default::default()
+            },
+            spec: Some(self.spec_for_me(None)),
+        };
+        match self.api.create(&PostParams::default(), &lease).await {
+            Ok(_) => {
+                self.last_renew = Some(Instant::now());
+                Ok(Round::Leader)
+            }
+            Err(e) if is_conflict(&e) => Ok(Round::Follower {
+                holder: "(another replica)".to_string(),
+            }),
+            Err(e) => Err(self.err("create", e)),
+        }
+    }
+
+    /// Renews `lease` (this replica's) or takes it over (expired), guarded
+    /// by the resourceVersion it was read with.
+    async fn take(&mut self, mut lease: Lease, spec: &LeaseSpec) -> Result<Round> {
+        lease.spec = Some(self.spec_for_me(Some(spec)));
         match self
             .api
-            .replace(&self.config.name, &PostParams::default(), &next)
+            .replace(&self.config.name, &PostParams::default(), &lease)
             .await
         {
             Ok(written) => {
