@@ -133,4 +133,39 @@ mod tests {
         assert_eq!(got, vec!["a", "b", "d"]);
         assert!(changed(&now, &now).is_empty());
     }
+
+    #[test]
+    fn full_first_then_changed_then_full_after_restart_or_interval() {
+        let a: Seen = [("a".to_string(), (policy("a", 3), BTreeSet::new()))].into();
+        let mut ab = a.clone();
+        ab.insert("b".into(), (policy("b", 3), BTreeSet::new()));
+        let names = |d: &Due| d.namespaces.iter().cloned().collect::<Vec<_>>();
+
+        let mut s = Schedule::new(Duration::from_secs(3600));
+        let due = s.due(&a);
+        assert!(due.full);
+        assert_eq!(names(&due), vec!["a"]);
+        s.done(a.clone(), due.full, true);
+        let due = s.due(&a);
+        assert!(!due.full && due.namespaces.is_empty());
+        let due = s.due(&ab);
+        assert!(!due.full);
+        assert_eq!(names(&due), vec!["b"]);
+        s.done(ab.clone(), due.full, true);
+
+        s.restart();
+        let due = s.due(&ab);
+        assert!(due.full);
+        assert_eq!(names(&due), vec!["a", "b"]);
+
+        // A failed run: the next full run within RETRY_AFTER_ERROR.
+        s.done(ab.clone(), true, false);
+        assert!(s.next_full <= Instant::now() + RETRY_AFTER_ERROR);
+        assert!(!s.due(&ab).full);
+
+        // Interval elapsed: full again.
+        let mut s = Schedule::new(Duration::ZERO);
+        s.done(a.clone(), true, true);
+        assert!(s.due(&a).full);
+    }
 }
