@@ -5,6 +5,9 @@
 //! Expiry is judged like client-go does: by how long this replica has seen
 //! the same record (holder and renewTime) unchanged, on its own monotonic
 //! clock, so clock skew between nodes does not matter.
+//!
+//! [`Elector::round`] is one round; [`Elector::run`], the election loop the
+//! reconciler spawns, runs rounds and publishes who leads.
 
 use std::time::Duration;
 
@@ -55,6 +58,22 @@ pub fn default_identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// Why an election step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("lease {namespace}/{name}: {action}: {source}")]
+    Api {
+        namespace: String,
+        name: String,
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The result of an election step.
+pub type Result<T, E = LeaseError> = std::result::Result<T, E>;
+
 /// The outcome of one election round.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Round {
@@ -77,21 +96,6 @@ pub struct Elector {
     /// When this replica last renewed successfully.
     last_renew: Option<Instant>,
 }
-
-#[derive(Debug, thiserror::Error)]
-pub enum LeaseError {
-    #[error("lease {namespace}/{name}: {action}: {source}")]
-    Api {
-        namespace: String,
-        name: String,
-        action: &'static str,
-        #[source]
-        source: kube::Error,
-    },
-}
-
-/// The result of an election step.
-pub type Result<T, E = LeaseError> = std::result::Result<T, E>;
 
 impl Elector {
     pub fn new(client: kube::Client, config: LeaseConfig) -> Elector {

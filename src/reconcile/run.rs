@@ -143,6 +143,8 @@ fn context_for(snapshot_targets: Option<&BTreeSet<String>>, listed: &BTreeSet<St
 }
 
 impl Run<'_> {
+    /// The selected namespaces of `snapshot`, in order, until the run may
+    /// no longer write (a dry run goes on).
     async fn over(
         mut self,
         snapshot: &Snapshot,
