@@ -5,20 +5,24 @@
 //! Policies come from `--policy-file` files, else from the cluster with a
 //! one-shot list of HighAvailabilityPolicy resources and labelled policy
 //! ConfigMaps, merged with the cluster source's rules
-//! ([`crate::sources::cluster::merge`]).
+//! ([`crate::sources::cluster::merge`]; [`cluster_policies`]). The table
+//! and the exit code: [`render_table`], [`exit_code`].
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::Api;
-use kube::api::{DynamicObject, ListParams};
 use serde::Serialize;
 
+use super::error::ReconcileError;
+use super::objects;
 use super::plan::{self, ChangeLine};
-use super::{ReconcileError, objects};
 use crate::engine::Kind;
 use crate::policy::Policy;
-use crate::sources::cluster::{configmaps, merge, policies};
+
+mod cluster;
+mod output;
+
+pub use cluster::cluster_policies;
+pub use output::{exit_code, render_table};
 
 /// Errors of `audit` (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -27,8 +31,12 @@ pub enum AuditError {
     Kube(#[from] crate::kubeclient::KubeClientError),
     #[error("{0}")]
     Policy(String),
-    #[error("listing {what}: {error}")]
-    List { what: &'static str, error: String },
+    #[error("listing {what}: {}", list_reason(.source))]
+    List {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
     #[error("no policy found{0}: nothing to audit")]
     NoPolicy(String),
     #[error("namespace {0:?} is not governed by any policy")]
@@ -36,6 +44,9 @@ pub enum AuditError {
     #[error(transparent)]
     Reconcile(#[from] ReconcileError),
 }
+
+/// The result of the audit's steps.
+pub type Result<T, E = AuditError> = std::result::Result<T, E>;
 
 /// Where the audited policy of a namespace comes from.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -71,84 +82,12 @@ pub struct AuditReport {
     pub warnings: Vec<String>,
 }
 
-/// The policies in force in the cluster (one-shot list, cluster rules).
-pub async fn cluster_policies(
-    client: &kube::Client,
-    webhook_namespace: Option<&str>,
-) -> Result<(Vec<(Arc<Policy>, String)>, Vec<String>), AuditError> {
-    let resource = policies::api_resource();
-    let crs: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let cr_list = match crs.list(&ListParams::default()).await {
-        Ok(l) => l.items,
-        // The CRD not being installed: ConfigMaps alone.
-        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
-        Err(e) => return Err(list_error("HighAvailabilityPolicy resources", &e)),
-    };
-    let cms: Api<ConfigMap> = match webhook_namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let cm_list = cms
-        .list(&ListParams::default().labels(configmaps::LABEL_SELECTOR))
-        .await
-        .map_err(|e| list_error("policy ConfigMaps", &e))?
-        .items;
-    let observed = cr_list
-        .iter()
-        .map(policies::observe)
-        .chain(cm_list.iter().map(configmaps::observe));
-    let mut objects = Vec::new();
-    for o in observed {
-        let mut object = o.object;
-        match o.parsed {
-            Ok(p) => object.last_valid = Some(Arc::new(p)),
-            Err(e) => object.error = Some(e),
-        }
-        objects.push(object);
-    }
-    let merged = merge::merge(&objects);
-    let mut warnings = Vec::new();
-    for obj in &objects {
-        match merged.verdicts.get(&(obj.origin, obj.uid.clone())) {
-            Some(merge::Verdict::Invalid { message, .. }) => {
-                warnings.push(format!("{}: invalid, not applied: {message}", display(obj)))
-            }
-            Some(merge::Verdict::Conflict { namespace, winner }) => warnings.push(format!(
-                "{}: in conflict with {winner} for namespace {namespace}, not applied",
-                display(obj)
-            )),
-            _ => {}
-        }
-    }
-    let in_force = merged
-        .policies
-        .iter()
-        .map(|(ns, p)| {
-            let source = merged
-                .winners
-                .get(ns)
-                .map(|(_, w)| w.clone())
-                .unwrap_or_default();
-            (p.clone(), source)
-        })
-        .collect();
-    Ok((in_force, warnings))
-}
-
 /// A failed list in the user's words: the API server's own message and
 /// code, or why it could not be reached ("connection refused", "timed out").
-fn list_error(what: &'static str, e: &kube::Error) -> AuditError {
-    let error = match e {
+fn list_reason(e: &kube::Error) -> String {
+    match e {
         kube::Error::Api(s) => format!("{} (HTTP {})", s.message, s.code),
         other => crate::kubeclient::reason(other),
-    };
-    AuditError::List { what, error }
-}
-
-fn display(obj: &merge::PolicyObject) -> String {
-    match &obj.namespace {
-        Some(ns) => format!("{}/{ns}/{}", obj.origin.kind(), obj.name),
-        None => obj.display(),
     }
 }
 
@@ -157,7 +96,7 @@ pub async fn audit(
     client: &kube::Client,
     policies: &[(Arc<Policy>, String)],
     namespace: Option<&str>,
-) -> Result<AuditReport, AuditError> {
+) -> Result<AuditReport> {
     let mut report = AuditReport::default();
     let selected: Vec<&(Arc<Policy>, String)> = policies
         .iter()
@@ -186,7 +125,7 @@ pub async fn audit(
                     kind: Kind::of(object).map_or("object", Kind::as_str),
                     namespace: ns.clone(),
                     name: object["metadata"]["name"].as_str().unwrap_or("").into(),
-                    error: Box::new(error),
+                    source: Box::new(error),
                 }
             })?;
             if let Some(d) = drift {
@@ -201,148 +140,4 @@ pub async fn audit(
     }
     report.in_line = report.drift.is_empty();
     Ok(report)
-}
-
-/// The change without its `kind/name: ` prefix (the table has columns).
-fn short<'a>(change: &'a str, kind: &str, name: &str) -> &'a str {
-    let prefix = format!("{}/{name}: ", kind.to_lowercase());
-    change.strip_prefix(&prefix).unwrap_or(change)
-}
-
-/// The table: one row per change, then a summary line.
-pub fn render_table(report: &AuditReport) -> String {
-    let mut rows: Vec<[String; 4]> = vec![[
-        "NAMESPACE".into(),
-        "KIND".into(),
-        "NAME".into(),
-        "CHANGE".into(),
-    ]];
-    for d in &report.drift {
-        for c in &d.changes {
-            let mut text = short(&c.change, d.kind, &d.name).to_string();
-            if c.rolls_pods {
-                text.push_str(" (rolls pods)");
-            }
-            rows.push([
-                d.namespace.clone(),
-                d.kind.to_string(),
-                d.name.clone(),
-                text,
-            ]);
-        }
-    }
-    let mut out = String::new();
-    for p in &report.policies {
-        out.push_str(&format!(
-            "namespace {}: policy {} ({})\n",
-            p.namespace, p.policy, p.source
-        ));
-    }
-    for w in &report.warnings {
-        out.push_str(&format!("warning: {w}\n"));
-    }
-    if report.drift.is_empty() {
-        out.push_str(&format!(
-            "in line: all {} governed objects match their policy\n",
-            report.objects
-        ));
-        return out;
-    }
-    let widths: Vec<usize> = (0..3)
-        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
-        .collect();
-    for r in &rows {
-        out.push_str(&format!(
-            "{:w0$}  {:w1$}  {:w2$}  {}\n",
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2]
-        ));
-    }
-    let rolling = report
-        .drift
-        .iter()
-        .filter(|d| d.changes.iter().any(|c| c.rolls_pods))
-        .count();
-    out.push_str(&format!(
-        "drift: {} of {} governed objects differ from their policy ({} would roll pods)\n",
-        report.drift.len(),
-        report.objects,
-        rolling
-    ));
-    out
-}
-
-/// The exit code for a report: 0 in line, 1 drift.
-pub fn exit_code(report: &AuditReport) -> u8 {
-    if report.in_line { 0 } else { 1 }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn report(drift: Vec<ObjectDrift>) -> AuditReport {
-        AuditReport {
-            in_line: drift.is_empty(),
-            policies: vec![PolicyRef {
-                namespace: "knative-serving".into(),
-                policy: "serving".into(),
-                source: "file".into(),
-            }],
-            objects: 3,
-            drift,
-            warnings: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn table_strips_the_prefix_and_marks_pod_template_changes() {
-        let r = report(vec![ObjectDrift {
-            kind: "Deployment",
-            namespace: "knative-serving".into(),
-            name: "controller".into(),
-            changes: vec![
-                ChangeLine {
-                    change: "deployment/controller: spec.replicas 1 -> 3 (policy serving)".into(),
-                    rolls_pods: false,
-                },
-                ChangeLine {
-                    change: "deployment/controller: pod anti-affinity set to Required on kubernetes.io/hostname (policy serving)".into(),
-                    rolls_pods: true,
-                },
-            ],
-        }]);
-        let t = render_table(&r);
-        assert!(
-            t.contains(
-                "knative-serving  Deployment  controller  spec.replicas 1 -> 3 (policy serving)\n"
-            ),
-            "{t}"
-        );
-        assert!(t.contains("(policy serving) (rolls pods)\n"), "{t}");
-        assert!(
-            t.contains(
-                "drift: 1 of 3 governed objects differ from their policy (1 would roll pods)"
-            ),
-            "{t}"
-        );
-        assert_eq!(exit_code(&r), 1);
-    }
-
-    #[test]
-    fn in_line_report_says_so_and_exits_zero() {
-        let r = report(Vec::new());
-        let t = render_table(&r);
-        assert!(
-            t.contains("in line: all 3 governed objects match their policy"),
-            "{t}"
-        );
-        assert!(!t.contains("NAMESPACE"), "{t}");
-        assert_eq!(exit_code(&r), 0);
-    }
 }

@@ -5,6 +5,9 @@
 //! Expiry is judged like client-go does: by how long this replica has seen
 //! the same record (holder and renewTime) unchanged, on its own monotonic
 //! clock, so clock skew between nodes does not matter.
+//!
+//! [`Elector::round`] is one round; [`Elector::run`], the election loop the
+//! reconciler spawns, runs rounds and publishes who leads.
 
 use std::time::Duration;
 
@@ -13,7 +16,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{PostParams, ResourceExt};
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::watch;
 use tokio::time::Instant;
+
+use super::error::is_conflict;
 
 /// The Lease's name.
 pub const LEASE_NAME: &str = "knative-ha-webhook-reconcile";
@@ -30,6 +37,22 @@ pub struct LeaseConfig {
     /// How often the holder renews (and others retry).
     pub renew_every: Duration,
 }
+
+/// Why an election step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("lease {namespace}/{name}: {action}: {source}")]
+    Api {
+        namespace: String,
+        name: String,
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The result of an election step.
+pub type Result<T, E = LeaseError> = std::result::Result<T, E>;
 
 /// The outcome of one election round.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,21 +77,6 @@ pub struct Elector {
     last_renew: Option<Instant>,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum LeaseError {
-    #[error("lease {namespace}/{name}: {action}: {error}")]
-    Api {
-        namespace: String,
-        name: String,
-        action: &'static str,
-        error: String,
-    },
-}
-
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
-}
-
 impl Elector {
     pub fn new(client: kube::Client, config: LeaseConfig) -> Elector {
         Elector {
@@ -88,7 +96,7 @@ impl Elector {
             namespace: self.config.namespace.clone(),
             name: self.config.name.clone(),
             action,
-            error: e.to_string(),
+            source: e,
         }
     }
 
@@ -122,31 +130,14 @@ impl Elector {
     }
 
     /// One election round: create, renew or take over the Lease.
-    pub async fn round(&mut self) -> Result<Round, LeaseError> {
+    pub async fn round(&mut self) -> Result<Round> {
         let current = self
             .api
             .get_opt(&self.config.name)
             .await
             .map_err(|e| self.err("get", e))?;
         let Some(lease) = current else {
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(self.config.name.clone()),
-                    namespace: Some(self.config.namespace.clone()),
-                    ..Default::default()
-                },
-                spec: Some(self.spec_for_me(None)),
-            };
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => {
-                    self.last_renew = Some(Instant::now());
-                    Ok(Round::Leader)
-                }
-                Err(e) if is_conflict(&e) => Ok(Round::Follower {
-                    holder: "(another replica)".to_string(),
-                }),
-                Err(e) => Err(self.err("create", e)),
-            };
+            return self.create().await;
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
@@ -175,11 +166,38 @@ impl Elector {
                 holder: holder.unwrap_or_default(),
             });
         }
-        let mut next = lease.clone();
-        next.spec = Some(self.spec_for_me(Some(&spec)));
+        self.take(lease, &spec).await
+    }
+
+    /// No Lease yet: creates it, held by this replica.
+    async fn create(&mut self) -> Result<Round> {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.config.name.clone()),
+                namespace: Some(self.config.namespace.clone()),
+                ..Default::default()
+            },
+            spec: Some(self.spec_for_me(None)),
+        };
+        match self.api.create(&PostParams::default(), &lease).await {
+            Ok(_) => {
+                self.last_renew = Some(Instant::now());
+                Ok(Round::Leader)
+            }
+            Err(e) if is_conflict(&e) => Ok(Round::Follower {
+                holder: "(another replica)".to_string(),
+            }),
+            Err(e) => Err(self.err("create", e)),
+        }
+    }
+
+    /// Renews `lease` (this replica's) or takes it over (expired), guarded
+    /// by the resourceVersion it was read with.
+    async fn take(&mut self, mut lease: Lease, spec: &LeaseSpec) -> Result<Round> {
+        lease.spec = Some(self.spec_for_me(Some(spec)));
         match self
             .api
-            .replace(&self.config.name, &PostParams::default(), &next)
+            .replace(&self.config.name, &PostParams::default(), &lease)
             .await
         {
             Ok(written) => {
@@ -206,7 +224,7 @@ impl Elector {
 
     /// Gives the Lease up if this replica holds it (on shutdown), so that
     /// another replica takes over without waiting for expiry.
-    pub async fn release(&mut self) -> Result<bool, LeaseError> {
+    pub async fn release(&mut self) -> Result<bool> {
         self.last_renew = None;
         let Some(mut lease) = self
             .api
@@ -233,5 +251,57 @@ impl Elector {
             Err(e) if is_conflict(&e) => Ok(false),
             Err(e) => Err(self.err("release", e)),
         }
+    }
+
+    /// The election: a round every `renew_every` until `stop`, leadership
+    /// published on `leader` and in `leader_metric` (the
+    /// `knative_ha_webhook_reconcile_leader` gauge); then gives the Lease up.
+    pub async fn run(
+        mut self,
+        leader: watch::Sender<bool>,
+        leader_metric: Gauge,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        loop {
+            let was = *leader.borrow();
+            let leading = self.lead(was).await;
+            leader.send_if_modified(|l| std::mem::replace(l, leading) != leading);
+            leader_metric.set(i64::from(leading));
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.renew_every) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+        leader.send_replace(false);
+        leader_metric.set(0);
+        match self.release().await {
+            Ok(true) => tracing::info!("reconcile: released the Lease"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "reconcile: releasing the Lease failed"),
+        }
+    }
+
+    /// One round, logged where leadership changes hands: whether this
+    /// replica leads now (`was`: whether it led before). A failed round
+    /// keeps leading while the last renewal is still valid.
+    async fn lead(&mut self, was: bool) -> bool {
+        let leading = match self.round().await {
+            Ok(Round::Leader) => true,
+            Ok(Round::Follower { holder }) => {
+                if was {
+                    tracing::warn!(holder = %holder, "reconcile: lost the Lease");
+                }
+                false
+            }
+            Err(e) => {
+                let valid = self.still_valid();
+                tracing::warn!(error = %e, still_leader = valid, "reconcile: Lease round failed");
+                valid
+            }
+        };
+        if leading && !was {
+            tracing::info!(identity = %self.identity(), "reconcile: acquired the Lease; this replica reconciles");
+        }
+        leading
     }
 }

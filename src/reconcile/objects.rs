@@ -11,7 +11,7 @@ use kube::Api;
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use serde_json::Value;
 
-use super::ReconcileError;
+use super::error::{ReconcileError, Result};
 use crate::engine::{Kind, LEADER_ELECTION_CONFIGMAP};
 
 /// The API resource a governed kind is read and written as.
@@ -30,10 +30,10 @@ fn api(client: &kube::Client, kind: Kind, namespace: &str) -> Api<DynamicObject>
 
 /// The object as JSON with `apiVersion` and `kind` set (list items may
 /// come without them).
-fn to_value(kind: Kind, obj: &DynamicObject) -> Result<Value, ReconcileError> {
-    let mut v = serde_json::to_value(obj).map_err(|e| ReconcileError::Decode {
+fn to_value(kind: Kind, obj: &DynamicObject) -> Result<Value> {
+    let mut v = serde_json::to_value(obj).map_err(|source| ReconcileError::Decode {
         kind: kind.as_str(),
-        error: e.to_string(),
+        source,
     })?;
     let ar = api_resource(kind);
     v["apiVersion"] = Value::String(ar.api_version);
@@ -59,7 +59,7 @@ async fn list_all(
     client: &kube::Client,
     kind: Kind,
     namespace: &str,
-) -> Result<Vec<DynamicObject>, ReconcileError> {
+) -> Result<Vec<DynamicObject>> {
     let api = api(client, kind, namespace);
     let mut items = Vec::new();
     let mut token: Option<String> = None;
@@ -68,13 +68,16 @@ async fn list_all(
         if let Some(t) = token.take() {
             params = params.continue_token(&t);
         }
-        let page = api.list(&params).await.map_err(|e| ReconcileError::Api {
-            action: "list",
-            kind: kind.as_str(),
-            namespace: namespace.to_string(),
-            name: String::new(),
-            error: e.to_string(),
-        })?;
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|source| ReconcileError::Api {
+                action: "list",
+                kind: kind.as_str(),
+                namespace: namespace.to_string(),
+                name: String::new(),
+                source: Box::new(source),
+            })?;
         items.extend(page.items);
         match page.metadata.continue_.filter(|t| !t.is_empty()) {
             Some(t) => token = Some(t),
@@ -84,10 +87,7 @@ async fn list_all(
 }
 
 /// Lists the governed objects of `namespace`.
-pub async fn list_namespace(
-    client: &kube::Client,
-    namespace: &str,
-) -> Result<Listed, ReconcileError> {
+pub async fn list_namespace(client: &kube::Client, namespace: &str) -> Result<Listed> {
     let mut listed = Listed::default();
     for kind in [
         Kind::Deployment,
@@ -128,16 +128,16 @@ pub async fn get(
     kind: Kind,
     namespace: &str,
     name: &str,
-) -> Result<Option<Value>, ReconcileError> {
+) -> Result<Option<Value>> {
     let obj = api(client, kind, namespace)
         .get_opt(name)
         .await
-        .map_err(|e| ReconcileError::Api {
+        .map_err(|source| ReconcileError::Api {
             action: "get",
             kind: kind.as_str(),
             namespace: namespace.to_string(),
             name: name.to_string(),
-            error: e.to_string(),
+            source: Box::new(source),
         })?;
     obj.as_ref().map(|o| to_value(kind, o)).transpose()
 }

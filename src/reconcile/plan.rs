@@ -123,6 +123,43 @@ fn hold_back_unsafe(
     (held.len(), sent)
 }
 
+/// Which change lines of `outcome` are pod template changes: the engine
+/// runs again on the object with its pod template already as the policy
+/// wants it; the lines that remain are the others.
+fn pod_template_lines(
+    policy: &Policy,
+    input: &Input<'_>,
+    ctx: &Context,
+    outcome: &engine::Outcome,
+) -> Result<BTreeSet<String>, EngineError> {
+    let mut aligned = input.object.clone();
+    if let (Some(slot), Some(wanted)) = (
+        aligned.pointer_mut(POD_TEMPLATE),
+        outcome
+            .object
+            .as_ref()
+            .and_then(|o| o.pointer(POD_TEMPLATE)),
+    ) {
+        *slot = wanted.clone();
+    }
+    let rest = engine::mutate(
+        policy,
+        &Input {
+            object: &aligned,
+            ..*input
+        },
+        ctx,
+    )?;
+    let rest: BTreeSet<&String> = rest.changes.iter().collect();
+    Ok(outcome
+        .mutation
+        .changes
+        .iter()
+        .filter(|c| !rest.contains(c))
+        .cloned()
+        .collect())
+}
+
 /// Computes the drift of one existing object (operation UPDATE, like the
 /// admission request its write will produce). `Ok(None)`: in line, or not
 /// a governed kind/namespace. With `pod_templates == false`, operations on
@@ -161,39 +198,10 @@ pub fn plan(
         .cloned()
         .partition(touches_pod_template);
 
-    // Which change lines are pod template changes: run the engine again on
-    // the object with its pod template already as the policy wants it; the
-    // lines that remain are the others.
-    let template_lines: BTreeSet<String> = if template_ops.is_empty() {
+    let template_lines = if template_ops.is_empty() {
         BTreeSet::new()
     } else {
-        let mut aligned = object.clone();
-        if let (Some(slot), Some(wanted)) = (
-            aligned.pointer_mut(POD_TEMPLATE),
-            outcome
-                .object
-                .as_ref()
-                .and_then(|o| o.pointer(POD_TEMPLATE)),
-        ) {
-            *slot = wanted.clone();
-        }
-        let rest = engine::mutate(
-            policy,
-            &Input {
-                operation: Operation::Update,
-                namespace,
-                object: &aligned,
-            },
-            ctx,
-        )?;
-        let rest: BTreeSet<&String> = rest.changes.iter().collect();
-        outcome
-            .mutation
-            .changes
-            .iter()
-            .filter(|c| !rest.contains(c))
-            .cloned()
-            .collect()
+        pod_template_lines(policy, &input, ctx, &outcome)?
     };
     let changes = outcome
         .mutation

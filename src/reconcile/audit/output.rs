@@ -1,0 +1,149 @@
+//! How an audit report reaches the user: the table, and the exit code.
+
+use super::AuditReport;
+
+/// The change without its `kind/name: ` prefix (the table has columns).
+fn short<'a>(change: &'a str, kind: &str, name: &str) -> &'a str {
+    let prefix = format!("{}/{name}: ", kind.to_lowercase());
+    change.strip_prefix(&prefix).unwrap_or(change)
+}
+
+/// The table: one row per change, then a summary line.
+pub fn render_table(report: &AuditReport) -> String {
+    let mut rows: Vec<[String; 4]> = vec![[
+        "NAMESPACE".into(),
+        "KIND".into(),
+        "NAME".into(),
+        "CHANGE".into(),
+    ]];
+    for d in &report.drift {
+        for c in &d.changes {
+            let mut text = short(&c.change, d.kind, &d.name).to_string();
+            if c.rolls_pods {
+                text.push_str(" (rolls pods)");
+            }
+            rows.push([
+                d.namespace.clone(),
+                d.kind.to_string(),
+                d.name.clone(),
+                text,
+            ]);
+        }
+    }
+    let mut out = String::new();
+    for p in &report.policies {
+        out.push_str(&format!(
+            "namespace {}: policy {} ({})\n",
+            p.namespace, p.policy, p.source
+        ));
+    }
+    for w in &report.warnings {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    if report.drift.is_empty() {
+        out.push_str(&format!(
+            "in line: all {} governed objects match their policy\n",
+            report.objects
+        ));
+        return out;
+    }
+    let widths: Vec<usize> = (0..3)
+        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
+    for r in &rows {
+        out.push_str(&format!(
+            "{:w0$}  {:w1$}  {:w2$}  {}\n",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        ));
+    }
+    let rolling = report
+        .drift
+        .iter()
+        .filter(|d| d.changes.iter().any(|c| c.rolls_pods))
+        .count();
+    out.push_str(&format!(
+        "drift: {} of {} governed objects differ from their policy ({} would roll pods)\n",
+        report.drift.len(),
+        report.objects,
+        rolling
+    ));
+    out
+}
+
+/// The exit code for a report: 0 in line, 1 drift.
+pub fn exit_code(report: &AuditReport) -> u8 {
+    if report.in_line { 0 } else { 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::audit::{ObjectDrift, PolicyRef};
+    use crate::reconcile::plan::ChangeLine;
+
+    fn report(drift: Vec<ObjectDrift>) -> AuditReport {
+        AuditReport {
+            in_line: drift.is_empty(),
+            policies: vec![PolicyRef {
+                namespace: "knative-serving".into(),
+                policy: "serving".into(),
+                source: "file".into(),
+            }],
+            objects: 3,
+            drift,
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn table_strips_the_prefix_and_marks_pod_template_changes() {
+        let r = report(vec![ObjectDrift {
+            kind: "Deployment",
+            namespace: "knative-serving".into(),
+            name: "controller".into(),
+            changes: vec![
+                ChangeLine {
+                    change: "deployment/controller: spec.replicas 1 -> 3 (policy serving)".into(),
+                    rolls_pods: false,
+                },
+                ChangeLine {
+                    change: "deployment/controller: pod anti-affinity set to Required on kubernetes.io/hostname (policy serving)".into(),
+                    rolls_pods: true,
+                },
+            ],
+        }]);
+        let t = render_table(&r);
+        assert!(
+            t.contains(
+                "knative-serving  Deployment  controller  spec.replicas 1 -> 3 (policy serving)\n"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("(policy serving) (rolls pods)\n"), "{t}");
+        assert!(
+            t.contains(
+                "drift: 1 of 3 governed objects differ from their policy (1 would roll pods)"
+            ),
+            "{t}"
+        );
+        assert_eq!(exit_code(&r), 1);
+    }
+
+    #[test]
+    fn in_line_report_says_so_and_exits_zero() {
+        let r = report(Vec::new());
+        let t = render_table(&r);
+        assert!(
+            t.contains("in line: all 3 governed objects match their policy"),
+            "{t}"
+        );
+        assert!(!t.contains("NAMESPACE"), "{t}");
+        assert_eq!(exit_code(&r), 0);
+    }
+}

@@ -1,0 +1,183 @@
+//! The running reconciler of `serve --reconcile`: it takes part in the
+//! Lease election and, while it holds the Lease, polls the policy snapshot
+//! and runs [`reconcile_once`] over the namespaces that are due.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::ReconcileConfig;
+use super::lease::Elector;
+use super::metrics::ReconcileMetrics;
+use super::rate::RateLimiter;
+use super::run::{MayWrite, RunOptions, reconcile_once};
+use super::schedule::{self, Schedule};
+use crate::store::PolicyStore;
+
+/// The running reconciler.
+pub struct Reconciler {
+    client: kube::Client,
+    config: ReconcileConfig,
+    store: PolicyStore,
+    metrics: ReconcileMetrics,
+}
+
+/// A reconciler running in the background (see [`Reconciler::spawn`]).
+pub struct RunningReconciler {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningReconciler {
+    /// Stops reconciling and gives the Lease up; waits at most `timeout`.
+    pub async fn stop(self, timeout: Duration) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(timeout, self.task).await;
+    }
+}
+
+impl Reconciler {
+    pub fn new(
+        client: kube::Client,
+        config: ReconcileConfig,
+        store: PolicyStore,
+        metrics: ReconcileMetrics,
+    ) -> Reconciler {
+        Reconciler {
+            client,
+            config,
+            store,
+            metrics,
+        }
+    }
+
+    /// For `serve`: the reconciler when `config` is set, with its metrics
+    /// registered in `registry`; reuses `client` (the cluster source's) or
+    /// builds one from the usual kubeconfig. Errors say why no client.
+    pub async fn prepare(
+        config: Option<&ReconcileConfig>,
+        client: Option<kube::Client>,
+        store: &PolicyStore,
+        registry: &mut prometheus_client::registry::Registry,
+    ) -> Result<Option<Reconciler>, kube::Error> {
+        let Some(config) = config else {
+            return Ok(None);
+        };
+        let client = match client {
+            Some(c) => c,
+            None => kube::Client::try_default().await?,
+        };
+        let metrics = ReconcileMetrics::register(registry);
+        Ok(Some(Reconciler::new(
+            client,
+            config.clone(),
+            store.clone(),
+            metrics,
+        )))
+    }
+
+    /// Runs in a background task until [`RunningReconciler::stop`].
+    pub fn spawn(self) -> RunningReconciler {
+        let (stop, rx) = watch::channel(false);
+        RunningReconciler {
+            stop,
+            task: tokio::spawn(self.run(rx)),
+        }
+    }
+
+    /// Runs until `stop` becomes true; then gives up the Lease.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let (leader_tx, mut leader_rx) = watch::channel(false);
+        let elector = Elector::new(self.client.clone(), self.config.lease.clone());
+        let election =
+            tokio::spawn(elector.run(leader_tx, self.metrics.leader.clone(), stop.clone()));
+        self.log_start();
+        let mut limiter = RateLimiter::new(self.config.rate);
+        let mut schedule = Schedule::new(self.config.interval);
+        let mut poll = tokio::time::interval(self.config.poll);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                r = leader_rx.changed() => {
+                    if r.is_err() {
+                        break;
+                    }
+                    // A new leader starts with a full run.
+                    schedule.restart();
+                    continue;
+                }
+                _ = poll.tick() => {}
+            }
+            if !*leader_rx.borrow() {
+                continue;
+            }
+            let (leader, stopping) = (leader_rx.clone(), stop.clone());
+            let may_write = move || *leader.borrow() && !*stopping.borrow();
+            self.tick(&mut schedule, &mut limiter, &may_write).await;
+        }
+        let _ = election.await;
+        tracing::info!("reconciler stopped");
+    }
+
+    fn log_start(&self) {
+        let config = &self.config;
+        tracing::info!(
+            identity = %config.lease.identity,
+            lease = %format!("{}/{}", config.lease.namespace, config.lease.name),
+            interval_s = config.interval.as_secs(),
+            dry_run = config.dry_run,
+            pod_templates = config.pod_templates,
+            rate = config.rate,
+            "reconciler starting"
+        );
+    }
+
+    /// One poll as the leader: runs over the namespaces that are due, if any.
+    async fn tick(
+        &self,
+        schedule: &mut Schedule,
+        limiter: &mut RateLimiter,
+        may_write: &dyn MayWrite,
+    ) {
+        let snapshot = self.store.load();
+        if !snapshot.synced {
+            return;
+        }
+        // Never outside --governed-namespaces, whatever the snapshot says.
+        let mut now = schedule::seen(&snapshot);
+        now.retain(|ns, _| self.config.governed.allows(ns));
+        let due = schedule.due(&now);
+        self.metrics.retain_namespaces(&|ns| now.contains_key(ns));
+        if due.namespaces.is_empty() {
+            schedule.done(now, due.full, true);
+            return;
+        }
+        tracing::info!(
+            namespaces = %due.namespaces.iter().cloned().collect::<Vec<_>>().join(","),
+            reason = if due.full { "full" } else { "policy changed" },
+            "reconcile run starting"
+        );
+        let options = RunOptions {
+            dry_run: self.config.dry_run,
+            pod_templates: self.config.pod_templates,
+        };
+        let report = reconcile_once(
+            &self.client,
+            &snapshot,
+            Some(&due.namespaces),
+            options,
+            limiter,
+            &self.metrics,
+            may_write,
+        )
+        .await;
+        tracing::info!(
+            objects = report.objects.len(),
+            written = report.written(),
+            ok = report.ok(),
+            "reconcile run done"
+        );
+        schedule.done(now, due.full, report.ok());
+    }
+}

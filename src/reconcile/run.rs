@@ -1,0 +1,353 @@
+//! One reconcile run over some namespaces of a policy snapshot: every
+//! governed object is planned, written with a `test` of its
+//! resourceVersion, and on a conflict read again and recomputed, at most
+//! [`MAX_ATTEMPTS`] times.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use json_patch::Patch;
+use serde_json::Value;
+
+use super::error::{self, Result};
+use super::metrics::ReconcileMetrics;
+use super::objects;
+use super::plan::{self, Drift};
+use super::rate::RateLimiter;
+use super::report::{ObjectResult, RunReport};
+use crate::engine::{Context, Kind};
+use crate::policy::Policy;
+use crate::store::Snapshot;
+
+/// Attempts per object: the first write plus retries after conflicts.
+pub const MAX_ATTEMPTS: u32 = 4;
+
+/// How a run behaves.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOptions {
+    pub dry_run: bool,
+    pub pod_templates: bool,
+}
+
+/// Whether the run may still write (leader and not stopping).
+pub trait MayWrite: Send + Sync {
+    fn may_write(&self) -> bool;
+}
+
+impl<F: Fn() -> bool + Send + Sync> MayWrite for F {
+    fn may_write(&self) -> bool {
+        self()
+    }
+}
+
+/// Reconciles the given namespaces of `snapshot` once (every governed
+/// namespace when `namespaces` is None).
+pub async fn reconcile_once(
+    client: &kube::Client,
+    snapshot: &Snapshot,
+    namespaces: Option<&BTreeSet<String>>,
+    options: RunOptions,
+    limiter: &mut RateLimiter,
+    metrics: &ReconcileMetrics,
+    may_write: &dyn MayWrite,
+) -> RunReport {
+    let run = Run {
+        client,
+        options,
+        limiter,
+        metrics,
+        may_write,
+        report: RunReport::default(),
+    };
+    run.over(snapshot, namespaces).await
+}
+
+/// What every step of a run shares: where and how it writes, how fast,
+/// what it counts, whether it may still write, and what it found so far.
+struct Run<'a> {
+    client: &'a kube::Client,
+    options: RunOptions,
+    limiter: &'a mut RateLimiter,
+    metrics: &'a ReconcileMetrics,
+    may_write: &'a dyn MayWrite,
+    report: RunReport,
+}
+
+/// One governed object, and what it is brought in line with.
+struct Target<'a> {
+    policy: &'a Policy,
+    ctx: &'a Context,
+    namespace: &'a str,
+    kind: Kind,
+    name: &'a str,
+}
+
+/// What happened to one object, and whether it still differs from its policy.
+struct Outcome {
+    result: ObjectResult,
+    drift_left: bool,
+}
+
+impl Outcome {
+    /// Nothing left to do for the object.
+    fn settled(result: ObjectResult) -> Outcome {
+        Outcome {
+            result,
+            drift_left: false,
+        }
+    }
+
+    /// The object still differs from its policy.
+    fn drifting(result: ObjectResult) -> Outcome {
+        Outcome {
+            result,
+            drift_left: true,
+        }
+    }
+
+    fn failed(error: impl ToString) -> Outcome {
+        Outcome::drifting(ObjectResult::Failed {
+            error: error.to_string(),
+        })
+    }
+}
+
+/// How one attempt at an object ended.
+enum Attempt {
+    Done(Outcome),
+    /// The write lost a race with another writer (the error): read again.
+    Conflict(String),
+}
+
+/// Every change on one line, pod template changes marked.
+fn changes_text(d: &Drift) -> String {
+    d.changes
+        .iter()
+        .map(|c| {
+            if c.rolls_pods {
+                format!("{} (rolls pods)", c.change)
+            } else {
+                c.change.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The engine's context: the HPA targets listed now and those in the snapshot.
+fn context_for(snapshot_targets: Option<&BTreeSet<String>>, listed: &BTreeSet<String>) -> Context {
+    let mut hpa_targets = listed.clone();
+    if let Some(t) = snapshot_targets {
+        hpa_targets.extend(t.iter().cloned());
+    }
+    Context { hpa_targets }
+}
+
+impl Run<'_> {
+    /// The selected namespaces of `snapshot`, in order, until the run may
+    /// no longer write (a dry run goes on).
+    async fn over(
+        mut self,
+        snapshot: &Snapshot,
+        namespaces: Option<&BTreeSet<String>>,
+    ) -> RunReport {
+        for (namespace, policy) in &snapshot.policies {
+            if namespaces.is_some_and(|n| !n.contains(namespace)) {
+                continue;
+            }
+            if !self.may_write.may_write() && !self.options.dry_run {
+                break;
+            }
+            let targets = snapshot.hpa_targets.get(namespace);
+            if let Err(e) = self.namespace(policy, namespace, targets).await {
+                tracing::warn!(namespace = %namespace, error = %e, "reconcile: namespace failed");
+                self.report.errors.push(e.to_string());
+            }
+        }
+        self.metrics.run(self.report.ok());
+        self.report
+    }
+
+    /// Brings one namespace in line. Errors listing the namespace end it;
+    /// per-object failures are recorded in the report.
+    async fn namespace(
+        &mut self,
+        policy: &Policy,
+        namespace: &str,
+        snapshot_targets: Option<&BTreeSet<String>>,
+    ) -> Result<()> {
+        let listed = objects::list_namespace(self.client, namespace).await?;
+        let ctx = context_for(snapshot_targets, &listed.hpa_targets);
+        let mut drift: BTreeMap<&'static str, i64> = BTreeMap::new();
+        for object in &listed.objects {
+            let Some(kind) = Kind::of(object) else {
+                continue;
+            };
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            let target = Target {
+                policy,
+                ctx: &ctx,
+                namespace,
+                kind,
+                name,
+            };
+            let outcome = self.object(&target, object).await;
+            if outcome.drift_left {
+                *drift.entry(kind.as_str()).or_default() += 1;
+            }
+            let key = (kind.as_str(), namespace.to_string(), name.to_string());
+            self.report.objects.insert(key, outcome.result);
+        }
+        self.metrics.set_drift(namespace, &drift);
+        Ok(())
+    }
+
+    /// One object: plan, write with a resourceVersion test, re-read and
+    /// retry on conflict.
+    async fn object(&mut self, t: &Target<'_>, listed: &Value) -> Outcome {
+        let mut current = listed.clone();
+        let mut last_error = String::new();
+        for attempt in 1..=MAX_ATTEMPTS {
+            if attempt > 1 {
+                current = match self.reread(t).await {
+                    Ok(object) => object,
+                    Err(outcome) => return outcome,
+                };
+            }
+            match self.attempt(t, &current, attempt).await {
+                Attempt::Done(outcome) => return outcome,
+                Attempt::Conflict(error) => last_error = error,
+            }
+        }
+        let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
+        tracing::warn!(kind, namespace, name, attempts = MAX_ATTEMPTS, error = %last_error,
+            "reconcile: gave up after repeated conflicts; next run retries");
+        Outcome::failed(format!("{MAX_ATTEMPTS} conflicting attempts: {last_error}"))
+    }
+
+    /// The object as it is now, after a conflict.
+    async fn reread(&self, t: &Target<'_>) -> Result<Value, Outcome> {
+        let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
+        match objects::get(self.client, t.kind, t.namespace, t.name).await {
+            Ok(Some(object)) => Ok(object),
+            Ok(None) => {
+                tracing::info!(kind, namespace, name, "reconcile: object gone; skipped");
+                Err(Outcome::settled(ObjectResult::Gone))
+            }
+            Err(e) => {
+                tracing::warn!(kind, namespace, name, error = %e, "reconcile: re-read failed");
+                self.metrics.write(t.kind, "error");
+                Err(Outcome::failed(e))
+            }
+        }
+    }
+
+    /// Plans `current` and, when it differs and may be written, writes it.
+    async fn attempt(&mut self, t: &Target<'_>, current: &Value, attempt: u32) -> Attempt {
+        let drift = match self.plan(t, current) {
+            Ok(drift) => drift,
+            Err(outcome) => return Attempt::Done(outcome),
+        };
+        let changes = changes_text(&drift);
+        let patch = match self.patch(t, &drift, &changes) {
+            Ok(patch) => patch,
+            Err(outcome) => return Attempt::Done(outcome),
+        };
+        if !self.may_write.may_write() {
+            return Attempt::Done(Outcome::drifting(ObjectResult::Abandoned));
+        }
+        self.limiter.acquire().await;
+        if !self.may_write.may_write() {
+            return Attempt::Done(Outcome::drifting(ObjectResult::Abandoned));
+        }
+        self.write(t, &patch, &drift, &changes, attempt).await
+    }
+
+    /// How `current` differs from its policy; an outcome when it does not
+    /// (or the engine cannot handle it).
+    fn plan(&self, t: &Target<'_>, current: &Value) -> Result<Drift, Outcome> {
+        let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
+        match plan::plan(
+            t.policy,
+            namespace,
+            current,
+            t.ctx,
+            self.options.pod_templates,
+        ) {
+            Ok(Some(drift)) => Ok(drift),
+            Ok(None) => {
+                tracing::debug!(kind, namespace, name, "reconcile: in line");
+                Err(Outcome::settled(ObjectResult::InLine))
+            }
+            Err(error) => {
+                tracing::warn!(kind, namespace, name, error = %error,
+                    "reconcile: the engine cannot handle this object; skipped");
+                Err(Outcome::failed(error))
+            }
+        }
+    }
+
+    /// The patch to send; an outcome when none is sent (dry run, only pod
+    /// template changes left out, no resourceVersion to test).
+    fn patch(&self, t: &Target<'_>, drift: &Drift, changes: &str) -> Result<Patch, Outcome> {
+        let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
+        if self.options.dry_run {
+            tracing::info!(kind, namespace, name, changes = %changes,
+                rolls_pods = drift.rolls_pods(), "reconcile: drift (dry run; not written)");
+            return Err(Outcome::drifting(ObjectResult::DryRun));
+        }
+        if let Some(patch) = drift.guarded_patch() {
+            return Ok(patch);
+        }
+        if drift.held_back > 0 {
+            tracing::info!(kind, namespace, name, changes = %changes,
+                "reconcile: only pod template changes, left out by --reconcile-pod-templates=false; skipped");
+            return Err(Outcome::drifting(ObjectResult::SkippedPodTemplate));
+        }
+        tracing::warn!(
+            kind,
+            namespace,
+            name,
+            "reconcile: object has no resourceVersion; skipped"
+        );
+        Err(Outcome::failed("no metadata.resourceVersion"))
+    }
+
+    /// Sends `patch`; a lost race asks for another attempt.
+    async fn write(
+        &self,
+        t: &Target<'_>,
+        patch: &Patch,
+        drift: &Drift,
+        changes: &str,
+        attempt: u32,
+    ) -> Attempt {
+        let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
+        match objects::patch(self.client, t.kind, namespace, name, patch).await {
+            Ok(()) => {
+                self.metrics.write(t.kind, "success");
+                tracing::info!(kind, namespace, name, changes = %changes,
+                    attempts = attempt, pod_template_ops_left_out = drift.held_back,
+                    "reconcile: written");
+                Attempt::Done(Outcome {
+                    result: ObjectResult::Written { attempts: attempt },
+                    drift_left: drift.held_back > 0,
+                })
+            }
+            Err(e) if error::is_precondition_failed(&e) => {
+                self.metrics.write(t.kind, "conflict");
+                tracing::info!(kind, namespace, name, attempt, error = %e,
+                    "reconcile: the object changed since it was read; reading it again");
+                Attempt::Conflict(e.to_string())
+            }
+            Err(e) if error::is_not_found(&e) => {
+                tracing::info!(kind, namespace, name, "reconcile: object gone; skipped");
+                Attempt::Done(Outcome::settled(ObjectResult::Gone))
+            }
+            Err(e) => {
+                self.metrics.write(t.kind, "error");
+                tracing::warn!(kind, namespace, name, error = %e, "reconcile: write failed");
+                Attempt::Done(Outcome::failed(e))
+            }
+        }
+    }
+}

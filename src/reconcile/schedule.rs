@@ -1,0 +1,171 @@
+//! When the leader reconciles which namespaces: all of them on a full run
+//! (the first after acquiring the Lease, then every `--reconcile-interval`,
+//! sooner after a failed run), else those whose policy or HPA targets
+//! changed since they were last reconciled.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::policy::Policy;
+use crate::store::Snapshot;
+
+/// After a failed run: when to try again (instead of the full interval).
+pub const RETRY_AFTER_ERROR: Duration = Duration::from_secs(30);
+
+/// What a namespace was last reconciled against: its policy and HPA targets.
+pub(super) type Seen = BTreeMap<String, (Arc<Policy>, BTreeSet<String>)>;
+
+/// What each namespace of `snapshot` would be reconciled against.
+pub(super) fn seen(snapshot: &Snapshot) -> Seen {
+    snapshot
+        .policies
+        .iter()
+        .map(|(ns, p)| {
+            (
+                ns.clone(),
+                (
+                    p.clone(),
+                    snapshot.hpa_targets.get(ns).cloned().unwrap_or_default(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Namespaces whose policy or HPA targets differ between `before` and `now`
+/// (and that still have a policy).
+fn changed(before: &Seen, now: &Seen) -> BTreeSet<String> {
+    now.iter()
+        .filter(|(ns, (p, t))| {
+            before
+                .get(*ns)
+                .is_none_or(|(bp, bt)| **bp != **p || bt != t)
+        })
+        .map(|(ns, _)| ns.clone())
+        .collect()
+}
+
+/// The namespaces a run is due for.
+pub(super) struct Due {
+    pub namespaces: BTreeSet<String>,
+    /// Every governed namespace (not only the changed ones).
+    pub full: bool,
+}
+
+/// The leader's memory between runs.
+pub(super) struct Schedule {
+    interval: Duration,
+    /// What the last run was against; `None` before the first run.
+    last: Option<Seen>,
+    next_full: Instant,
+}
+
+impl Schedule {
+    pub fn new(interval: Duration) -> Schedule {
+        Schedule {
+            interval,
+            last: None,
+            next_full: Instant::now(),
+        }
+    }
+
+    /// Leadership changed: the next run is a full run.
+    pub fn restart(&mut self) {
+        self.last = None;
+    }
+
+    /// The namespaces of `now` a run is due for now (maybe none).
+    pub fn due(&self, now: &Seen) -> Due {
+        let full = self.last.is_none() || Instant::now() >= self.next_full;
+        let namespaces = match (&self.last, full) {
+            (Some(before), false) => changed(before, now),
+            _ => now.keys().cloned().collect(),
+        };
+        Due { namespaces, full }
+    }
+
+    /// A run (or a due that found nothing to do) is over: `now` is what it
+    /// was against; a failed run brings the next full run closer.
+    pub fn done(&mut self, now: Seen, full: bool, ok: bool) {
+        self.last = Some(now);
+        let at = Instant::now();
+        if full {
+            self.next_full = at + self.interval;
+        }
+        if !ok {
+            self.next_full = self.next_full.min(at + RETRY_AFTER_ERROR);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(ns: &str, replicas: i32) -> Arc<Policy> {
+        Arc::new(Policy {
+            name: "p".into(),
+            spec: crate::policy::HighAvailabilityPolicySpec {
+                target_namespace: ns.into(),
+                replicas: Some(replicas),
+                ..Default::default()
+            },
+        })
+    }
+
+    #[test]
+    fn changed_namespaces() {
+        let before: Seen = [
+            ("a".to_string(), (policy("a", 3), BTreeSet::new())),
+            ("b".to_string(), (policy("b", 3), BTreeSet::new())),
+            ("c".to_string(), (policy("c", 3), BTreeSet::new())),
+        ]
+        .into();
+        let mut now = before.clone();
+        now.insert("a".into(), (policy("a", 4), BTreeSet::new()));
+        now.insert("b".into(), (policy("b", 3), ["x".to_string()].into()));
+        now.insert("d".into(), (policy("d", 3), BTreeSet::new()));
+        now.remove("c");
+        let got: Vec<String> = changed(&before, &now).into_iter().collect();
+        assert_eq!(got, vec!["a", "b", "d"]);
+        assert!(changed(&now, &now).is_empty());
+    }
+
+    #[test]
+    fn full_first_then_changed_then_full_after_restart_or_interval() {
+        let a: Seen = [("a".to_string(), (policy("a", 3), BTreeSet::new()))].into();
+        let mut ab = a.clone();
+        ab.insert("b".into(), (policy("b", 3), BTreeSet::new()));
+        let names = |d: &Due| d.namespaces.iter().cloned().collect::<Vec<_>>();
+
+        let mut s = Schedule::new(Duration::from_secs(3600));
+        let due = s.due(&a);
+        assert!(due.full);
+        assert_eq!(names(&due), vec!["a"]);
+        s.done(a.clone(), due.full, true);
+        let due = s.due(&a);
+        assert!(!due.full && due.namespaces.is_empty());
+        let due = s.due(&ab);
+        assert!(!due.full);
+        assert_eq!(names(&due), vec!["b"]);
+        s.done(ab.clone(), due.full, true);
+
+        s.restart();
+        let due = s.due(&ab);
+        assert!(due.full);
+        assert_eq!(names(&due), vec!["a", "b"]);
+
+        // A failed run: the next full run within RETRY_AFTER_ERROR.
+        s.done(ab.clone(), true, false);
+        assert!(s.next_full <= Instant::now() + RETRY_AFTER_ERROR);
+        assert!(!s.due(&ab).full);
+
+        // Interval elapsed: full again.
+        let mut s = Schedule::new(Duration::ZERO);
+        s.done(a.clone(), true, true);
+        assert!(s.due(&a).full);
+    }
+}
