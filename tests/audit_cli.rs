@@ -3,8 +3,8 @@
 //! real Knative v1.23.0 control plane. Exit codes: 0 in line, 1 drift,
 //! 2 errors.
 
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
-#[path = "fixtures/support.rs"]
 mod support;
 
 use std::collections::BTreeSet;

@@ -1,5 +1,5 @@
 //! What the cluster source pays for HPAs, and `--governed-namespaces`,
-//! against the fake API server (tests/fakeapi):
+//! against the fake API server (tests/support/fakeapi):
 //!
 //! - HPAs are watched only in namespaces with a policy in force: HPAs
 //!   elsewhere are never listed or watched;
@@ -9,16 +9,19 @@
 //!   (`Ready=False`, reason `NotGoverned`; a ConfigMap gets an Event) and
 //!   never in force.
 
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
+mod support;
 
 use std::sync::Arc;
 
-use fakeapi::{FakeApi, wait_until};
+use fakeapi::FakeApi;
 use knative_ha_webhook::sources::Governed;
 use knative_ha_webhook::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
 use knative_ha_webhook::store::PolicyStore;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
+use support::wait_until;
 use tokio::task::JoinHandle;
 
 const GROUP: &str = "knativeha.dev";
@@ -85,7 +88,7 @@ impl Source {
             metrics,
         ));
         let s = store.clone();
-        wait_until("first sync", || s.load().synced.then_some(())).await;
+        wait_until("first sync", async || s.load().synced.then_some(())).await;
         Source {
             api,
             store,
@@ -104,9 +107,10 @@ impl Source {
     }
 
     async fn wait_targets(&self, namespace: &str, want: &[&str]) {
-        wait_until(&format!("HPA targets of {namespace} = {want:?}"), || {
-            (self.targets(namespace) == want).then_some(())
-        })
+        wait_until(
+            &format!("HPA targets of {namespace} = {want:?}"),
+            async || (self.targets(namespace) == want).then_some(()),
+        )
         .await;
     }
 
@@ -204,7 +208,7 @@ async fn hpa_status_updates_and_ungoverned_hpas_publish_nothing() {
     );
     s.api
         .create("", "configmaps", policy_configmap("later", "later-ns"));
-    wait_until("later-ns policy in force", || {
+    wait_until("later-ns policy in force", async || {
         s.store.load().policy_for("later-ns").map(|_| ())
     })
     .await;
@@ -224,7 +228,7 @@ async fn policies_outside_governed_namespaces_are_refused() {
     api.create("", "configmaps", policy_configmap("cm-outside", "other-ns"));
     let s = Source::synced(api, Governed::only([SERVING, "kourier-system"])).await;
 
-    let ready = wait_until("outside: Ready=False NotGoverned", || {
+    let ready = wait_until("outside: Ready=False NotGoverned", async || {
         let obj = s.api.get(GROUP, HAPS, "", "outside")?;
         let cond = obj["status"]["conditions"].as_array()?.first()?.clone();
         (cond["reason"] == "NotGoverned").then_some(cond)
@@ -237,7 +241,7 @@ async fn policies_outside_governed_namespaces_are_refused() {
             && message.contains("--governed-namespaces knative-serving,kourier-system"),
         "{message}"
     );
-    let event = wait_until("a NotGoverned Event on the ConfigMap", || {
+    let event = wait_until("a NotGoverned Event on the ConfigMap", async || {
         s.api
             .events_for("cm-outside")
             .into_iter()

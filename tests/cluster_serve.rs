@@ -3,15 +3,18 @@
 //! `KUBECONFIG`; checked over HTTPS `/mutate`, `/readyz`, `/metrics` and the
 //! log.
 
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
+mod support;
 
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
 use base64::Engine as _;
-use fakeapi::{FakeApi, POLL, WAIT};
+use fakeapi::FakeApi;
 use serde_json::{Value, json};
+use support::wait::{POLL, WAIT};
 use tokio::process::{Child, Command};
 
 const GROUP: &str = "knativeha.dev";

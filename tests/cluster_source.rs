@@ -1,4 +1,4 @@
-//! The cluster policy source against the fake API server (tests/fakeapi):
+//! The cluster policy source against the fake API server (tests/support/fakeapi):
 //! real HTTP, real kube client built from a kubeconfig, real watchers.
 //!
 //! Each scenario asserts what the request path would see afterwards: the
@@ -6,11 +6,13 @@
 //! `Snapshot::mutate` returns for the real Knative v1.23.0 `controller`
 //! Deployment.
 
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
+mod support;
 
 use std::sync::{Arc, OnceLock};
 
-use fakeapi::{FakeApi, wait_until};
+use fakeapi::FakeApi;
 use knative_ha_webhook::admission::ReviewOptions;
 use knative_ha_webhook::engine::{Input, Operation};
 use knative_ha_webhook::server::{AppState, router};
@@ -19,6 +21,7 @@ use knative_ha_webhook::store::PolicyStore;
 use knative_ha_webhook::telemetry::Metrics;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
+use support::wait_until;
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
@@ -131,7 +134,7 @@ impl Harness {
 
     async fn wait_synced(&self) {
         let store = self.store.clone();
-        wait_until("first sync", || store.load().synced.then_some(())).await;
+        wait_until("first sync", async || store.load().synced.then_some(())).await;
     }
 
     /// (policy name, replicas) in force for `namespace`.
@@ -149,7 +152,7 @@ impl Harness {
         let want_owned = want.map(|(n, r)| (n.to_string(), Some(r)));
         let snapshot = wait_until(
             &format!("policy for {namespace} to be {want_owned:?}"),
-            || {
+            async || {
                 let snap = self.store.load();
                 let got = snap
                     .policy_for(namespace)
@@ -304,7 +307,7 @@ impl Harness {
     /// Waits until the Ready condition of `name` has this status/reason and
     /// observedGeneration equals the object's generation.
     async fn wait_ready(&self, name: &str, status: &str, reason: &str) -> Value {
-        wait_until(&format!("{name} Ready={status}/{reason}"), || {
+        wait_until(&format!("{name} Ready={status}/{reason}"), async || {
             let obj = self.api.get(GROUP, HAPS, "", name)?;
             let c = self.ready(name)?;
             let current = c["status"] == status
@@ -323,7 +326,7 @@ impl Harness {
     }
 
     async fn wait_metric(&self, line: &str) {
-        wait_until(&format!("metric line {line:?}"), || {
+        wait_until(&format!("metric line {line:?}"), async || {
             self.metrics_text().lines().any(|l| l == line).then_some(())
         })
         .await;
@@ -479,7 +482,7 @@ async fn resource_wins_over_configmap_which_gets_an_event() {
         policy_configmap("ha-policy", &policy_yaml("from-cm", SERVING, 2)),
     );
     h.wait_in_force(SERVING, Some(("from-cm", 2))).await;
-    wait_until("Valid event on the ConfigMap", || {
+    wait_until("Valid event on the ConfigMap", async || {
         h.api
             .events_for("ha-policy")
             .into_iter()
@@ -489,7 +492,7 @@ async fn resource_wins_over_configmap_which_gets_an_event() {
 
     h.api.create(GROUP, HAPS, hap("from-cr", SERVING, 4));
     h.wait_in_force(SERVING, Some(("from-cr", 4))).await;
-    let event = wait_until("Conflict event on the ConfigMap", || {
+    let event = wait_until("Conflict event on the ConfigMap", async || {
         h.api
             .events_for("ha-policy")
             .into_iter()
@@ -546,7 +549,7 @@ async fn invalid_configmap_gets_a_warning_event_and_applies_nothing() {
     let yaml = policy_yaml("cm", SERVING, 2).replace("replicas: 2", "replicas: 2\n  bogusField: 1");
     h.api
         .create("", "configmaps", policy_configmap("bad-cm", &yaml));
-    let event = wait_until("Invalid event on the ConfigMap", || {
+    let event = wait_until("Invalid event on the ConfigMap", async || {
         h.api
             .events_for("bad-cm")
             .into_iter()
@@ -583,7 +586,7 @@ async fn gone_410_forces_a_relist_that_sees_missed_changes() {
 
     // 410 in the open watch streams: the watcher relists.
     h.api.expire_watches();
-    wait_until("a relist after 410", || {
+    wait_until("a relist after 410", async || {
         (h.lists_of(list_path) > lists_before).then_some(())
     })
     .await;
@@ -699,7 +702,7 @@ async fn hpa_reflector_feeds_hpa_targets() {
         "horizontalpodautoscalers",
         hpa(SERVING, "ctl", "controller"),
     );
-    wait_until("controller HPA seen", || {
+    wait_until("controller HPA seen", async || {
         (targets(&h) == ["activator", "controller"]).then_some(())
     })
     .await;
@@ -720,7 +723,7 @@ async fn hpa_reflector_feeds_hpa_targets() {
         SERVING,
         "activator",
     );
-    wait_until("activator HPA gone", || {
+    wait_until("activator HPA gone", async || {
         (targets(&h) == ["controller"]).then_some(())
     })
     .await;
@@ -746,7 +749,7 @@ async fn not_synced_until_every_first_list_completes() {
     h.wait_in_force("other-ns", Some(("from-cm", 2))).await;
     let cm_path = format!("/api/v1/namespaces/{OWN_NS}/configmaps");
     assert!(h.lists_of(&cm_path) >= 2, "the failed list was retried");
-    wait_until("HPA list requested", || {
+    wait_until("HPA list requested", async || {
         (h.lists_of("/apis/autoscaling/v2/namespaces/knative-serving/horizontalpodautoscalers")
             >= 1)
             .then_some(())

@@ -3,16 +3,17 @@
 //! v1.23.0 objects in line (one log line per object written), and on
 //! SIGTERM gives its Lease up.
 
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
-#[path = "fixtures/support.rs"]
 mod support;
 
 use std::process::Stdio;
 
-use fakeapi::{FakeApi, wait_until};
+use fakeapi::FakeApi;
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::reconcile::plan;
 use serde_json::Value;
+use support::wait_until;
 use tokio::io::AsyncReadExt;
 
 const SERVING: &str = "knative-serving";
@@ -91,7 +92,7 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
         s
     });
 
-    wait_until("every drifting object written", || {
+    wait_until("every drifting object written", async || {
         drifting
             .iter()
             .all(|(g, p, n)| api.patches_of(g, p, SERVING, n) == 1)
@@ -246,7 +247,7 @@ async fn serve_reconcile_dry_run_logs_drift_and_writes_nothing() {
             }
         }
     });
-    let logged = wait_until("a dry-run log line per drifting object", || {
+    let logged = wait_until("a dry-run log line per drifting object", async || {
         let got: std::collections::BTreeSet<String> = lines
             .lock()
             .unwrap()

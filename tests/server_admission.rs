@@ -1,16 +1,20 @@
 //! `POST /mutate` over real loopback TLS (HTTP/1.1 and h2): Knative objects
 //! in, base64 JSON patches out; every kind of bad input gets a well-formed answer.
 
-mod common;
+mod support;
+#[path = "support/tls.rs"]
+mod tls;
 
 use base64::Engine as _;
-use common::*;
 use knative_ha_webhook::admission::NOT_SYNCED_WARNING;
 use knative_ha_webhook::engine::{Input, Operation};
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::server::{Config, PolicySource};
 use knative_ha_webhook::store::{PolicyStore, Snapshot};
 use serde_json::{Value, json};
+use support::corpus::review;
+use support::*;
+use tls::*;
 
 async fn post(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Value, reqwest::Version) {
     let resp = client.post(url).json(body).send().await.unwrap();
@@ -39,21 +43,9 @@ fn example_snapshot() -> Snapshot {
 async fn knative_objects_get_patches_that_apply_over_http1_and_h2() {
     let fx = Fixture::start().await;
     let snapshot = example_snapshot();
-    let objects: Vec<Value> = fixture_docs("2-serving-core.yaml")
+    let objects: Vec<Value> = support::corpus::governed_objects()
         .into_iter()
-        .chain(fixture_docs("3-serving-hpa.yaml"))
-        .filter(|d| {
-            d["metadata"]["namespace"] == "knative-serving"
-                && matches!(
-                    d["kind"].as_str(),
-                    Some(
-                        "Deployment"
-                            | "ConfigMap"
-                            | "HorizontalPodAutoscaler"
-                            | "PodDisruptionBudget"
-                    )
-                )
-        })
+        .map(|(_, object)| object)
         .collect();
     assert!(
         objects.len() >= 8,
@@ -132,7 +124,7 @@ async fn knative_objects_get_patches_that_apply_over_http1_and_h2() {
 #[tokio::test]
 async fn controller_deployment_gets_three_replicas() {
     let fx = Fixture::start().await;
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let (status, body, _) = post(
         &fx.client(Proto::Http1),
         &fx.url(),
@@ -321,7 +313,7 @@ async fn bad_requests_get_json_errors() {
     }
     // The server is still healthy after all that; the API server's
     // `?timeout=10s` query is accepted.
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let (status, _, _) = post(
         &fx.client(Proto::Http1),
         &format!("{}?timeout=10s", fx.url()),
@@ -347,7 +339,7 @@ async fn bad_requests_get_json_errors() {
 async fn admitted_unchanged_cases() {
     let fx = Fixture::start().await;
     let client = fx.client(Proto::H2);
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
 
     // DELETE and CONNECT: allowed, no patch, no warning.
     for op in ["DELETE", "CONNECT"] {
@@ -384,7 +376,7 @@ async fn admitted_unchanged_cases() {
     );
 
     // Namespace omitted in the request: taken from the object.
-    let mut no_ns = review("no-ns", "CREATE", "", &controller);
+    let mut no_ns = review("no-ns", "CREATE", "knative-serving", &controller);
     no_ns["request"]
         .as_object_mut()
         .unwrap()
@@ -415,7 +407,12 @@ async fn engine_error_is_admitted_with_a_warning_or_denied() {
     // An object that is not a JSON object makes the engine fail.
     let broken = json!(["not", "an", "object"]);
     let review_body = {
-        let mut r = review("broken", "CREATE", "knative-serving", &json!({}));
+        let mut r = review(
+            "broken",
+            "CREATE",
+            "knative-serving",
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment"}),
+        );
         r["request"]["object"] = broken;
         r["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});
         r
@@ -470,7 +467,7 @@ async fn unsynced_policy_admits_with_a_warning_and_is_not_ready() {
     assert!(body.contains("\"policySynced\":false"), "{body}");
 
     let client = client(&pki.ca_pem, server.addr, Proto::Http1, None);
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let (_, body, _) = post(
         &client,
         &mutate_url(server.addr),
@@ -515,14 +512,14 @@ async fn readiness_needs_a_certificate_and_fails_during_shutdown() {
     std::fs::write(&key, &pair.key_pem).unwrap();
     let m = server.metrics_addr;
     assert!(
-        wait_until(std::time::Duration::from_secs(10), || async move {
+        becomes_true(std::time::Duration::from_secs(10), || async move {
             get_status(m, "/readyz").await.0 == 200
         })
         .await,
         "ready once the certificate appears"
     );
 
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let h2 = client(&pki.ca_pem, server.addr, Proto::H2, None);
     let (status, _, version) = post(
         &h2,
@@ -534,7 +531,7 @@ async fn readiness_needs_a_certificate_and_fails_during_shutdown() {
 
     server.begin_shutdown();
     assert!(
-        wait_until(std::time::Duration::from_secs(10), || async move {
+        becomes_true(std::time::Duration::from_secs(10), || async move {
             get_status(m, "/readyz").await.0 == 503
         })
         .await,
@@ -568,7 +565,7 @@ async fn readiness_needs_a_certificate_and_fails_during_shutdown() {
 async fn metrics_expose_the_named_series_with_bounded_labels() {
     let fx = Fixture::start().await;
     let client = fx.client(Proto::Http1);
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     post(
         &client,
         &fx.url(),
@@ -610,7 +607,7 @@ async fn metrics_expose_the_named_series_with_bounded_labels() {
 #[tokio::test]
 async fn large_update_review_is_answered() {
     let fx = Fixture::start().await;
-    let mut controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let mut controller = fixture("Deployment", "knative-serving", "controller");
     controller["metadata"]["annotations"] = json!({"pad": "a".repeat(3 * 1024 * 1024 - 4096)});
     let mut body = review("big", "UPDATE", "knative-serving", &controller);
     body["request"]["oldObject"] = controller.clone();

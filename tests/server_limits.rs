@@ -1,16 +1,19 @@
 //! Connection limits and timeouts, and the body limit without a
 //! Content-Length (driven in-process through `server::router`).
 
-mod common;
+mod support;
+#[path = "support/tls.rs"]
+mod tls;
 
 use std::time::Duration;
 
 use axum::body::Body;
-use common::*;
 use knative_ha_webhook::admission::ReviewOptions;
 use knative_ha_webhook::server::{AppState, Config, router};
 use knative_ha_webhook::store::PolicyStore;
 use knative_ha_webhook::telemetry::Metrics;
+use support::*;
+use tls::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
 
@@ -51,7 +54,7 @@ async fn idle_connections_are_closed() {
     );
     let m = fx.server.metrics_addr;
     assert!(
-        wait_until(Duration::from_secs(15), || async move {
+        becomes_true(Duration::from_secs(15), || async move {
             open_connections(m).await == 0.0
         })
         .await,
@@ -119,7 +122,7 @@ async fn connection_cap_sheds_the_longest_idle_connection() {
     let mut hog = raw_tls(&fx.pki.ca_pem, fx.server.addr).await;
     let m = fx.server.metrics_addr;
     assert!(
-        wait_until(Duration::from_secs(10), || async move {
+        becomes_true(Duration::from_secs(10), || async move {
             open_connections(m).await == 1.0
         })
         .await

@@ -2,14 +2,15 @@
 //! during the shutdown delay exits at once; text logs carry no colour codes
 //! when stderr is not a terminal, and request content in them is escaped.
 
-mod common;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use support::corpus::review;
+use support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_knative-ha-webhook");
 
@@ -160,7 +161,7 @@ async fn text_logs_have_no_colour_codes_in_a_pipe_and_escape_request_content() {
         .timeout(Duration::from_secs(20))
         .build()
         .unwrap();
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let forged = "u-1\nFORGED level=ERROR \u{1b}[31mred";
     let body = review(forged, "CREATE", "knative-serving", &controller);
     let resp = client

@@ -1,7 +1,9 @@
 //! The built binary: SIGTERM drain with a request in flight, and start-up
 //! errors that must exit non-zero with a clear message.
 
-mod common;
+mod support;
+#[path = "support/tls.rs"]
+mod tls;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -9,8 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
 use serde_json::Value;
+use support::corpus::review;
+use support::*;
+use tls::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const BIN: &str = env!("CARGO_BIN_EXE_knative-ha-webhook");
@@ -117,14 +121,14 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let (addr, metrics) = addresses(&p);
     let ca_pem = std::fs::read_to_string(&ca_out).unwrap();
     assert!(
-        wait_until(Duration::from_secs(20), || async move {
+        becomes_true(Duration::from_secs(20), || async move {
             get_status(metrics, "/readyz").await.0 == 200
         })
         .await,
         "ready"
     );
     let client = localhost_client(&ca_pem, addr);
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let body =
         serde_json::to_vec(&review("before", "CREATE", "knative-serving", &controller)).unwrap();
     let url = format!("https://localhost:{}/mutate", addr.port());
@@ -167,7 +171,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
 
     // Readiness fails at once ...
     assert!(
-        wait_until(Duration::from_secs(10), || async move {
+        becomes_true(Duration::from_secs(10), || async move {
             get_status(metrics, "/readyz").await.0 == 503
         })
         .await,
@@ -194,7 +198,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
 
     // After the delay the listener closes ...
     assert!(
-        wait_until(Duration::from_secs(20), || async move {
+        becomes_true(Duration::from_secs(20), || async move {
             tokio::net::TcpStream::connect(addr).await.is_err()
         })
         .await,

@@ -1,5 +1,5 @@
-//! A fake Kubernetes API server for integration tests, reusable by every
-//! test file (`mod fakeapi;`).
+//! A fake Kubernetes API server for integration tests, pulled by the tests
+//! that need it with `#[path = "support/fakeapi/mod.rs"] mod fakeapi;`.
 //!
 //! It speaks the real wire format over real HTTP on 127.0.0.1 (plain http),
 //! for any group/version/resource registered with it, namespaced or
@@ -50,29 +50,8 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-/// How long [`wait_until`] polls before giving up.
-pub const WAIT: Duration = Duration::from_secs(10);
-/// How often [`wait_until`] polls.
-pub const POLL: Duration = Duration::from_millis(25);
 /// How often an open watch sends a BOOKMARK when bookmarks are allowed.
 pub const BOOKMARK_EVERY: Duration = Duration::from_millis(500);
-
-/// Polls `check` every [`POLL`] until it returns `Some`, for at most
-/// [`WAIT`]; panics naming `what` otherwise. Never measures elapsed time
-/// for an assertion: the bound only stops a broken test.
-pub async fn wait_until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let tries = (WAIT.as_millis() / POLL.as_millis()) as usize;
-    for _ in 0..tries {
-        if let Some(v) = check() {
-            return v;
-        }
-        tokio::time::sleep(POLL).await;
-    }
-    if let Some(v) = check() {
-        return v;
-    }
-    panic!("gave up waiting for: {what}");
-}
 
 /// One API resource the fake serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -846,7 +825,7 @@ impl FakeApi {
                 }
                 Err(e) => last = Some(e),
             }
-            tokio::time::sleep(POLL).await;
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
         panic!("could not re-bind 127.0.0.1:{}: {last:?}", self.port);
     }
