@@ -9,25 +9,22 @@
 //!   (`Ready=False`, reason `NotGoverned`; a ConfigMap gets an Event) and
 //!   never in force.
 
+#[path = "support/cluster.rs"]
+mod cluster_harness;
 #[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
 mod support;
 
-use std::sync::Arc;
-
+use cluster_harness::{Harness, OWN_NS, hpa};
 use fakeapi::FakeApi;
 use knative_ha_webhook::sources::Governed;
-use knative_ha_webhook::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
-use knative_ha_webhook::store::PolicyStore;
-use prometheus_client::registry::Registry;
+use knative_ha_webhook::sources::cluster::ClusterSourceConfig;
 use serde_json::{Value, json};
 use support::wait_until;
-use tokio::task::JoinHandle;
 
 const GROUP: &str = "knativeha.dev";
 const HAPS: &str = "highavailabilitypolicies";
 const HPAS: &str = "horizontalpodautoscalers";
-const OWN_NS: &str = "khw-system";
 const SERVING: &str = "knative-serving";
 
 fn hap(name: &str, namespace: &str) -> Value {
@@ -49,52 +46,15 @@ fn policy_configmap(name: &str, namespace: &str) -> Value {
     })
 }
 
-fn hpa(namespace: &str, name: &str, target: &str) -> Value {
-    json!({
-        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"minReplicas": 1, "maxReplicas": 10,
-                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}},
-    })
-}
-
-struct Source {
-    api: Arc<FakeApi>,
-    store: PolicyStore,
-    registry: Registry,
-    task: JoinHandle<anyhow::Result<()>>,
-}
-
-impl Drop for Source {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Source {
-    async fn synced(api: FakeApi, governed: Governed) -> Source {
-        let api = Arc::new(api);
-        let store = PolicyStore::default();
-        let mut registry = Registry::default();
-        let metrics = ClusterMetrics::register(&mut registry);
+impl Harness {
+    async fn governing(api: FakeApi, governed: Governed) -> Harness {
         let config = ClusterSourceConfig {
             governed,
             ..ClusterSourceConfig::new(OWN_NS)
         };
-        let task = tokio::spawn(cluster::run(
-            api.client().await,
-            config,
-            store.clone(),
-            metrics,
-        ));
-        let s = store.clone();
-        wait_until("first sync", async || s.load().synced.then_some(())).await;
-        Source {
-            api,
-            store,
-            registry,
-            task,
-        }
+        let h = Harness::start_with(api, config).await;
+        h.wait_synced().await;
+        h
     }
 
     fn targets(&self, namespace: &str) -> Vec<String> {
@@ -112,12 +72,6 @@ impl Source {
             async || (self.targets(namespace) == want).then_some(()),
         )
         .await;
-    }
-
-    fn metrics_text(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
-        out
     }
 
     fn metric(&self, name: &str) -> f64 {
@@ -155,7 +109,7 @@ async fn hpa_status_updates_and_ungoverned_hpas_publish_nothing() {
         let ns = format!("tenant-{i}");
         api.create("autoscaling", HPAS, hpa(&ns, "app", "app"));
     }
-    let s = Source::synced(api, Governed::all()).await;
+    let s = Harness::governing(api, Governed::all()).await;
     s.wait_targets(SERVING, &["activator"]).await;
     let before = s.published();
 
@@ -226,7 +180,7 @@ async fn policies_outside_governed_namespaces_are_refused() {
     api.create(GROUP, HAPS, hap("outside", "default"));
     api.create("autoscaling", HPAS, hpa("default", "app", "app"));
     api.create("", "configmaps", policy_configmap("cm-outside", "other-ns"));
-    let s = Source::synced(api, Governed::only([SERVING, "kourier-system"])).await;
+    let s = Harness::governing(api, Governed::only([SERVING, "kourier-system"])).await;
 
     let ready = wait_until("outside: Ready=False NotGoverned", async || {
         let obj = s.api.get(GROUP, HAPS, "", "outside")?;

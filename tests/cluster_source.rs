@@ -6,45 +6,32 @@
 //! `Snapshot::mutate` returns for the real Knative v1.23.0 `controller`
 //! Deployment.
 
+#[path = "support/cluster.rs"]
+mod cluster_harness;
 #[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
 mod support;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
+use cluster_harness::{Harness, OWN_NS, hpa};
 use fakeapi::FakeApi;
 use knative_ha_webhook::admission::ReviewOptions;
 use knative_ha_webhook::engine::{Input, Operation};
 use knative_ha_webhook::server::{AppState, router};
-use knative_ha_webhook::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
-use knative_ha_webhook::store::PolicyStore;
 use knative_ha_webhook::telemetry::Metrics;
-use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use support::wait_until;
-use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
 const GROUP: &str = "knativeha.dev";
 const HAPS: &str = "highavailabilitypolicies";
-const OWN_NS: &str = "khw-system";
 const SERVING: &str = "knative-serving";
 
 /// The real `controller` Deployment of Knative Serving v1.23.0.
 fn controller() -> &'static Value {
     static CONTROLLER: OnceLock<Value> = OnceLock::new();
-    CONTROLLER.get_or_init(|| {
-        let text = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/knative-v1.23.0/2-serving-core.yaml"
-        ))
-        .expect("read serving core fixture");
-        text.split("\n---")
-            .filter(|doc| doc.contains("kind: Deployment") && doc.contains("name: controller\n"))
-            .filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok())
-            .find(|v| v["kind"] == "Deployment" && v["metadata"]["name"] == "controller")
-            .expect("controller Deployment in the fixture")
-    })
+    CONTROLLER.get_or_init(support::corpus::controller_deployment)
 }
 
 fn hap(name: &str, namespace: &str, replicas: i64) -> Value {
@@ -77,66 +64,7 @@ fn policy_yaml(name: &str, namespace: &str, replicas: i64) -> String {
     )
 }
 
-fn hpa(namespace: &str, name: &str, target: &str) -> Value {
-    json!({
-        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"minReplicas": 1, "maxReplicas": 10,
-                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}},
-    })
-}
-
-/// The cluster source running against a fake API server.
-struct Harness {
-    api: Arc<FakeApi>,
-    store: PolicyStore,
-    registry: Registry,
-    task: JoinHandle<anyhow::Result<()>>,
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 impl Harness {
-    async fn start(api: impl Into<Arc<FakeApi>>) -> Harness {
-        let api = api.into();
-        let client = api.client().await;
-        let store = PolicyStore::default();
-        let mut registry = Registry::default();
-        let metrics = ClusterMetrics::register(&mut registry);
-        let task = tokio::spawn(cluster::run(
-            client,
-            ClusterSourceConfig::new(OWN_NS),
-            store.clone(),
-            metrics,
-        ));
-        Harness {
-            api,
-            store,
-            registry,
-            task,
-        }
-    }
-
-    /// Starts and waits for the first full sync.
-    async fn synced(api: impl Into<Arc<FakeApi>>) -> Harness {
-        let h = Harness::start(api).await;
-        h.wait_synced().await;
-        h
-    }
-
-    fn api_handle(&self) -> Arc<FakeApi> {
-        self.api.clone()
-    }
-
-    async fn wait_synced(&self) {
-        let store = self.store.clone();
-        wait_until("first sync", async || store.load().synced.then_some(())).await;
-    }
-
     /// (policy name, replicas) in force for `namespace`.
     fn in_force(&self, namespace: &str) -> Option<(String, Option<i32>)> {
         self.store
@@ -242,22 +170,12 @@ impl Harness {
     /// `response` of the review.
     async fn post_mutate(&self) -> Value {
         use base64::Engine as _;
-        let review = json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "00000000-0000-0000-0000-000000000001",
-                "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
-                "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
-                "name": "controller",
-                "namespace": SERVING,
-                "operation": "CREATE",
-                "userInfo": {"username": "kubernetes-admin"},
-                "object": controller(),
-                "oldObject": null,
-                "dryRun": false,
-            }
-        });
+        let review = support::corpus::review(
+            "00000000-0000-0000-0000-000000000001",
+            "CREATE",
+            SERVING,
+            controller(),
+        );
         let state = AppState {
             store: self.store.clone(),
             metrics: Metrics::unregistered(),
@@ -317,12 +235,6 @@ impl Harness {
             current.then_some(c)
         })
         .await
-    }
-
-    fn metrics_text(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encode");
-        out
     }
 
     async fn wait_metric(&self, line: &str) {

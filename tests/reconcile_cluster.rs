@@ -30,25 +30,6 @@ const OWN_NS: &str = "khw-system";
 const SERVING: &str = "knative-serving";
 const KOURIER: &str = "kourier-system";
 
-/// (group, plural) of each governed kind.
-fn resource_of(kind: &str) -> (&'static str, &'static str) {
-    match kind {
-        "Deployment" => ("apps", "deployments"),
-        "HorizontalPodAutoscaler" => ("autoscaling", "horizontalpodautoscalers"),
-        "PodDisruptionBudget" => ("policy", "poddisruptionbudgets"),
-        "ConfigMap" => ("", "configmaps"),
-        other => panic!("not a governed kind: {other}"),
-    }
-}
-
-fn is_governed(obj: &Value) -> bool {
-    match obj["kind"].as_str() {
-        Some("Deployment" | "HorizontalPodAutoscaler" | "PodDisruptionBudget") => true,
-        Some("ConfigMap") => obj["metadata"]["name"] == "config-leader-election",
-        _ => false,
-    }
-}
-
 /// (kind, namespace, name)
 type Key = (String, String, String);
 
@@ -63,8 +44,7 @@ fn key_of(obj: &Value) -> Key {
 /// Loads the governed objects of the v1.23.0 fixtures (both namespaces).
 fn load_control_plane(api: &FakeApi) -> Vec<Key> {
     let mut keys = Vec::new();
-    for obj in support::fixture_objects().into_iter().filter(is_governed) {
-        let (group, plural) = resource_of(obj["kind"].as_str().unwrap());
+    for ((group, plural), obj) in support::corpus::reconciled_objects() {
         keys.push(key_of(&api.create(group, plural, obj)));
     }
     assert!(keys.len() >= 14, "fixture objects loaded: {keys:?}");
@@ -72,13 +52,13 @@ fn load_control_plane(api: &FakeApi) -> Vec<Key> {
 }
 
 fn current(api: &FakeApi, key: &Key) -> Value {
-    let (group, plural) = resource_of(&key.0);
+    let (group, plural) = support::corpus::group_plural(&key.0);
     api.get(group, plural, &key.1, &key.2)
         .unwrap_or_else(|| panic!("{key:?} missing"))
 }
 
 fn patches(api: &FakeApi, key: &Key) -> usize {
-    let (group, plural) = resource_of(&key.0);
+    let (group, plural) = support::corpus::group_plural(&key.0);
     api.patches_of(group, plural, &key.1, &key.2)
 }
 

@@ -28,16 +28,7 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
     let ctx = knative_ha_webhook::engine::Context {
         hpa_targets: ["activator".to_string(), "webhook".to_string()].into(),
     };
-    for obj in support::fixture_objects() {
-        let (group, plural) = match obj["kind"].as_str() {
-            Some("Deployment") => ("apps", "deployments"),
-            Some("HorizontalPodAutoscaler") => ("autoscaling", "horizontalpodautoscalers"),
-            Some("PodDisruptionBudget") => ("policy", "poddisruptionbudgets"),
-            Some("ConfigMap") if obj["metadata"]["name"] == "config-leader-election" => {
-                ("", "configmaps")
-            }
-            _ => continue,
-        };
+    for ((group, plural), obj) in support::corpus::reconciled_objects() {
         let created = api.create(group, plural, obj);
         if created["metadata"]["namespace"] == SERVING
             && plan::plan(&policy, SERVING, &created, &ctx, true)
@@ -194,16 +185,7 @@ async fn serve_reconcile_dry_run_logs_drift_and_writes_nothing() {
     let ctx = knative_ha_webhook::engine::Context::default();
     let mut drifting = std::collections::BTreeSet::new();
     let mut all = Vec::new();
-    for obj in support::fixture_objects() {
-        let (group, plural) = match obj["kind"].as_str() {
-            Some("Deployment") => ("apps", "deployments"),
-            Some("HorizontalPodAutoscaler") => ("autoscaling", "horizontalpodautoscalers"),
-            Some("PodDisruptionBudget") => ("policy", "poddisruptionbudgets"),
-            Some("ConfigMap") if obj["metadata"]["name"] == "config-leader-election" => {
-                ("", "configmaps")
-            }
-            _ => continue,
-        };
+    for ((group, plural), obj) in support::corpus::reconciled_objects() {
         let created = api.create(group, plural, obj);
         let name = created["metadata"]["name"].as_str().unwrap().to_string();
         let ns = created["metadata"]["namespace"]

@@ -125,6 +125,22 @@ pub fn gvr(kind: &str) -> (&'static str, &'static str, &'static str) {
     }
 }
 
+/// The objects of the manifests (both namespaces) the reconciler and
+/// `audit` look at: every Deployment, HPA and PDB and the
+/// `config-leader-election` ConfigMap, each with its (group, plural), in
+/// file order (what the tests load into the fake API server).
+pub fn reconciled_objects() -> Vec<((&'static str, &'static str), Value)> {
+    manifest_documents()
+        .into_iter()
+        .filter(|o| match o["kind"].as_str() {
+            Some("Deployment" | "HorizontalPodAutoscaler" | "PodDisruptionBudget") => true,
+            Some("ConfigMap") => o["metadata"]["name"] == "config-leader-election",
+            _ => false,
+        })
+        .map(|o| (group_plural(o["kind"].as_str().unwrap_or("")), o))
+        .collect()
+}
+
 /// (group, plural) of a kind: how the fake API server names a resource.
 pub fn group_plural(kind: &str) -> (&'static str, &'static str) {
     let (group, _, plural) = gvr(kind);
