@@ -5,9 +5,8 @@ mod support;
 #[path = "support/tls.rs"]
 mod tls;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,76 +15,6 @@ use support::corpus::review;
 use support::*;
 use tls::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-const BIN: &str = env!("CARGO_BIN_EXE_knative-ha-webhook");
-
-struct Proc {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // Only if a test failed half-way: never leave the server running.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(args: &[&str]) -> Proc {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    Proc { child, lines: rx }
-}
-
-/// Waits (bounded) for the log line announcing the bound addresses.
-fn addresses(p: &Proc) -> (SocketAddr, SocketAddr) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while std::time::Instant::now() < deadline {
-        let Ok(line) = p.lines.recv_timeout(Duration::from_millis(200)) else {
-            continue;
-        };
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if v["message"] == "serving POST /mutate over HTTPS" {
-            return (
-                v["listen"].as_str().unwrap().parse().unwrap(),
-                v["metrics_listen"].as_str().unwrap().parse().unwrap(),
-            );
-        }
-    }
-    panic!("server did not announce its addresses");
-}
-
-fn wait_exit(p: &mut Proc, limit: Duration) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let Some(status) = p.child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "process did not exit in time"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn localhost_client(ca_pem: &str, addr: SocketAddr) -> reqwest::Client {
     knative_ha_webhook::tls::install_crypto_provider();
@@ -105,7 +34,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let ca_out = dir.path().join("ca.pem");
     let policy = example_policy_path();
-    let mut p = spawn(&[
+    let mut p = spawn_logged(&[
         "serve",
         "--policy-file",
         policy.to_str().unwrap(),
@@ -118,7 +47,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
         "--shutdown-delay",
         "2s",
     ]);
-    let (addr, metrics) = addresses(&p);
+    let (addr, metrics) = p.addresses();
     let ca_pem = std::fs::read_to_string(&ca_out).unwrap();
     assert!(
         becomes_true(Duration::from_secs(20), || async move {
@@ -216,7 +145,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"uid\":\"in-flight\""), "{answer}");
 
-    let status = wait_exit(&mut p, Duration::from_secs(40));
+    let status = p.wait_exit(Duration::from_secs(40));
     assert_eq!(status.code(), Some(0), "exit code");
 
     // One JSON log line per review, with the fields operators filter on.
@@ -249,7 +178,7 @@ fn sigint_and_sigterm_with_zero_delay_exit_zero() {
         let dir = tempfile::tempdir().unwrap();
         let ca_out = dir.path().join("ca.pem");
         let policy = example_policy_path();
-        let mut p = spawn(&[
+        let mut p = spawn_logged(&[
             "serve",
             "--policy-file",
             policy.to_str().unwrap(),
@@ -264,7 +193,7 @@ fn sigint_and_sigterm_with_zero_delay_exit_zero() {
             "--log-format",
             "json",
         ]);
-        addresses(&p);
+        p.addresses();
         let pid = p.child.id().to_string();
         assert!(
             Command::new("kill")
@@ -273,7 +202,7 @@ fn sigint_and_sigterm_with_zero_delay_exit_zero() {
                 .unwrap()
                 .success()
         );
-        let status = wait_exit(&mut p, Duration::from_secs(30));
+        let status = p.wait_exit(Duration::from_secs(30));
         assert_eq!(status.code(), Some(0), "{signal}");
     }
 }
@@ -345,7 +274,7 @@ fn start_up_errors_exit_non_zero_with_a_clear_message() {
         ),
     ];
     for (name, args, want) in cases {
-        let out = Command::new(BIN)
+        let out = bin()
             .args(&args)
             .env("KUBECONFIG", &kubeconfig)
             .env("HOME", dir.path())

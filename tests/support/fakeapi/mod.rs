@@ -887,20 +887,33 @@ impl FakeApi {
         self.shared.released.send_modify(|n| *n += 1);
     }
 
-    /// Creates an object (namespace taken from `metadata.namespace`). Unlike
-    /// a POST, a given `metadata.creationTimestamp` is kept, so tests can
-    /// decide which object is older.
-    pub fn create(&self, group: &str, plural: &str, obj: Value) -> Value {
+    /// Runs `f` on the store and the registered resource `group`/`plural`
+    /// (the bookkeeping every direct write shares).
+    fn with_resource<T>(
+        &self,
+        group: &str,
+        plural: &str,
+        f: impl FnOnce(&mut Store, &ResourceDef) -> T,
+    ) -> T {
         self.shared.with_store(|s| {
             let res = s
                 .resource(group, plural)
                 .unwrap_or_else(|| panic!("resource {group}/{plural} not registered"))
                 .clone();
+            f(s, &res)
+        })
+    }
+
+    /// Creates an object (namespace taken from `metadata.namespace`). Unlike
+    /// a POST, a given `metadata.creationTimestamp` is kept, so tests can
+    /// decide which object is older.
+    pub fn create(&self, group: &str, plural: &str, obj: Value) -> Value {
+        self.with_resource(group, plural, |s, res| {
             let ns = obj["metadata"]["namespace"]
                 .as_str()
                 .unwrap_or("")
                 .to_string();
-            s.create(&res, &ns, obj, true)
+            s.create(res, &ns, obj, true)
                 .unwrap_or_else(|e| panic!("create {plural}: {e:?}"))
         })
     }
@@ -915,11 +928,7 @@ impl FakeApi {
         name: &str,
         edit: impl FnOnce(&mut Value),
     ) -> Value {
-        self.shared.with_store(|s| {
-            let res = s
-                .resource(group, plural)
-                .expect("resource registered")
-                .clone();
+        self.with_resource(group, plural, |s, res| {
             let key = (group.into(), plural.into(), namespace.into(), name.into());
             let mut obj = s
                 .objects
@@ -927,18 +936,14 @@ impl FakeApi {
                 .cloned()
                 .unwrap_or_else(|| panic!("{plural} {namespace}/{name} not found"));
             edit(&mut obj);
-            s.replace(&res, namespace, name, obj, false, true)
+            s.replace(res, namespace, name, obj, false, true)
                 .unwrap_or_else(|e| panic!("update {plural} {name}: {e:?}"))
         })
     }
 
     pub fn delete(&self, group: &str, plural: &str, namespace: &str, name: &str) -> Value {
-        self.shared.with_store(|s| {
-            let res = s
-                .resource(group, plural)
-                .expect("resource registered")
-                .clone();
-            s.delete(&res, namespace, name)
+        self.with_resource(group, plural, |s, res| {
+            s.delete(res, namespace, name)
                 .unwrap_or_else(|e| panic!("delete {plural} {name}: {e:?}"))
         })
     }
@@ -1056,30 +1061,22 @@ impl FakeApi {
         name: &str,
         status: Value,
     ) -> Value {
-        self.shared.with_store(|s| {
-            let res = s
-                .resource(group, plural)
-                .expect("resource registered")
-                .clone();
+        self.with_resource(group, plural, |s, res| {
             let obj = json!({"metadata": {}, "status": status});
-            s.replace(&res, namespace, name, obj, true, false)
+            s.replace(res, namespace, name, obj, true, false)
                 .unwrap_or_else(|e| panic!("update status of {plural} {namespace}/{name}: {e:?}"))
         })
     }
 
     /// Creates many objects under one lock (benchmarks, large lists).
     pub fn create_many(&self, group: &str, plural: &str, objs: Vec<Value>) {
-        self.shared.with_store(|s| {
-            let res = s
-                .resource(group, plural)
-                .unwrap_or_else(|| panic!("resource {group}/{plural} not registered"))
-                .clone();
+        self.with_resource(group, plural, |s, res| {
             for obj in objs {
                 let ns = obj["metadata"]["namespace"]
                     .as_str()
                     .unwrap_or("")
                     .to_string();
-                s.create(&res, &ns, obj, true)
+                s.create(res, &ns, obj, true)
                     .unwrap_or_else(|e| panic!("create {plural}: {e:?}"));
             }
         });
