@@ -10,6 +10,8 @@
 mod cluster_harness;
 #[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
+#[path = "support/router.rs"]
+mod router;
 mod support;
 
 use std::sync::OnceLock;
@@ -18,11 +20,9 @@ use cluster_harness::{Harness, OWN_NS, hpa};
 use fakeapi::FakeApi;
 use knative_ha_webhook::admission::ReviewOptions;
 use knative_ha_webhook::engine::{Input, Operation};
-use knative_ha_webhook::server::{AppState, router};
-use knative_ha_webhook::telemetry::Metrics;
+use router::Mutate;
 use serde_json::{Value, json};
 use support::wait_until;
-use tower::ServiceExt;
 
 const GROUP: &str = "knativeha.dev";
 const HAPS: &str = "highavailabilitypolicies";
@@ -176,21 +176,10 @@ impl Harness {
             SERVING,
             controller(),
         );
-        let state = AppState {
-            store: self.store.clone(),
-            metrics: Metrics::unregistered(),
-            options: ReviewOptions::default(),
-        };
-        let req = axum::http::Request::post("/mutate")
-            .header("content-type", "application/json")
-            .body(axum::body::Body::from(review.to_string()))
-            .unwrap();
-        let resp = router(state).oneshot(req).await.unwrap();
-        assert_eq!(resp.status(), 200);
-        let bytes = axum::body::to_bytes(resp.into_body(), 16 << 20)
-            .await
-            .unwrap();
-        let mut body: Value = serde_json::from_slice(&bytes).unwrap();
+        let (status, mut body) = Mutate::new(self.store.clone(), ReviewOptions::default())
+            .post(&review)
+            .await;
+        assert_eq!(status, 200);
         let mut response = body["response"].take();
         assert_eq!(response["allowed"], true, "{response}");
         if let Some(patch) = response["patch"].as_str() {
