@@ -10,26 +10,6 @@ use std::time::Duration;
 use support::corpus::review;
 use support::*;
 
-fn spawn(dir: &std::path::Path, format: &str, delay: &str) -> Proc {
-    let policy = example_policy_path();
-    let ca = dir.join("ca.pem");
-    spawn_logged(&[
-        "serve",
-        "--policy-file",
-        policy.to_str().unwrap(),
-        "--self-signed",
-        ca.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--shutdown-delay",
-        delay,
-        "--log-format",
-        format,
-    ])
-}
-
 /// The value after `key=` in a text log line (escape codes removed).
 fn text_field(line: &str, key: &str) -> String {
     let plain: String = strip_ansi(line);
@@ -57,7 +37,7 @@ fn strip_ansi(s: &str) -> String {
 #[test]
 fn a_second_signal_during_the_shutdown_delay_exits_at_once_with_130() {
     let dir = tempfile::tempdir().unwrap();
-    let mut p = spawn(dir.path(), "json", "60s");
+    let mut p = spawn_serve(dir.path(), "60s", "json");
     p.wait_line("serving POST /mutate over HTTPS");
     p.signal("-INT");
     p.wait_line("received SIGINT");
@@ -70,7 +50,7 @@ fn a_second_signal_during_the_shutdown_delay_exits_at_once_with_130() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_logs_have_no_colour_codes_in_a_pipe_and_escape_request_content() {
     let dir = tempfile::tempdir().unwrap();
-    let mut p = spawn(dir.path(), "text", "0s");
+    let mut p = spawn_serve(dir.path(), "0s", "text");
     let line = p.wait_line("serving POST /mutate over HTTPS");
     let addr: SocketAddr = text_field(&line, "listen").parse().unwrap();
     let ca = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();

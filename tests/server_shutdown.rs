@@ -33,20 +33,7 @@ fn localhost_client(ca_pem: &str, addr: SocketAddr) -> reqwest::Client {
 async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let ca_out = dir.path().join("ca.pem");
-    let policy = example_policy_path();
-    let mut p = spawn_logged(&[
-        "serve",
-        "--policy-file",
-        policy.to_str().unwrap(),
-        "--self-signed",
-        ca_out.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--shutdown-delay",
-        "2s",
-    ]);
+    let mut p = spawn_serve(dir.path(), "2s", "json");
     let (addr, metrics) = p.addresses();
     let ca_pem = std::fs::read_to_string(&ca_out).unwrap();
     assert!(
@@ -176,32 +163,9 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
 fn sigint_and_sigterm_with_zero_delay_exit_zero() {
     for signal in ["-INT", "-TERM"] {
         let dir = tempfile::tempdir().unwrap();
-        let ca_out = dir.path().join("ca.pem");
-        let policy = example_policy_path();
-        let mut p = spawn_logged(&[
-            "serve",
-            "--policy-file",
-            policy.to_str().unwrap(),
-            "--self-signed",
-            ca_out.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--shutdown-delay",
-            "0s",
-            "--log-format",
-            "json",
-        ]);
+        let mut p = spawn_serve(dir.path(), "0s", "json");
         p.addresses();
-        let pid = p.child.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args([signal, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
+        p.signal(signal);
         let status = p.wait_exit(Duration::from_secs(30));
         assert_eq!(status.code(), Some(0), "{signal}");
     }

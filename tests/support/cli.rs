@@ -89,6 +89,29 @@ pub fn spawn_logged(args: &[&str]) -> Proc {
     }
 }
 
+/// `serve` on `examples/policy.yaml` with a self-signed certificate whose
+/// CA goes to `dir/ca.pem`, on loopback ports chosen by the kernel, with
+/// this shutdown delay and log format.
+pub fn spawn_serve(dir: &std::path::Path, delay: &str, format: &str) -> Proc {
+    let policy = super::example_policy_path();
+    let ca = dir.join("ca.pem");
+    spawn_logged(&[
+        "serve",
+        "--policy-file",
+        policy.to_str().unwrap(),
+        "--self-signed",
+        ca.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--shutdown-delay",
+        delay,
+        "--log-format",
+        format,
+    ])
+}
+
 impl Proc {
     /// Waits (at most 60 s) for a log line containing `needle`; returns it.
     pub fn wait_line(&mut self, needle: &str) -> String {

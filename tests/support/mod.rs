@@ -35,7 +35,7 @@ use std::path::PathBuf;
 
 use knative_ha_webhook::policy::Policy;
 
-pub use cli::{Proc, bin, run, run_stdin, spawn_logged, stderr, stdout};
+pub use cli::{Proc, bin, run, run_stdin, spawn_logged, spawn_serve, stderr, stdout};
 pub use corpus::{FIXTURES, fixture, fixture_objects};
 pub use rfc6902::apply_rfc6902;
 pub use wait::{becomes_true, wait_until};
