@@ -13,9 +13,13 @@
 //! `#[path]` (each `tests/*.rs` is its own crate, and a module compiled into
 //! every test binary costs build time):
 //!
+//! - `#[path = "support/router.rs"] mod router;`: `POST /mutate` through
+//!   the router in process (`oneshot`), for the admission content;
 //! - `#[path = "support/tls.rs"] mod tls;`: PKI, Secret volume, HTTPS
-//!   clients, an in-process server, the router for `oneshot` tests;
-//! - `#[path = "support/fakeapi/mod.rs"] mod fakeapi;`: the fake API server;
+//!   clients, an in-process server (TLS, limits, rotation, shutdown);
+//! - `#[path = "support/fakeapi/mod.rs"] mod fakeapi;`: the fake API server,
+//!   and `#[path = "support/cluster.rs"] mod cluster_harness;`: the cluster
+//!   source running against it;
 //! - `#[path = "support/fuzzgen.rs"] mod fuzzgen;` and `oracle.rs`: input
 //!   generators and reply properties (robustness tests, fuzz targets).
 //!
