@@ -18,7 +18,7 @@ use knative_ha_webhook::engine::{self, Context, Input, Operation};
 use knative_ha_webhook::policy::Policy;
 use serde_json::Value;
 
-#[path = "support/corpus.rs"]
+#[path = "../tests/support/corpus.rs"]
 mod corpus;
 
 struct Case {

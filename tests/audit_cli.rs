@@ -3,8 +3,8 @@
 //! real Knative v1.23.0 control plane. Exit codes: 0 in line, 1 drift,
 //! 2 errors.
 
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
-#[path = "fixtures/support.rs"]
 mod support;
 
 use std::collections::BTreeSet;
@@ -19,16 +19,7 @@ use serde_json::Value;
 const SERVING: &str = "knative-serving";
 
 fn load_control_plane(api: &FakeApi) {
-    for obj in support::fixture_objects() {
-        let (group, plural) = match obj["kind"].as_str() {
-            Some("Deployment") => ("apps", "deployments"),
-            Some("HorizontalPodAutoscaler") => ("autoscaling", "horizontalpodautoscalers"),
-            Some("PodDisruptionBudget") => ("policy", "poddisruptionbudgets"),
-            Some("ConfigMap") if obj["metadata"]["name"] == "config-leader-election" => {
-                ("", "configmaps")
-            }
-            _ => continue,
-        };
+    for ((group, plural), obj) in support::corpus::reconciled_objects() {
         api.create(group, plural, obj);
     }
 }

@@ -1,7 +1,6 @@
 //! The built binary: `preview` (yaml and patches), `check`, `crd` and bad
 //! input, which must name the file and the document index.
 
-#[path = "fixtures/support.rs"]
 mod support;
 
 use serde_json::Value;

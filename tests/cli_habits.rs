@@ -3,7 +3,6 @@
 //! ConfigMap form with every error in one run, `-o yaml|json`, one name per
 //! flag (old spellings kept), and errors in the user's words.
 
-#[path = "fixtures/support.rs"]
 mod support;
 
 use serde_json::Value;

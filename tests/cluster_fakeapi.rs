@@ -1,9 +1,11 @@
 //! The fake API server itself, through the real kube client: the wire
 //! behaviour other test files rely on.
 
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
+mod support;
 
-use fakeapi::{FakeApi, ResourceDef, wait_until};
+use fakeapi::{FakeApi, ResourceDef};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -14,6 +16,7 @@ use kube::api::{
 };
 use kube::core::ApiResource;
 use serde_json::json;
+use support::wait_until;
 
 fn deployment(name: &str) -> Deployment {
     serde_json::from_value(json!({
@@ -213,7 +216,7 @@ async fn watch_streams_events_selector_transitions_and_410() {
     }
     // Open watches can be expired too.
     api.expire_watches();
-    let gone = wait_until("410 on the open watch", || {
+    let gone = wait_until("410 on the open watch", async || {
         futures::FutureExt::now_or_never(stream.next())
             .flatten()
             .and_then(Result::ok)

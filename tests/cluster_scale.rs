@@ -1,5 +1,5 @@
 //! What the cluster source pays for HPAs, and `--governed-namespaces`,
-//! against the fake API server (tests/fakeapi):
+//! against the fake API server (tests/support/fakeapi):
 //!
 //! - HPAs are watched only in namespaces with a policy in force: HPAs
 //!   elsewhere are never listed or watched;
@@ -9,22 +9,22 @@
 //!   (`Ready=False`, reason `NotGoverned`; a ConfigMap gets an Event) and
 //!   never in force.
 
+#[path = "support/cluster.rs"]
+mod cluster_harness;
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
+mod support;
 
-use std::sync::Arc;
-
-use fakeapi::{FakeApi, wait_until};
+use cluster_harness::{Harness, OWN_NS, hpa};
+use fakeapi::FakeApi;
 use knative_ha_webhook::sources::Governed;
-use knative_ha_webhook::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
-use knative_ha_webhook::store::PolicyStore;
-use prometheus_client::registry::Registry;
+use knative_ha_webhook::sources::cluster::ClusterSourceConfig;
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
+use support::wait_until;
 
 const GROUP: &str = "knativeha.dev";
 const HAPS: &str = "highavailabilitypolicies";
 const HPAS: &str = "horizontalpodautoscalers";
-const OWN_NS: &str = "khw-system";
 const SERVING: &str = "knative-serving";
 
 fn hap(name: &str, namespace: &str) -> Value {
@@ -46,52 +46,15 @@ fn policy_configmap(name: &str, namespace: &str) -> Value {
     })
 }
 
-fn hpa(namespace: &str, name: &str, target: &str) -> Value {
-    json!({
-        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"minReplicas": 1, "maxReplicas": 10,
-                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}},
-    })
-}
-
-struct Source {
-    api: Arc<FakeApi>,
-    store: PolicyStore,
-    registry: Registry,
-    task: JoinHandle<cluster::Result<()>>,
-}
-
-impl Drop for Source {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Source {
-    async fn synced(api: FakeApi, governed: Governed) -> Source {
-        let api = Arc::new(api);
-        let store = PolicyStore::default();
-        let mut registry = Registry::default();
-        let metrics = ClusterMetrics::register(&mut registry);
+impl Harness {
+    async fn governing(api: FakeApi, governed: Governed) -> Harness {
         let config = ClusterSourceConfig {
             governed,
             ..ClusterSourceConfig::new(OWN_NS)
         };
-        let task = tokio::spawn(cluster::run(
-            api.client().await,
-            config,
-            store.clone(),
-            metrics,
-        ));
-        let s = store.clone();
-        wait_until("first sync", || s.load().synced.then_some(())).await;
-        Source {
-            api,
-            store,
-            registry,
-            task,
-        }
+        let h = Harness::start_with(api, config).await;
+        h.wait_synced().await;
+        h
     }
 
     fn targets(&self, namespace: &str) -> Vec<String> {
@@ -104,16 +67,11 @@ impl Source {
     }
 
     async fn wait_targets(&self, namespace: &str, want: &[&str]) {
-        wait_until(&format!("HPA targets of {namespace} = {want:?}"), || {
-            (self.targets(namespace) == want).then_some(())
-        })
+        wait_until(
+            &format!("HPA targets of {namespace} = {want:?}"),
+            async || (self.targets(namespace) == want).then_some(()),
+        )
         .await;
-    }
-
-    fn metrics_text(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
-        out
     }
 
     fn metric(&self, name: &str) -> f64 {
@@ -151,7 +109,7 @@ async fn hpa_status_updates_and_ungoverned_hpas_publish_nothing() {
         let ns = format!("tenant-{i}");
         api.create("autoscaling", HPAS, hpa(&ns, "app", "app"));
     }
-    let s = Source::synced(api, Governed::all()).await;
+    let s = Harness::governing(api, Governed::all()).await;
     s.wait_targets(SERVING, &["activator"]).await;
     let before = s.published();
 
@@ -204,7 +162,7 @@ async fn hpa_status_updates_and_ungoverned_hpas_publish_nothing() {
     );
     s.api
         .create("", "configmaps", policy_configmap("later", "later-ns"));
-    wait_until("later-ns policy in force", || {
+    wait_until("later-ns policy in force", async || {
         s.store.load().policy_for("later-ns").map(|_| ())
     })
     .await;
@@ -222,9 +180,9 @@ async fn policies_outside_governed_namespaces_are_refused() {
     api.create(GROUP, HAPS, hap("outside", "default"));
     api.create("autoscaling", HPAS, hpa("default", "app", "app"));
     api.create("", "configmaps", policy_configmap("cm-outside", "other-ns"));
-    let s = Source::synced(api, Governed::only([SERVING, "kourier-system"])).await;
+    let s = Harness::governing(api, Governed::only([SERVING, "kourier-system"])).await;
 
-    let ready = wait_until("outside: Ready=False NotGoverned", || {
+    let ready = wait_until("outside: Ready=False NotGoverned", async || {
         let obj = s.api.get(GROUP, HAPS, "", "outside")?;
         let cond = obj["status"]["conditions"].as_array()?.first()?.clone();
         (cond["reason"] == "NotGoverned").then_some(cond)
@@ -237,7 +195,7 @@ async fn policies_outside_governed_namespaces_are_refused() {
             && message.contains("--governed-namespaces knative-serving,kourier-system"),
         "{message}"
     );
-    let event = wait_until("a NotGoverned Event on the ConfigMap", || {
+    let event = wait_until("a NotGoverned Event on the ConfigMap", async || {
         s.api
             .events_for("cm-outside")
             .into_iter()

@@ -3,15 +3,18 @@
 //! `KUBECONFIG`; checked over HTTPS `/mutate`, `/readyz`, `/metrics` and the
 //! log.
 
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
+mod support;
 
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
 use base64::Engine as _;
-use fakeapi::{FakeApi, POLL, WAIT};
+use fakeapi::FakeApi;
 use serde_json::{Value, json};
+use support::wait::{POLL, WAIT};
 use tokio::process::{Child, Command};
 
 const GROUP: &str = "knativeha.dev";
@@ -25,19 +28,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-fn controller() -> Value {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/knative-v1.23.0/2-serving-core.yaml"
-    ))
-    .unwrap();
-    text.split("\n---")
-        .filter(|d| d.contains("kind: Deployment") && d.contains("name: controller\n"))
-        .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
-        .find(|v| v["kind"] == "Deployment" && v["metadata"]["name"] == "controller")
-        .unwrap()
 }
 
 struct Webhook {
@@ -111,18 +101,13 @@ impl Webhook {
             .timeout(Duration::from_secs(5))
             .build()
             .unwrap();
-        let object = controller();
-        let review = json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": "11111111-0000-0000-0000-000000000001",
-                "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
-                "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
-                "name": "controller", "namespace": SERVING, "operation": "CREATE",
-                "userInfo": {"username": "kubernetes-admin"},
-                "object": object,
-            }
-        });
+        let object = support::corpus::controller_deployment();
+        let review = support::corpus::review(
+            "11111111-0000-0000-0000-000000000001",
+            "CREATE",
+            SERVING,
+            &object,
+        );
         let resp = client
             .post(format!("https://localhost:{}/mutate", self.https.port()))
             .json(&review)

@@ -1,4 +1,4 @@
-//! The cluster policy source against the fake API server (tests/fakeapi):
+//! The cluster policy source against the fake API server (tests/support/fakeapi):
 //! real HTTP, real kube client built from a kubeconfig, real watchers.
 //!
 //! Each scenario asserts what the request path would see afterwards: the
@@ -6,42 +6,32 @@
 //! `Snapshot::mutate` returns for the real Knative v1.23.0 `controller`
 //! Deployment.
 
+#[path = "support/cluster.rs"]
+mod cluster_harness;
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
+#[path = "support/router.rs"]
+mod router;
+mod support;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
-use fakeapi::{FakeApi, wait_until};
+use cluster_harness::{Harness, OWN_NS, hpa};
+use fakeapi::FakeApi;
 use knative_ha_webhook::admission::ReviewOptions;
 use knative_ha_webhook::engine::{Input, Operation};
-use knative_ha_webhook::server::{AppState, router};
-use knative_ha_webhook::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
-use knative_ha_webhook::store::PolicyStore;
-use knative_ha_webhook::telemetry::Metrics;
-use prometheus_client::registry::Registry;
+use router::Mutate;
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-use tower::ServiceExt;
+use support::wait_until;
 
 const GROUP: &str = "knativeha.dev";
 const HAPS: &str = "highavailabilitypolicies";
-const OWN_NS: &str = "khw-system";
 const SERVING: &str = "knative-serving";
 
 /// The real `controller` Deployment of Knative Serving v1.23.0.
 fn controller() -> &'static Value {
     static CONTROLLER: OnceLock<Value> = OnceLock::new();
-    CONTROLLER.get_or_init(|| {
-        let text = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/knative-v1.23.0/2-serving-core.yaml"
-        ))
-        .expect("read serving core fixture");
-        text.split("\n---")
-            .filter(|doc| doc.contains("kind: Deployment") && doc.contains("name: controller\n"))
-            .filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok())
-            .find(|v| v["kind"] == "Deployment" && v["metadata"]["name"] == "controller")
-            .expect("controller Deployment in the fixture")
-    })
+    CONTROLLER.get_or_init(support::corpus::controller_deployment)
 }
 
 fn hap(name: &str, namespace: &str, replicas: i64) -> Value {
@@ -74,66 +64,7 @@ fn policy_yaml(name: &str, namespace: &str, replicas: i64) -> String {
     )
 }
 
-fn hpa(namespace: &str, name: &str, target: &str) -> Value {
-    json!({
-        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"minReplicas": 1, "maxReplicas": 10,
-                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}},
-    })
-}
-
-/// The cluster source running against a fake API server.
-struct Harness {
-    api: Arc<FakeApi>,
-    store: PolicyStore,
-    registry: Registry,
-    task: JoinHandle<cluster::Result<()>>,
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 impl Harness {
-    async fn start(api: impl Into<Arc<FakeApi>>) -> Harness {
-        let api = api.into();
-        let client = api.client().await;
-        let store = PolicyStore::default();
-        let mut registry = Registry::default();
-        let metrics = ClusterMetrics::register(&mut registry);
-        let task = tokio::spawn(cluster::run(
-            client,
-            ClusterSourceConfig::new(OWN_NS),
-            store.clone(),
-            metrics,
-        ));
-        Harness {
-            api,
-            store,
-            registry,
-            task,
-        }
-    }
-
-    /// Starts and waits for the first full sync.
-    async fn synced(api: impl Into<Arc<FakeApi>>) -> Harness {
-        let h = Harness::start(api).await;
-        h.wait_synced().await;
-        h
-    }
-
-    fn api_handle(&self) -> Arc<FakeApi> {
-        self.api.clone()
-    }
-
-    async fn wait_synced(&self) {
-        let store = self.store.clone();
-        wait_until("first sync", || store.load().synced.then_some(())).await;
-    }
-
     /// (policy name, replicas) in force for `namespace`.
     fn in_force(&self, namespace: &str) -> Option<(String, Option<i32>)> {
         self.store
@@ -149,7 +80,7 @@ impl Harness {
         let want_owned = want.map(|(n, r)| (n.to_string(), Some(r)));
         let snapshot = wait_until(
             &format!("policy for {namespace} to be {want_owned:?}"),
-            || {
+            async || {
                 let snap = self.store.load();
                 let got = snap
                     .policy_for(namespace)
@@ -239,37 +170,16 @@ impl Harness {
     /// `response` of the review.
     async fn post_mutate(&self) -> Value {
         use base64::Engine as _;
-        let review = json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "00000000-0000-0000-0000-000000000001",
-                "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
-                "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
-                "name": "controller",
-                "namespace": SERVING,
-                "operation": "CREATE",
-                "userInfo": {"username": "kubernetes-admin"},
-                "object": controller(),
-                "oldObject": null,
-                "dryRun": false,
-            }
-        });
-        let state = AppState {
-            store: self.store.clone(),
-            metrics: Metrics::unregistered(),
-            options: ReviewOptions::default(),
-        };
-        let req = axum::http::Request::post("/mutate")
-            .header("content-type", "application/json")
-            .body(axum::body::Body::from(review.to_string()))
-            .unwrap();
-        let resp = router(state).oneshot(req).await.unwrap();
-        assert_eq!(resp.status(), 200);
-        let bytes = axum::body::to_bytes(resp.into_body(), 16 << 20)
-            .await
-            .unwrap();
-        let mut body: Value = serde_json::from_slice(&bytes).unwrap();
+        let review = support::corpus::review(
+            "00000000-0000-0000-0000-000000000001",
+            "CREATE",
+            SERVING,
+            controller(),
+        );
+        let (status, mut body) = Mutate::new(self.store.clone(), ReviewOptions::default())
+            .post(&review)
+            .await;
+        assert_eq!(status, 200);
         let mut response = body["response"].take();
         assert_eq!(response["allowed"], true, "{response}");
         if let Some(patch) = response["patch"].as_str() {
@@ -304,7 +214,7 @@ impl Harness {
     /// Waits until the Ready condition of `name` has this status/reason and
     /// observedGeneration equals the object's generation.
     async fn wait_ready(&self, name: &str, status: &str, reason: &str) -> Value {
-        wait_until(&format!("{name} Ready={status}/{reason}"), || {
+        wait_until(&format!("{name} Ready={status}/{reason}"), async || {
             let obj = self.api.get(GROUP, HAPS, "", name)?;
             let c = self.ready(name)?;
             let current = c["status"] == status
@@ -316,14 +226,8 @@ impl Harness {
         .await
     }
 
-    fn metrics_text(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encode");
-        out
-    }
-
     async fn wait_metric(&self, line: &str) {
-        wait_until(&format!("metric line {line:?}"), || {
+        wait_until(&format!("metric line {line:?}"), async || {
             self.metrics_text().lines().any(|l| l == line).then_some(())
         })
         .await;
@@ -479,7 +383,7 @@ async fn resource_wins_over_configmap_which_gets_an_event() {
         policy_configmap("ha-policy", &policy_yaml("from-cm", SERVING, 2)),
     );
     h.wait_in_force(SERVING, Some(("from-cm", 2))).await;
-    wait_until("Valid event on the ConfigMap", || {
+    wait_until("Valid event on the ConfigMap", async || {
         h.api
             .events_for("ha-policy")
             .into_iter()
@@ -489,7 +393,7 @@ async fn resource_wins_over_configmap_which_gets_an_event() {
 
     h.api.create(GROUP, HAPS, hap("from-cr", SERVING, 4));
     h.wait_in_force(SERVING, Some(("from-cr", 4))).await;
-    let event = wait_until("Conflict event on the ConfigMap", || {
+    let event = wait_until("Conflict event on the ConfigMap", async || {
         h.api
             .events_for("ha-policy")
             .into_iter()
@@ -546,7 +450,7 @@ async fn invalid_configmap_gets_a_warning_event_and_applies_nothing() {
     let yaml = policy_yaml("cm", SERVING, 2).replace("replicas: 2", "replicas: 2\n  bogusField: 1");
     h.api
         .create("", "configmaps", policy_configmap("bad-cm", &yaml));
-    let event = wait_until("Invalid event on the ConfigMap", || {
+    let event = wait_until("Invalid event on the ConfigMap", async || {
         h.api
             .events_for("bad-cm")
             .into_iter()
@@ -583,7 +487,7 @@ async fn gone_410_forces_a_relist_that_sees_missed_changes() {
 
     // 410 in the open watch streams: the watcher relists.
     h.api.expire_watches();
-    wait_until("a relist after 410", || {
+    wait_until("a relist after 410", async || {
         (h.lists_of(list_path) > lists_before).then_some(())
     })
     .await;
@@ -699,7 +603,7 @@ async fn hpa_reflector_feeds_hpa_targets() {
         "horizontalpodautoscalers",
         hpa(SERVING, "ctl", "controller"),
     );
-    wait_until("controller HPA seen", || {
+    wait_until("controller HPA seen", async || {
         (targets(&h) == ["activator", "controller"]).then_some(())
     })
     .await;
@@ -720,7 +624,7 @@ async fn hpa_reflector_feeds_hpa_targets() {
         SERVING,
         "activator",
     );
-    wait_until("activator HPA gone", || {
+    wait_until("activator HPA gone", async || {
         (targets(&h) == ["controller"]).then_some(())
     })
     .await;
@@ -746,7 +650,7 @@ async fn not_synced_until_every_first_list_completes() {
     h.wait_in_force("other-ns", Some(("from-cm", 2))).await;
     let cm_path = format!("/api/v1/namespaces/{OWN_NS}/configmaps");
     assert!(h.lists_of(&cm_path) >= 2, "the failed list was retried");
-    wait_until("HPA list requested", || {
+    wait_until("HPA list requested", async || {
         (h.lists_of("/apis/autoscaling/v2/namespaces/knative-serving/horizontalpodautoscalers")
             >= 1)
             .then_some(())

@@ -5,7 +5,9 @@
 //!
 //! One test per binary: it installs the global log subscriber.
 
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
+mod support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

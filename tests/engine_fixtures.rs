@@ -2,7 +2,6 @@
 //! change lines for every governed object, with the example policy and with
 //! the leader-election-off policy.
 
-#[path = "fixtures/support.rs"]
 mod support;
 
 use std::collections::BTreeSet;

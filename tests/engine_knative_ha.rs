@@ -2,7 +2,6 @@
 //! case per point, read against Knative's own code (client-go leader
 //! election, sharedmain's `--disable-ha`, the Knative Operator's HA rules).
 
-#[path = "fixtures/support.rs"]
 mod support;
 
 use std::collections::BTreeSet;

@@ -4,7 +4,6 @@
 //! empty patch; objects outside the target namespace never get a patch;
 //! same input, same output.
 
-#[path = "fixtures/support.rs"]
 mod support;
 
 use std::collections::BTreeSet;

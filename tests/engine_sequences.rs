@@ -4,7 +4,6 @@
 //!   no HPA scaling it;
 //! - an anti-affinity term the policy did not create is never removed.
 
-#[path = "fixtures/support.rs"]
 mod support;
 
 use std::collections::BTreeSet;

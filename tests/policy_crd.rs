@@ -3,7 +3,6 @@
 //! example policies satisfy its basic constraints (checked here by a small
 //! independent validator) and out-of-bounds values do not.
 
-#[path = "fixtures/support.rs"]
 mod support;
 
 use serde_json::{Value, json};

@@ -1,7 +1,6 @@
 //! Every validation rule with a failing case: the error names the field path
 //! and the bad value. Plus parsing entry points and multi-document files.
 
-#[path = "fixtures/support.rs"]
 mod support;
 
 use knative_ha_webhook::policy::{self, Policy, PolicyError};

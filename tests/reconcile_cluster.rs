@@ -1,18 +1,18 @@
-//! The reconciler against the fake API server (tests/fakeapi): real HTTP,
+//! The reconciler against the fake API server (tests/support/fakeapi): real HTTP,
 //! a real kube client, the real cluster policy source feeding the store,
 //! and the real Knative v1.23.0 control plane loaded as existing objects
 //! before any policy exists.
 //!
 //! Every wait is bounded (`wait_until`); nothing asserts on elapsed time.
 
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
-#[path = "fixtures/support.rs"]
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use fakeapi::{FakeApi, wait_until};
+use fakeapi::FakeApi;
 use knative_ha_webhook::engine::{self, Context, Input, Operation};
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::reconcile::metrics::{KindLabel, RunLabel, WriteLabels};
@@ -22,31 +22,13 @@ use knative_ha_webhook::reconcile::{
 use knative_ha_webhook::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
 use knative_ha_webhook::store::PolicyStore;
 use serde_json::{Value, json};
+use support::wait_until;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 const OWN_NS: &str = "khw-system";
 const SERVING: &str = "knative-serving";
 const KOURIER: &str = "kourier-system";
-
-/// (group, plural) of each governed kind.
-fn resource_of(kind: &str) -> (&'static str, &'static str) {
-    match kind {
-        "Deployment" => ("apps", "deployments"),
-        "HorizontalPodAutoscaler" => ("autoscaling", "horizontalpodautoscalers"),
-        "PodDisruptionBudget" => ("policy", "poddisruptionbudgets"),
-        "ConfigMap" => ("", "configmaps"),
-        other => panic!("not a governed kind: {other}"),
-    }
-}
-
-fn is_governed(obj: &Value) -> bool {
-    match obj["kind"].as_str() {
-        Some("Deployment" | "HorizontalPodAutoscaler" | "PodDisruptionBudget") => true,
-        Some("ConfigMap") => obj["metadata"]["name"] == "config-leader-election",
-        _ => false,
-    }
-}
 
 /// (kind, namespace, name)
 type Key = (String, String, String);
@@ -62,8 +44,7 @@ fn key_of(obj: &Value) -> Key {
 /// Loads the governed objects of the v1.23.0 fixtures (both namespaces).
 fn load_control_plane(api: &FakeApi) -> Vec<Key> {
     let mut keys = Vec::new();
-    for obj in support::fixture_objects().into_iter().filter(is_governed) {
-        let (group, plural) = resource_of(obj["kind"].as_str().unwrap());
+    for ((group, plural), obj) in support::corpus::reconciled_objects() {
         keys.push(key_of(&api.create(group, plural, obj)));
     }
     assert!(keys.len() >= 14, "fixture objects loaded: {keys:?}");
@@ -71,13 +52,13 @@ fn load_control_plane(api: &FakeApi) -> Vec<Key> {
 }
 
 fn current(api: &FakeApi, key: &Key) -> Value {
-    let (group, plural) = resource_of(&key.0);
+    let (group, plural) = support::corpus::group_plural(&key.0);
     api.get(group, plural, &key.1, &key.2)
         .unwrap_or_else(|| panic!("{key:?} missing"))
 }
 
 fn patches(api: &FakeApi, key: &Key) -> usize {
-    let (group, plural) = resource_of(&key.0);
+    let (group, plural) = support::corpus::group_plural(&key.0);
     api.patches_of(group, plural, &key.1, &key.2)
 }
 
@@ -194,7 +175,10 @@ impl Env {
             ClusterMetrics::register(&mut registry),
         ));
         let s = store.clone();
-        wait_until("cluster source synced", || s.load().synced.then_some(())).await;
+        wait_until("cluster source synced", async || {
+            s.load().synced.then_some(())
+        })
+        .await;
         Env {
             api,
             keys,
@@ -231,7 +215,7 @@ impl Env {
 
     async fn wait_leader(&self, i: usize) {
         let m = self.reconcilers[i].metrics.clone();
-        wait_until("reconciler to hold the Lease", || {
+        wait_until("reconciler to hold the Lease", async || {
             (m.leader.get() == 1).then_some(())
         })
         .await;
@@ -254,7 +238,7 @@ impl Env {
     async fn wait_policy(&self, policy: &Policy) {
         let s = self.store.clone();
         let want = policy.spec.clone();
-        wait_until("policy in force", || {
+        wait_until("policy in force", async || {
             (s.load().policy_for(SERVING).map(|p| p.spec.clone()) == Some(want.clone()))
                 .then_some(())
         })
@@ -264,7 +248,7 @@ impl Env {
     /// Waits until every object of `exp` has the expected content.
     async fn wait_converged(&self, exp: &BTreeMap<Key, Option<Value>>) {
         let api = self.api.clone();
-        wait_until("objects brought in line", || {
+        wait_until("objects brought in line", async || {
             exp.iter()
                 .all(|(k, want)| match want {
                     Some(w) => content(&current(&api, k)) == *w,
@@ -277,7 +261,7 @@ impl Env {
 
     async fn wait_runs(&self, i: usize, n: u64) {
         let m = self.reconcilers[i].metrics.clone();
-        wait_until("a successful reconcile run", || {
+        wait_until("a successful reconcile run", async || {
             (m.runs
                 .get_or_create(&RunLabel {
                     result: "success".into(),
@@ -486,7 +470,7 @@ async fn concurrent_writer_conflict_then_retry_keeps_their_change() {
     let api = env.api.clone();
     let controller: Key = ("Deployment".into(), SERVING.into(), "controller".into());
     let c = controller.clone();
-    let done = wait_until("controller written after the conflict", || {
+    let done = wait_until("controller written after the conflict", async || {
         let d = current(&api, &c);
         (d["spec"]["replicas"] == 3).then_some(d)
     })
@@ -523,7 +507,7 @@ async fn two_replicas_compete_for_the_lease_only_one_writes() {
         env.reconcilers[a].metrics.clone(),
         env.reconcilers[b].metrics.clone(),
     );
-    wait_until("one leader", || {
+    wait_until("one leader", async || {
         (ma.leader.get() + mb.leader.get() == 1).then_some(())
     })
     .await;
@@ -781,9 +765,10 @@ async fn periodic_run_repairs_drift_introduced_later() {
         });
     let api = env.api.clone();
     let c = controller.clone();
-    wait_until("controller scaled back to 3 by a periodic run", || {
-        (current(&api, &c)["spec"]["replicas"] == 3).then_some(())
-    })
+    wait_until(
+        "controller scaled back to 3 by a periodic run",
+        async || (current(&api, &c)["spec"]["replicas"] == 3).then_some(()),
+    )
     .await;
     assert_eq!(patches(&env.api, &controller), 2);
     assert_eq!(

@@ -2,7 +2,9 @@
 //! `continue`), so a namespace with thousands of objects never needs one
 //! huge response; every object of every page is reconciled.
 
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
+mod support;
 
 use fakeapi::FakeApi;
 use knative_ha_webhook::policy::{HighAvailabilityPolicySpec, Policy};

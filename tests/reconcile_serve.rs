@@ -3,16 +3,17 @@
 //! v1.23.0 objects in line (one log line per object written), and on
 //! SIGTERM gives its Lease up.
 
+#[path = "support/fakeapi/mod.rs"]
 mod fakeapi;
-#[path = "fixtures/support.rs"]
 mod support;
 
 use std::process::Stdio;
 
-use fakeapi::{FakeApi, wait_until};
+use fakeapi::FakeApi;
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::reconcile::plan;
 use serde_json::Value;
+use support::wait_until;
 use tokio::io::AsyncReadExt;
 
 const SERVING: &str = "knative-serving";
@@ -27,16 +28,7 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
     let ctx = knative_ha_webhook::engine::Context {
         hpa_targets: ["activator".to_string(), "webhook".to_string()].into(),
     };
-    for obj in support::fixture_objects() {
-        let (group, plural) = match obj["kind"].as_str() {
-            Some("Deployment") => ("apps", "deployments"),
-            Some("HorizontalPodAutoscaler") => ("autoscaling", "horizontalpodautoscalers"),
-            Some("PodDisruptionBudget") => ("policy", "poddisruptionbudgets"),
-            Some("ConfigMap") if obj["metadata"]["name"] == "config-leader-election" => {
-                ("", "configmaps")
-            }
-            _ => continue,
-        };
+    for ((group, plural), obj) in support::corpus::reconciled_objects() {
         let created = api.create(group, plural, obj);
         if created["metadata"]["namespace"] == SERVING
             && plan::plan(&policy, SERVING, &created, &ctx, true)
@@ -91,7 +83,7 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
         s
     });
 
-    wait_until("every drifting object written", || {
+    wait_until("every drifting object written", async || {
         drifting
             .iter()
             .all(|(g, p, n)| api.patches_of(g, p, SERVING, n) == 1)
@@ -193,16 +185,7 @@ async fn serve_reconcile_dry_run_logs_drift_and_writes_nothing() {
     let ctx = knative_ha_webhook::engine::Context::default();
     let mut drifting = std::collections::BTreeSet::new();
     let mut all = Vec::new();
-    for obj in support::fixture_objects() {
-        let (group, plural) = match obj["kind"].as_str() {
-            Some("Deployment") => ("apps", "deployments"),
-            Some("HorizontalPodAutoscaler") => ("autoscaling", "horizontalpodautoscalers"),
-            Some("PodDisruptionBudget") => ("policy", "poddisruptionbudgets"),
-            Some("ConfigMap") if obj["metadata"]["name"] == "config-leader-election" => {
-                ("", "configmaps")
-            }
-            _ => continue,
-        };
+    for ((group, plural), obj) in support::corpus::reconciled_objects() {
         let created = api.create(group, plural, obj);
         let name = created["metadata"]["name"].as_str().unwrap().to_string();
         let ns = created["metadata"]["namespace"]
@@ -246,7 +229,7 @@ async fn serve_reconcile_dry_run_logs_drift_and_writes_nothing() {
             }
         }
     });
-    let logged = wait_until("a dry-run log line per drifting object", || {
+    let logged = wait_until("a dry-run log line per drifting object", async || {
         let got: std::collections::BTreeSet<String> = lines
             .lock()
             .unwrap()

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-#[path = "../benches/support/corpus.rs"]
-mod corpus;
+mod support;
+use support::corpus;
 
 fn bodies() -> Vec<(&'static str, Value)> {
     let controller = corpus::controller_deployment();

@@ -14,9 +14,9 @@ use knative_ha_webhook::policy::Policy;
 use proptest::prelude::*;
 use serde_json::Value;
 
-#[path = "../benches/support/corpus.rs"]
-mod corpus;
-#[path = "../benches/support/fuzzgen.rs"]
+mod support;
+use support::corpus;
+#[path = "support/fuzzgen.rs"]
 mod fuzzgen;
 
 static POLICY: LazyLock<Policy> =

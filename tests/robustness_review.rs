@@ -2,7 +2,7 @@
 //! (the `cargo test` versions of `fuzz/fuzz_targets/review_*.rs`): arbitrary
 //! bytes, arbitrary JSON, AdmissionReview-shaped JSON and real Knative
 //! reviews with a few fields mutated. Whatever comes in, no panic and a
-//! well-formed answer (see `benches/support/oracle.rs`): 200 with an
+//! well-formed answer (see `tests/support/oracle.rs`): 200 with an
 //! AdmissionReview that mirrors the request's uid/apiVersion/kind and whose
 //! patch, if any, is base64 of a patch that applies and only where a policy
 //! governs; or an error status with a JSON body that says what is wrong.
@@ -18,11 +18,11 @@ use knative_ha_webhook::store::Snapshot;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-#[path = "../benches/support/corpus.rs"]
-mod corpus;
-#[path = "../benches/support/fuzzgen.rs"]
+mod support;
+use support::corpus;
+#[path = "support/fuzzgen.rs"]
 mod fuzzgen;
-#[path = "../benches/support/oracle.rs"]
+#[path = "support/oracle.rs"]
 mod oracle;
 
 static SNAPSHOT: LazyLock<Snapshot> = LazyLock::new(|| {

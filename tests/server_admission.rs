@@ -1,16 +1,25 @@
-//! `POST /mutate` over real loopback TLS (HTTP/1.1 and h2): Knative objects
-//! in, base64 JSON patches out; every kind of bad input gets a well-formed answer.
+//! `POST /mutate`: Knative objects in, base64 JSON patches out, through the
+//! router in process (`oneshot`); over real loopback TLS (HTTP/1.1 and h2)
+//! what needs it: the protocols, limits, bad requests, readiness and
+//! metrics. Every kind of bad input gets a well-formed answer.
 
-mod common;
+#[path = "support/router.rs"]
+mod router;
+mod support;
+#[path = "support/tls.rs"]
+mod tls;
 
 use base64::Engine as _;
-use common::*;
 use knative_ha_webhook::admission::NOT_SYNCED_WARNING;
+use knative_ha_webhook::admission::ReviewOptions;
 use knative_ha_webhook::engine::{Input, Operation};
-use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::server::{Config, PolicySource};
-use knative_ha_webhook::store::{PolicyStore, Snapshot};
+use knative_ha_webhook::store::PolicyStore;
+use router::{Mutate, example_snapshot};
 use serde_json::{Value, json};
+use support::corpus::review;
+use support::*;
+use tls::*;
 
 async fn post(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Value, reqwest::Version) {
     let resp = client.post(url).json(body).send().await.unwrap();
@@ -30,37 +39,86 @@ fn decode_patch(response: &Value) -> json_patch::Patch {
     serde_json::from_slice(&bytes).expect("patch is an RFC 6902 JSON patch")
 }
 
-fn example_snapshot() -> Snapshot {
-    let text = std::fs::read_to_string(example_policy_path()).unwrap();
-    Snapshot::from_policies([Policy::from_yaml(&text).unwrap()])
-}
-
+/// Every governed object of the Knative v1.23.0 manifests gets the
+/// engine's changes as warnings and a patch that applies and equals the
+/// engine's result (through the router in process).
 #[tokio::test]
-async fn knative_objects_get_patches_that_apply_over_http1_and_h2() {
-    let fx = Fixture::start().await;
+async fn knative_objects_get_patches_that_apply() {
+    let mutate = Mutate::example();
     let snapshot = example_snapshot();
-    let objects: Vec<Value> = fixture_docs("2-serving-core.yaml")
+    let objects: Vec<Value> = support::corpus::governed_objects()
         .into_iter()
-        .chain(fixture_docs("3-serving-hpa.yaml"))
-        .filter(|d| {
-            d["metadata"]["namespace"] == "knative-serving"
-                && matches!(
-                    d["kind"].as_str(),
-                    Some(
-                        "Deployment"
-                            | "ConfigMap"
-                            | "HorizontalPodAutoscaler"
-                            | "PodDisruptionBudget"
-                    )
-                )
-        })
+        .map(|(_, object)| object)
         .collect();
     assert!(
         objects.len() >= 8,
         "fixture objects found: {}",
         objects.len()
     );
+    for (i, object) in objects.iter().enumerate() {
+        let what = format!(
+            "{}/{}",
+            object["kind"].as_str().unwrap(),
+            object["metadata"]["name"].as_str().unwrap()
+        );
+        let uid = format!("uid-{i}");
+        let (status, body) = mutate
+            .post(&review(&uid, "CREATE", "knative-serving", object))
+            .await;
+        assert_eq!(status, 200, "{what}: {body}");
+        assert_eq!(body["apiVersion"], "admission.k8s.io/v1", "{what}");
+        assert_eq!(body["kind"], "AdmissionReview", "{what}");
+        let response = &body["response"];
+        assert_eq!(response["uid"], uid.as_str(), "{what}");
+        assert_eq!(response["allowed"], true, "{what}");
 
+        let expected = snapshot
+            .mutate(&Input {
+                operation: Operation::Create,
+                namespace: "knative-serving",
+                object,
+            })
+            .unwrap()
+            .unwrap();
+        let warnings: Vec<String> = response["warnings"]
+            .as_array()
+            .map(|a| a.iter().map(|w| w.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            warnings, expected.changes,
+            "{what}: warnings are the engine's changes"
+        );
+        if expected.is_empty() {
+            assert!(
+                response.get("patch").is_none(),
+                "{what}: no patch when nothing changes"
+            );
+            assert!(response.get("patchType").is_none(), "{what}");
+            continue;
+        }
+        assert_eq!(response["patchType"], "JSONPatch", "{what}");
+        let patch = decode_patch(response);
+        let mut got = object.clone();
+        json_patch::patch(&mut got, &patch).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut want = object.clone();
+        json_patch::patch(&mut want, &expected.patch).unwrap();
+        assert_eq!(
+            got, want,
+            "{what}: patched object equals the engine's result"
+        );
+    }
+}
+
+/// Over loopback TLS, HTTP/1.1 and h2 (negotiated by ALPN) carry exactly
+/// the router's answer for every governed object.
+#[tokio::test]
+async fn http1_and_h2_carry_the_routers_answer() {
+    let fx = Fixture::start().await;
+    let mutate = Mutate::example();
+    let objects: Vec<Value> = support::corpus::governed_objects()
+        .into_iter()
+        .map(|(_, object)| object)
+        .collect();
     for proto in [Proto::Http1, Proto::H2] {
         let client = fx.client(proto);
         for (i, object) in objects.iter().enumerate() {
@@ -69,58 +127,17 @@ async fn knative_objects_get_patches_that_apply_over_http1_and_h2() {
                 object["kind"].as_str().unwrap(),
                 object["metadata"]["name"].as_str().unwrap()
             );
-            let uid = format!("uid-{i}");
-            let (status, body, version) = post(
-                &client,
-                &fx.url(),
-                &review(&uid, "CREATE", "knative-serving", object),
-            )
-            .await;
+            let review = review(&format!("uid-{i}"), "CREATE", "knative-serving", object);
+            let (status, body, version) = post(&client, &fx.url(), &review).await;
             let want_version = match proto {
                 Proto::Http1 => reqwest::Version::HTTP_11,
                 Proto::H2 => reqwest::Version::HTTP_2,
             };
             assert_eq!(version, want_version, "{what}: negotiated protocol");
-            assert_eq!(status, 200, "{what}: {body}");
-            assert_eq!(body["apiVersion"], "admission.k8s.io/v1", "{what}");
-            assert_eq!(body["kind"], "AdmissionReview", "{what}");
-            let response = &body["response"];
-            assert_eq!(response["uid"], uid.as_str(), "{what}");
-            assert_eq!(response["allowed"], true, "{what}");
-
-            let expected = snapshot
-                .mutate(&Input {
-                    operation: Operation::Create,
-                    namespace: "knative-serving",
-                    object,
-                })
-                .unwrap()
-                .unwrap();
-            let warnings: Vec<String> = response["warnings"]
-                .as_array()
-                .map(|a| a.iter().map(|w| w.as_str().unwrap().to_string()).collect())
-                .unwrap_or_default();
             assert_eq!(
-                warnings, expected.changes,
-                "{what}: warnings are the engine's changes"
-            );
-            if expected.is_empty() {
-                assert!(
-                    response.get("patch").is_none(),
-                    "{what}: no patch when nothing changes"
-                );
-                assert!(response.get("patchType").is_none(), "{what}");
-                continue;
-            }
-            assert_eq!(response["patchType"], "JSONPatch", "{what}");
-            let patch = decode_patch(response);
-            let mut got = object.clone();
-            json_patch::patch(&mut got, &patch).unwrap_or_else(|e| panic!("{what}: {e}"));
-            let mut want = object.clone();
-            json_patch::patch(&mut want, &expected.patch).unwrap();
-            assert_eq!(
-                got, want,
-                "{what}: patched object equals the engine's result"
+                (status, body),
+                mutate.post(&review).await,
+                "{what}: the router's answer"
             );
         }
     }
@@ -131,14 +148,15 @@ async fn knative_objects_get_patches_that_apply_over_http1_and_h2() {
 /// Deployment with examples/policy.yaml gets 3 replicas.
 #[tokio::test]
 async fn controller_deployment_gets_three_replicas() {
-    let fx = Fixture::start().await;
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
-    let (status, body, _) = post(
-        &fx.client(Proto::Http1),
-        &fx.url(),
-        &review("u-controller", "CREATE", "knative-serving", &controller),
-    )
-    .await;
+    let controller = fixture("Deployment", "knative-serving", "controller");
+    let (status, body) = Mutate::example()
+        .post(&review(
+            "u-controller",
+            "CREATE",
+            "knative-serving",
+            &controller,
+        ))
+        .await;
     assert_eq!(status, 200);
     let response = &body["response"];
     assert_eq!(response["patchType"], "JSONPatch", "{body}");
@@ -146,14 +164,13 @@ async fn controller_deployment_gets_three_replicas() {
     json_patch::patch(&mut patched, &decode_patch(response)).unwrap();
     assert_eq!(patched["spec"]["replicas"], 3);
     assert!(!response["warnings"].as_array().unwrap().is_empty());
-    fx.server.stop().await;
 }
 
 /// Every shipped example review (`examples/review*.json`) is answered like
 /// the engine says: uid mirrored, a patch exactly when the engine changes something.
 #[tokio::test]
 async fn example_reviews_are_valid_reviews() {
-    let fx = Fixture::start().await;
+    let mutate = Mutate::example();
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -167,7 +184,7 @@ async fn example_reviews_are_valid_reviews() {
     assert!(files.len() >= 2, "{files:?}");
     for file in files {
         let review: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-        let (status, body, _) = post(&fx.client(Proto::Http1), &fx.url(), &review).await;
+        let (status, body) = mutate.post(&review).await;
         assert_eq!(status, 200, "{}: {body}", file.display());
         assert_eq!(body["response"]["uid"], review["request"]["uid"]);
         assert_eq!(body["response"]["allowed"], true);
@@ -194,7 +211,6 @@ async fn example_reviews_are_valid_reviews() {
         json_patch::patch(&mut want, &expected.patch).unwrap();
         assert_eq!(patched, want, "{}", file.display());
     }
-    fx.server.stop().await;
 }
 
 struct Bad {
@@ -321,7 +337,7 @@ async fn bad_requests_get_json_errors() {
     }
     // The server is still healthy after all that; the API server's
     // `?timeout=10s` query is accepted.
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let (status, _, _) = post(
         &fx.client(Proto::Http1),
         &format!("{}?timeout=10s", fx.url()),
@@ -345,18 +361,14 @@ async fn bad_requests_get_json_errors() {
 /// Reviews that are admitted unchanged: the response for each.
 #[tokio::test]
 async fn admitted_unchanged_cases() {
-    let fx = Fixture::start().await;
-    let client = fx.client(Proto::H2);
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let mutate = Mutate::example();
+    let controller = fixture("Deployment", "knative-serving", "controller");
 
     // DELETE and CONNECT: allowed, no patch, no warning.
     for op in ["DELETE", "CONNECT"] {
-        let (status, body, _) = post(
-            &client,
-            &fx.url(),
-            &review(op, op, "knative-serving", &controller),
-        )
-        .await;
+        let (status, body) = mutate
+            .post(&review(op, op, "knative-serving", &controller))
+            .await;
         assert_eq!(status, 200);
         let r = &body["response"];
         assert_eq!(r["allowed"], true, "{op}");
@@ -370,12 +382,9 @@ async fn admitted_unchanged_cases() {
     // A namespace without a policy: allowed, no patch, no warning.
     let mut elsewhere = controller.clone();
     elsewhere["metadata"]["namespace"] = json!("default");
-    let (_, body, _) = post(
-        &client,
-        &fx.url(),
-        &review("other", "CREATE", "default", &elsewhere),
-    )
-    .await;
+    let (_, body) = mutate
+        .post(&review("other", "CREATE", "default", &elsewhere))
+        .await;
     let r = &body["response"];
     assert_eq!(r["allowed"], true);
     assert!(
@@ -384,30 +393,23 @@ async fn admitted_unchanged_cases() {
     );
 
     // Namespace omitted in the request: taken from the object.
-    let mut no_ns = review("no-ns", "CREATE", "", &controller);
+    let mut no_ns = review("no-ns", "CREATE", "knative-serving", &controller);
     no_ns["request"]
         .as_object_mut()
         .unwrap()
         .remove("namespace");
-    let (status, body, _) = post(&client, &fx.url(), &no_ns).await;
+    let (status, body) = mutate.post(&no_ns).await;
     assert_eq!(status, 200);
     assert_eq!(body["response"]["uid"], "no-ns");
 
     // UPDATE is mutated like CREATE (same patch as CREATE for the same object).
-    let (_, create, _) = post(
-        &client,
-        &fx.url(),
-        &review("c", "CREATE", "knative-serving", &controller),
-    )
-    .await;
-    let (_, update, _) = post(
-        &client,
-        &fx.url(),
-        &review("c", "UPDATE", "knative-serving", &controller),
-    )
-    .await;
+    let (_, create) = mutate
+        .post(&review("c", "CREATE", "knative-serving", &controller))
+        .await;
+    let (_, update) = mutate
+        .post(&review("c", "UPDATE", "knative-serving", &controller))
+        .await;
     assert_eq!(create["response"], update["response"]);
-    fx.server.stop().await;
 }
 
 #[tokio::test]
@@ -415,21 +417,26 @@ async fn engine_error_is_admitted_with_a_warning_or_denied() {
     // An object that is not a JSON object makes the engine fail.
     let broken = json!(["not", "an", "object"]);
     let review_body = {
-        let mut r = review("broken", "CREATE", "knative-serving", &json!({}));
+        let mut r = review(
+            "broken",
+            "CREATE",
+            "knative-serving",
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment"}),
+        );
         r["request"]["object"] = broken;
         r["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});
         r
     };
 
-    let allow = Fixture::start().await;
-    let (status, body, _) = post(&allow.client(Proto::Http1), &allow.url(), &review_body).await;
+    let allow = Mutate::example();
+    let (status, body) = allow.post(&review_body).await;
     assert_eq!(status, 200);
     let r = &body["response"];
     assert_eq!(r["allowed"], true, "{body}");
     assert!(r.get("patch").is_none());
     let warning = r["warnings"][0].as_str().unwrap();
     assert!(warning.contains("could not compute"), "{warning}");
-    let metrics = metrics_text(allow.server.metrics_addr).await;
+    let metrics = allow.metrics_text();
     assert_eq!(
         sample(
             &metrics,
@@ -438,19 +445,19 @@ async fn engine_error_is_admitted_with_a_warning_or_denied() {
         Some(1.0),
         "{metrics}"
     );
-    allow.server.stop().await;
 
-    let deny = Fixture::start_with(|c: &mut Config| {
-        c.on_error = knative_ha_webhook::admission::OnError::Deny
-    })
-    .await;
-    let (status, body, _) = post(&deny.client(Proto::Http1), &deny.url(), &review_body).await;
+    let deny = Mutate::new(
+        PolicyStore::new(example_snapshot()),
+        ReviewOptions {
+            on_error: knative_ha_webhook::admission::OnError::Deny,
+        },
+    );
+    let (status, body) = deny.post(&review_body).await;
     assert_eq!(status, 200);
     let r = &body["response"];
     assert_eq!(r["allowed"], false, "{body}");
     assert_eq!(r["status"]["code"], 500);
     assert!(r["status"]["message"].as_str().unwrap().contains("refused"));
-    deny.server.stop().await;
 }
 
 #[tokio::test]
@@ -470,7 +477,7 @@ async fn unsynced_policy_admits_with_a_warning_and_is_not_ready() {
     assert!(body.contains("\"policySynced\":false"), "{body}");
 
     let client = client(&pki.ca_pem, server.addr, Proto::Http1, None);
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let (_, body, _) = post(
         &client,
         &mutate_url(server.addr),
@@ -515,14 +522,14 @@ async fn readiness_needs_a_certificate_and_fails_during_shutdown() {
     std::fs::write(&key, &pair.key_pem).unwrap();
     let m = server.metrics_addr;
     assert!(
-        wait_until(std::time::Duration::from_secs(10), || async move {
+        becomes_true(std::time::Duration::from_secs(10), || async move {
             get_status(m, "/readyz").await.0 == 200
         })
         .await,
         "ready once the certificate appears"
     );
 
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let h2 = client(&pki.ca_pem, server.addr, Proto::H2, None);
     let (status, _, version) = post(
         &h2,
@@ -534,7 +541,7 @@ async fn readiness_needs_a_certificate_and_fails_during_shutdown() {
 
     server.begin_shutdown();
     assert!(
-        wait_until(std::time::Duration::from_secs(10), || async move {
+        becomes_true(std::time::Duration::from_secs(10), || async move {
             get_status(m, "/readyz").await.0 == 503
         })
         .await,
@@ -568,7 +575,7 @@ async fn readiness_needs_a_certificate_and_fails_during_shutdown() {
 async fn metrics_expose_the_named_series_with_bounded_labels() {
     let fx = Fixture::start().await;
     let client = fx.client(Proto::Http1);
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     post(
         &client,
         &fx.url(),
@@ -610,7 +617,7 @@ async fn metrics_expose_the_named_series_with_bounded_labels() {
 #[tokio::test]
 async fn large_update_review_is_answered() {
     let fx = Fixture::start().await;
-    let mut controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let mut controller = fixture("Deployment", "knative-serving", "controller");
     controller["metadata"]["annotations"] = json!({"pad": "a".repeat(3 * 1024 * 1024 - 4096)});
     let mut body = review("big", "UPDATE", "knative-serving", &controller);
     body["request"]["oldObject"] = controller.clone();

@@ -3,13 +3,17 @@
 //! stay open past the documented limits. Loopback, bounded in count and
 //! time; the limits are shortened through the server's `Config`.
 
-mod common;
+mod support;
+#[path = "support/tls.rs"]
+mod tls;
 
 use std::time::Duration;
 
-use common::*;
 use knative_ha_webhook::server::Config;
 use serde_json::Value;
+use support::corpus::review;
+use support::*;
+use tls::*;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinSet;
 
@@ -104,7 +108,7 @@ fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 
 /// A real review of Knative's controller Deployment.
 fn controller_review() -> Value {
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     review("hostile-1", "CREATE", "knative-serving", &controller)
 }
 
@@ -217,7 +221,7 @@ async fn h2_pings_do_not_keep_an_idle_connection() {
     let resp = client.post(fx.url()).body("{}").send().await.unwrap();
     assert_eq!(resp.version(), reqwest::Version::HTTP_2);
     assert_eq!(open_connections(&fx).await, 1.0);
-    let closed = wait_until(CLOSE_BOUND, || async { open_connections(&fx).await == 0.0 }).await;
+    let closed = becomes_true(CLOSE_BOUND, || async { open_connections(&fx).await == 0.0 }).await;
     assert!(closed, "an idle h2 connection sending PINGs is closed");
     fx.server.stop().await;
 }
@@ -236,7 +240,7 @@ async fn h2_client_that_never_reads_is_closed_after_goaway() {
     hello.extend_from_slice(&h2_frame(0x1, 0x5, 1, &[0x82, 0x87, 0x84]));
     s.write_all(&hello).await.unwrap();
     s.flush().await.unwrap();
-    let served = wait_until(Duration::from_secs(10), || async {
+    let served = becomes_true(Duration::from_secs(10), || async {
         let m = metrics_text(fx.server.metrics_addr).await;
         sample(
             &m,
@@ -245,7 +249,7 @@ async fn h2_client_that_never_reads_is_closed_after_goaway() {
     })
     .await;
     assert!(served, "the request was answered");
-    let closed = wait_until(CLOSE_BOUND, || async { open_connections(&fx).await == 0.0 }).await;
+    let closed = becomes_true(CLOSE_BOUND, || async { open_connections(&fx).await == 0.0 }).await;
     assert!(
         closed,
         "a client that never acknowledges the GOAWAY PING is closed"
@@ -371,7 +375,7 @@ async fn h2_client_with_a_closed_window_is_dropped_after_the_write_timeout() {
     hello.extend_from_slice(&h2_frame(0x1, 0x5, 1, &[0x82, 0x87, 0x84]));
     s.write_all(&hello).await.unwrap();
     s.flush().await.unwrap();
-    let closed = wait_until(CLOSE_BOUND, || async {
+    let closed = becomes_true(CLOSE_BOUND, || async {
         let m = metrics_text(fx.server.metrics_addr).await;
         sample(
             &m,

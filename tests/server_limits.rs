@@ -1,18 +1,22 @@
 //! Connection limits and timeouts, and the body limit without a
 //! Content-Length (driven in-process through `server::router`).
 
-mod common;
+#[path = "support/router.rs"]
+mod router;
+mod support;
+#[path = "support/tls.rs"]
+mod tls;
 
 use std::time::Duration;
 
 use axum::body::Body;
-use common::*;
 use knative_ha_webhook::admission::ReviewOptions;
-use knative_ha_webhook::server::{AppState, Config, router};
+use knative_ha_webhook::server::Config;
 use knative_ha_webhook::store::PolicyStore;
-use knative_ha_webhook::telemetry::Metrics;
+use router::Mutate;
+use support::*;
+use tls::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tower::ServiceExt;
 
 async fn open_connections(metrics_addr: std::net::SocketAddr) -> f64 {
     let m = metrics_text(metrics_addr).await;
@@ -51,7 +55,7 @@ async fn idle_connections_are_closed() {
     );
     let m = fx.server.metrics_addr;
     assert!(
-        wait_until(Duration::from_secs(15), || async move {
+        becomes_true(Duration::from_secs(15), || async move {
             open_connections(m).await == 0.0
         })
         .await,
@@ -119,7 +123,7 @@ async fn connection_cap_sheds_the_longest_idle_connection() {
     let mut hog = raw_tls(&fx.pki.ca_pem, fx.server.addr).await;
     let m = fx.server.metrics_addr;
     assert!(
-        wait_until(Duration::from_secs(10), || async move {
+        becomes_true(Duration::from_secs(10), || async move {
             open_connections(m).await == 1.0
         })
         .await
@@ -146,28 +150,20 @@ async fn connection_cap_sheds_the_longest_idle_connection() {
 
 #[tokio::test]
 async fn body_limit_applies_without_content_length() {
-    let state = AppState {
-        store: PolicyStore::default(),
-        metrics: Metrics::unregistered(),
-        options: ReviewOptions::default(),
-    };
+    let mutate = Mutate::new(PolicyStore::default(), ReviewOptions::default());
     let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
         (0..8).map(|_| Ok(vec![b' '; 1024 * 1024])).collect();
     let body = Body::from_stream(futures::stream::iter(chunks));
     let req = axum::http::Request::post("/mutate").body(body).unwrap();
     assert!(req.headers().get("content-length").is_none());
-    let resp = router(state.clone()).oneshot(req).await.unwrap();
-    assert_eq!(resp.status(), 413);
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let (status, v) = mutate.send(req).await;
+    assert_eq!(status, 413);
     assert_eq!(v["code"], 413);
 
     // Just under the limit: parsed (and rejected as not JSON -> 400, not 413).
     let req = axum::http::Request::post("/mutate")
         .body(Body::from(vec![b'x'; 7 * 1024 * 1024]))
         .unwrap();
-    let resp = router(state).oneshot(req).await.unwrap();
-    assert_eq!(resp.status(), 400);
+    let (status, _) = mutate.send(req).await;
+    assert_eq!(status, 400);
 }

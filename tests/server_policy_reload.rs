@@ -1,13 +1,17 @@
 //! The policy file is re-read while serving: a valid change is applied, an
 //! invalid one is counted and the previous policy stays in force.
 
-mod common;
+mod support;
+#[path = "support/tls.rs"]
+mod tls;
 
 use std::time::Duration;
 
-use common::*;
 use knative_ha_webhook::server::{Config, PolicySource};
 use serde_json::{Value, json};
+use support::corpus::review;
+use support::*;
+use tls::*;
 
 /// A review whose object makes the engine fail: answered with a warning
 /// only when a policy governs `namespace`, so it shows which namespaces
@@ -65,7 +69,7 @@ async fn policy_file_hot_reload() {
     // A valid change: now governs team-a instead.
     std::fs::write(&path, original.replace("knative-serving", "team-a")).unwrap();
     assert!(
-        wait_until(Duration::from_secs(10), || {
+        becomes_true(Duration::from_secs(10), || {
             let c = c.clone();
             async move { governed(&c, addr, "team-a").await }
         })
@@ -87,7 +91,7 @@ async fn policy_file_hot_reload() {
         std::fs::write(&path, &text).unwrap();
         let m = server.metrics_addr;
         assert!(
-            wait_until(Duration::from_secs(10), || async move {
+            becomes_true(Duration::from_secs(10), || async move {
                 reloads(m, "error").await > before
             })
             .await,

@@ -2,110 +2,13 @@
 //! during the shutdown delay exits at once; text logs carry no colour codes
 //! when stderr is not a terminal, and request content in them is escaped.
 
-mod common;
+mod support;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::*;
-
-const BIN: &str = env!("CARGO_BIN_EXE_knative-ha-webhook");
-
-struct Proc {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(dir: &std::path::Path, format: &str, delay: &str) -> Proc {
-    let policy = example_policy_path();
-    let mut child = Command::new(BIN)
-        .args(["serve", "--policy-file", policy.to_str().unwrap()])
-        .args(["--self-signed", dir.join("ca.pem").to_str().unwrap()])
-        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
-        .args(["--shutdown-delay", delay, "--log-format", format])
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).split(b'\n').map_while(Result::ok) {
-            if tx
-                .send(String::from_utf8_lossy(&line).into_owned())
-                .is_err()
-            {
-                break;
-            }
-        }
-    });
-    Proc {
-        child,
-        lines: rx,
-        seen: Vec::new(),
-    }
-}
-
-impl Proc {
-    /// Waits (bounded) for a log line containing `needle`; returns it.
-    fn wait_line(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
-                self.seen.push(line.clone());
-                if line.contains(needle) {
-                    return line;
-                }
-            }
-        }
-        panic!(
-            "no log line with {needle:?}; got:\n{}",
-            self.seen.join("\n")
-        );
-    }
-
-    fn signal(&self, sig: &str) {
-        let pid = self.child.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args([sig, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    }
-
-    fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "process did not exit in time");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Every remaining log line (after exit).
-    fn rest(&mut self) -> Vec<String> {
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
-            self.seen.push(line);
-        }
-        self.seen.clone()
-    }
-}
+use support::corpus::review;
+use support::*;
 
 /// The value after `key=` in a text log line (escape codes removed).
 fn text_field(line: &str, key: &str) -> String {
@@ -134,7 +37,7 @@ fn strip_ansi(s: &str) -> String {
 #[test]
 fn a_second_signal_during_the_shutdown_delay_exits_at_once_with_130() {
     let dir = tempfile::tempdir().unwrap();
-    let mut p = spawn(dir.path(), "json", "60s");
+    let mut p = spawn_serve(dir.path(), "60s", "json");
     p.wait_line("serving POST /mutate over HTTPS");
     p.signal("-INT");
     p.wait_line("received SIGINT");
@@ -147,7 +50,7 @@ fn a_second_signal_during_the_shutdown_delay_exits_at_once_with_130() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_logs_have_no_colour_codes_in_a_pipe_and_escape_request_content() {
     let dir = tempfile::tempdir().unwrap();
-    let mut p = spawn(dir.path(), "text", "0s");
+    let mut p = spawn_serve(dir.path(), "0s", "text");
     let line = p.wait_line("serving POST /mutate over HTTPS");
     let addr: SocketAddr = text_field(&line, "listen").parse().unwrap();
     let ca = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
@@ -160,7 +63,7 @@ async fn text_logs_have_no_colour_codes_in_a_pipe_and_escape_request_content() {
         .timeout(Duration::from_secs(20))
         .build()
         .unwrap();
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let forged = "u-1\nFORGED level=ERROR \u{1b}[31mred";
     let body = review(forged, "CREATE", "knative-serving", &controller);
     let resp = client

@@ -1,87 +1,20 @@
 //! The built binary: SIGTERM drain with a request in flight, and start-up
 //! errors that must exit non-zero with a clear message.
 
-mod common;
+mod support;
+#[path = "support/tls.rs"]
+mod tls;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
 use serde_json::Value;
+use support::corpus::review;
+use support::*;
+use tls::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-const BIN: &str = env!("CARGO_BIN_EXE_knative-ha-webhook");
-
-struct Proc {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // Only if a test failed half-way: never leave the server running.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(args: &[&str]) -> Proc {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    Proc { child, lines: rx }
-}
-
-/// Waits (bounded) for the log line announcing the bound addresses.
-fn addresses(p: &Proc) -> (SocketAddr, SocketAddr) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while std::time::Instant::now() < deadline {
-        let Ok(line) = p.lines.recv_timeout(Duration::from_millis(200)) else {
-            continue;
-        };
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if v["message"] == "serving POST /mutate over HTTPS" {
-            return (
-                v["listen"].as_str().unwrap().parse().unwrap(),
-                v["metrics_listen"].as_str().unwrap().parse().unwrap(),
-            );
-        }
-    }
-    panic!("server did not announce its addresses");
-}
-
-fn wait_exit(p: &mut Proc, limit: Duration) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let Some(status) = p.child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "process did not exit in time"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn localhost_client(ca_pem: &str, addr: SocketAddr) -> reqwest::Client {
     knative_ha_webhook::tls::install_crypto_provider();
@@ -100,31 +33,18 @@ fn localhost_client(ca_pem: &str, addr: SocketAddr) -> reqwest::Client {
 async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let ca_out = dir.path().join("ca.pem");
-    let policy = example_policy_path();
-    let mut p = spawn(&[
-        "serve",
-        "--policy-file",
-        policy.to_str().unwrap(),
-        "--self-signed",
-        ca_out.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--shutdown-delay",
-        "2s",
-    ]);
-    let (addr, metrics) = addresses(&p);
+    let mut p = spawn_serve(dir.path(), "2s", "json");
+    let (addr, metrics) = p.addresses();
     let ca_pem = std::fs::read_to_string(&ca_out).unwrap();
     assert!(
-        wait_until(Duration::from_secs(20), || async move {
+        becomes_true(Duration::from_secs(20), || async move {
             get_status(metrics, "/readyz").await.0 == 200
         })
         .await,
         "ready"
     );
     let client = localhost_client(&ca_pem, addr);
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let body =
         serde_json::to_vec(&review("before", "CREATE", "knative-serving", &controller)).unwrap();
     let url = format!("https://localhost:{}/mutate", addr.port());
@@ -167,7 +87,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
 
     // Readiness fails at once ...
     assert!(
-        wait_until(Duration::from_secs(10), || async move {
+        becomes_true(Duration::from_secs(10), || async move {
             get_status(metrics, "/readyz").await.0 == 503
         })
         .await,
@@ -194,7 +114,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
 
     // After the delay the listener closes ...
     assert!(
-        wait_until(Duration::from_secs(20), || async move {
+        becomes_true(Duration::from_secs(20), || async move {
             tokio::net::TcpStream::connect(addr).await.is_err()
         })
         .await,
@@ -212,7 +132,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"uid\":\"in-flight\""), "{answer}");
 
-    let status = wait_exit(&mut p, Duration::from_secs(40));
+    let status = p.wait_exit(Duration::from_secs(40));
     assert_eq!(status.code(), Some(0), "exit code");
 
     // One JSON log line per review, with the fields operators filter on.
@@ -243,33 +163,10 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
 fn sigint_and_sigterm_with_zero_delay_exit_zero() {
     for signal in ["-INT", "-TERM"] {
         let dir = tempfile::tempdir().unwrap();
-        let ca_out = dir.path().join("ca.pem");
-        let policy = example_policy_path();
-        let mut p = spawn(&[
-            "serve",
-            "--policy-file",
-            policy.to_str().unwrap(),
-            "--self-signed",
-            ca_out.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--shutdown-delay",
-            "0s",
-            "--log-format",
-            "json",
-        ]);
-        addresses(&p);
-        let pid = p.child.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args([signal, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-        let status = wait_exit(&mut p, Duration::from_secs(30));
+        let mut p = spawn_serve(dir.path(), "0s", "json");
+        p.addresses();
+        p.signal(signal);
+        let status = p.wait_exit(Duration::from_secs(30));
         assert_eq!(status.code(), Some(0), "{signal}");
     }
 }
@@ -341,7 +238,7 @@ fn start_up_errors_exit_non_zero_with_a_clear_message() {
         ),
     ];
     for (name, args, want) in cases {
-        let out = Command::new(BIN)
+        let out = bin()
             .args(&args)
             .env("KUBECONFIG", &kubeconfig)
             .env("HOME", dir.path())

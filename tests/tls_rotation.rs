@@ -3,14 +3,18 @@
 //! new handshakes get the new certificate; a mismatched or half-written
 //! pair is never loaded and is counted.
 
-mod common;
+mod support;
+#[path = "support/tls.rs"]
+mod tls;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::*;
 use knative_ha_webhook::server::Config;
+use support::corpus::review;
+use support::*;
+use tls::*;
 
 struct Load {
     ok: Arc<AtomicUsize>,
@@ -26,7 +30,7 @@ fn start_load(fx: &Fixture) -> Load {
     let failed = Arc::new(AtomicUsize::new(0));
     let errors = Arc::new(std::sync::Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let clients = [
         fx.client(Proto::Http1),
         fx.client(Proto::H2),
@@ -110,7 +114,7 @@ async fn symlink_swap_rotation_under_load_and_bad_pairs_are_refused() {
 
     // 1. A good new pair via the `..data` swap.
     fx.secret.swap(&fx.pki.server_leaf("server-2"));
-    let seen = wait_until(Duration::from_secs(10), || served_cn_owned(&fx)).await;
+    let seen = becomes_true(Duration::from_secs(10), || served_cn_owned(&fx)).await;
     assert!(seen, "new handshakes get server-2");
 
     // 2. A mismatched pair (certificate of one key, another key): refused.
@@ -120,7 +124,7 @@ async fn symlink_swap_rotation_under_load_and_bad_pairs_are_refused() {
     fx.secret
         .swap_raw(a.cert_pem.as_bytes(), b.key_pem.as_bytes());
     assert!(
-        wait_until(Duration::from_secs(10), || async {
+        becomes_true(Duration::from_secs(10), || async {
             tls_reload_errors(&fx).await > errors_before
         })
         .await,
@@ -134,7 +138,7 @@ async fn symlink_swap_rotation_under_load_and_bad_pairs_are_refused() {
     let half = &c.cert_pem.as_bytes()[..c.cert_pem.len() / 2];
     fx.secret.swap_raw(half, c.key_pem.as_bytes());
     assert!(
-        wait_until(Duration::from_secs(10), || async {
+        becomes_true(Duration::from_secs(10), || async {
             tls_reload_errors(&fx).await > errors_before
         })
         .await,
@@ -145,7 +149,7 @@ async fn symlink_swap_rotation_under_load_and_bad_pairs_are_refused() {
     // 4. The complete pair lands: loaded.
     fx.secret.swap(&c);
     assert!(
-        wait_until(Duration::from_secs(10), || async {
+        becomes_true(Duration::from_secs(10), || async {
             served_cn(&fx).await == "server-5"
         })
         .await,

@@ -1,15 +1,19 @@
 //! TLS set-up: key formats, certificate chains, mTLS accepted and refused,
 //! the client CA reloaded.
 
-mod common;
+mod support;
+#[path = "support/tls.rs"]
+mod tls;
 
-use common::*;
 use knative_ha_webhook::server::{Config, PolicySource};
 use knative_ha_webhook::tls::TlsSource;
 use serde_json::Value;
+use support::corpus::review;
+use support::*;
+use tls::*;
 
 async fn send(client: &reqwest::Client, addr: std::net::SocketAddr) -> Result<u16, reqwest::Error> {
-    let controller = fixture("2-serving-core.yaml", "Deployment", "controller");
+    let controller = fixture("Deployment", "knative-serving", "controller");
     let resp = client
         .post(mutate_url(addr))
         .json(&review("t", "CREATE", "knative-serving", &controller))
@@ -147,7 +151,7 @@ async fn mutual_tls_accepts_only_clients_of_the_client_ca() {
     let (pca, addr) = (server_pki.ca_pem.clone(), server.addr);
     let wrong2 = wrong.clone();
     assert!(
-        wait_until(std::time::Duration::from_secs(10), || {
+        becomes_true(std::time::Duration::from_secs(10), || {
             let c = fresh_identity_client(&pca, addr, &wrong2);
             async move { send(&c, addr).await.is_ok() }
         })

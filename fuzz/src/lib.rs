@@ -9,11 +9,11 @@ use knative_ha_webhook::admission::{self, OnError, ReviewOptions};
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::store::Snapshot;
 
-#[path = "../../benches/support/corpus.rs"]
+#[path = "../../tests/support/corpus.rs"]
 pub mod corpus;
-#[path = "../../benches/support/fuzzgen.rs"]
+#[path = "../../tests/support/fuzzgen.rs"]
 pub mod fuzzgen;
-#[path = "../../benches/support/oracle.rs"]
+#[path = "../../tests/support/oracle.rs"]
 pub mod oracle;
 
 /// The example policy, synced, with the HPA targets of the manifests.

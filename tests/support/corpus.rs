@@ -1,16 +1,15 @@
-//! Shared test data for the engine benchmark, the robustness tests and the
-//! fuzz targets (included with `#[path]`): the governed objects of the real
-//! Knative v1.23.0 manifests, synthetic large ConfigMaps, and AdmissionReview
-//! wrappers around them.
+//! The test data of the tests, the engine benchmark and the fuzz targets
+//! (the one fixture loader): the objects of the real Knative v1.23.0
+//! manifests, synthetic large ConfigMaps, the kind -> group/version/resource
+//! table and the one AdmissionReview builder. Depends on nothing else in
+//! `tests/support/`, so benches and fuzz pull it alone with `#[path]`.
 #![allow(dead_code)]
 
 use serde_json::{Value, json};
 
-pub const SERVING_CORE: &str =
-    include_str!("../../tests/fixtures/knative-v1.23.0/2-serving-core.yaml");
-pub const SERVING_HPA: &str =
-    include_str!("../../tests/fixtures/knative-v1.23.0/3-serving-hpa.yaml");
-pub const NET_KOURIER: &str = include_str!("../../tests/fixtures/knative-v1.23.0/net-kourier.yaml");
+pub const SERVING_CORE: &str = include_str!("../fixtures/knative-v1.23.0/2-serving-core.yaml");
+pub const SERVING_HPA: &str = include_str!("../fixtures/knative-v1.23.0/3-serving-hpa.yaml");
+pub const NET_KOURIER: &str = include_str!("../fixtures/knative-v1.23.0/net-kourier.yaml");
 pub const POLICY_YAML: &str = include_str!("../../examples/policy.yaml");
 
 /// The namespace `examples/policy.yaml` governs.
@@ -26,15 +25,44 @@ pub const GOVERNED_KINDS: &[&str] = &[
     "PodDisruptionBudget",
 ];
 
+/// The three manifests, repository-relative (for the CLI tests' arguments).
+pub const FIXTURES: &[&str] = &[
+    "tests/fixtures/knative-v1.23.0/2-serving-core.yaml",
+    "tests/fixtures/knative-v1.23.0/3-serving-hpa.yaml",
+    "tests/fixtures/knative-v1.23.0/net-kourier.yaml",
+];
+
 /// Every document of the three manifests, in file order.
 pub fn manifest_documents() -> Vec<Value> {
-    let mut docs = Vec::new();
-    for text in [SERVING_CORE, SERVING_HPA, NET_KOURIER] {
-        let parsed: Vec<Value> =
-            serde_saphyr::from_multiple(text).expect("the Knative fixtures are valid YAML");
-        docs.extend(parsed.into_iter().filter(Value::is_object));
-    }
-    docs
+    static CACHE: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
+    CACHE
+        .get_or_init(|| {
+            let mut docs = Vec::new();
+            for text in [SERVING_CORE, SERVING_HPA, NET_KOURIER] {
+                let parsed: Vec<Value> =
+                    serde_saphyr::from_multiple(text).expect("the Knative fixtures are valid YAML");
+                docs.extend(parsed.into_iter().filter(Value::is_object));
+            }
+            docs
+        })
+        .clone()
+}
+
+/// Every Kubernetes object of the three manifests, in file order.
+pub fn fixture_objects() -> Vec<Value> {
+    manifest_documents()
+}
+
+/// The fixture object with this kind, namespace and name.
+pub fn fixture(kind: &str, namespace: &str, name: &str) -> Value {
+    manifest_documents()
+        .into_iter()
+        .find(|o| {
+            o["kind"] == kind
+                && o["metadata"]["namespace"] == namespace
+                && o["metadata"]["name"] == name
+        })
+        .unwrap_or_else(|| panic!("no fixture {kind} {namespace}/{name}"))
 }
 
 /// `kind/name` of a manifest object, lower-case kind (`deployment/activator`).
@@ -83,15 +111,40 @@ pub fn in_namespace(obj: &Value, namespace: &str) -> Value {
     obj
 }
 
-/// group, version, resource of a kind the webhook handles.
+/// group, version, resource of a kind the webhook and the fake API server
+/// handle (the one kind table).
 pub fn gvr(kind: &str) -> (&'static str, &'static str, &'static str) {
     match kind {
         "Deployment" => ("apps", "v1", "deployments"),
         "HorizontalPodAutoscaler" => ("autoscaling", "v2", "horizontalpodautoscalers"),
         "PodDisruptionBudget" => ("policy", "v1", "poddisruptionbudgets"),
         "ConfigMap" => ("", "v1", "configmaps"),
+        "Lease" => ("coordination.k8s.io", "v1", "leases"),
+        "HighAvailabilityPolicy" => ("knativeha.dev", "v1alpha1", "highavailabilitypolicies"),
         _ => ("", "v1", "unknown"),
     }
+}
+
+/// The objects of the manifests (both namespaces) the reconciler and
+/// `audit` look at: every Deployment, HPA and PDB and the
+/// `config-leader-election` ConfigMap, each with its (group, plural), in
+/// file order (what the tests load into the fake API server).
+pub fn reconciled_objects() -> Vec<((&'static str, &'static str), Value)> {
+    manifest_documents()
+        .into_iter()
+        .filter(|o| match o["kind"].as_str() {
+            Some("Deployment" | "HorizontalPodAutoscaler" | "PodDisruptionBudget") => true,
+            Some("ConfigMap") => o["metadata"]["name"] == "config-leader-election",
+            _ => false,
+        })
+        .map(|o| (group_plural(o["kind"].as_str().unwrap_or("")), o))
+        .collect()
+}
+
+/// (group, plural) of a kind: how the fake API server names a resource.
+pub fn group_plural(kind: &str) -> (&'static str, &'static str) {
+    let (group, _, plural) = gvr(kind);
+    (group, plural)
 }
 
 /// An `admission.k8s.io/v1` AdmissionReview as the API server sends it for

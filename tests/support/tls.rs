@@ -1,26 +1,23 @@
-//! Test support for the server and TLS tests: a per-test PKI (rcgen), a
+//! Test support for the server and TLS tests (`#[path = "support/tls.rs"]
+//! mod tls;`, next to `mod support;`): a per-test PKI (rcgen), a
 //! Kubernetes-style Secret volume (`..data` symlink swap), HTTPS clients
-//! that verify the server as `knative-ha-webhook.knative-ha.svc`, an
-//! in-process server handle, Knative fixtures and bounded wait loops.
+//! that verify the server as `knative-ha-webhook.knative-ha.svc` and an
+//! in-process server handle.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+
+use crate::support::example_policy_path;
 use std::time::Duration;
 
 use knative_ha_webhook::server::{Config, PolicySource, Server};
 use knative_ha_webhook::store::PolicyStore;
 use knative_ha_webhook::tls::TlsSource;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use serde_json::{Value, json};
 
 /// The service DNS name clients use for SNI and verification.
 pub const SVC: &str = "knative-ha-webhook.knative-ha.svc";
-
-/// The example policy shipped in the repository.
-pub fn example_policy_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/policy.yaml")
-}
 
 /// A throw-away certificate authority.
 pub struct Pki {
@@ -154,11 +151,11 @@ impl SecretDir {
     }
 }
 
-/// A test key from `tests/common/keys/`.
+/// A test key from `tests/support/keys/`.
 pub fn test_key(name: &str) -> String {
     std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/common/keys")
+            .join("tests/support/keys")
             .join(name),
     )
     .unwrap()
@@ -263,64 +260,6 @@ pub fn sample(metrics: &str, series: &str) -> Option<f64> {
     metrics.lines().find_map(|l| {
         let (name, value) = l.rsplit_once(' ')?;
         (name == series).then(|| value.parse().ok())?
-    })
-}
-
-/// Polls `check` every 50 ms until it returns true or `limit` passes.
-pub async fn wait_until<F, Fut>(limit: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if check().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Every document of a fixture file.
-pub fn fixture_docs(file: &str) -> Vec<Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/knative-v1.23.0")
-        .join(file);
-    let text = std::fs::read_to_string(&path).unwrap();
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    docs.into_iter().filter(|d| d.is_object()).collect()
-}
-
-/// The fixture object of `kind` named `name`.
-pub fn fixture(file: &str, kind: &str, name: &str) -> Value {
-    fixture_docs(file)
-        .into_iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("{kind}/{name} not in {file}"))
-}
-
-/// An `admission.k8s.io/v1` review of `object`.
-pub fn review(uid: &str, operation: &str, namespace: &str, object: &Value) -> Value {
-    let kind = object["kind"].as_str().unwrap_or("Deployment");
-    let api_version = object["apiVersion"].as_str().unwrap_or("apps/v1");
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
-            "name": object["metadata"]["name"],
-            "namespace": namespace,
-            "operation": operation,
-            "userInfo": {"username": "kubernetes-admin"},
-            "object": object,
-            "dryRun": false
-        }
     })
 }
 
