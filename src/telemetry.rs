@@ -19,14 +19,14 @@ pub const PREFIX: &str = "knative_ha_webhook";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub kind: String,
-    pub operation: String,
-    pub outcome: String,
+    pub kind: &'static str,
+    pub operation: &'static str,
+    pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
-    pub kind: String,
+    pub kind: &'static str,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -270,10 +270,14 @@ pub fn clip(text: &str, max: usize) -> String {
 /// Request content made safe for a log line in any format: clipped to
 /// `max` bytes, control characters (newlines, ANSI escapes) written as
 /// `\u{..}` escapes so that a value can neither forge a line nor colour one.
-pub fn loggable(text: &str, max: usize) -> String {
+/// Borrows `text` when it is short and clean (the usual case).
+pub fn loggable(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max && !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
     let clipped = clip(text, max);
     if !clipped.chars().any(char::is_control) {
-        return clipped;
+        return clipped.into();
     }
     clipped
         .chars()

@@ -30,7 +30,7 @@ use tokio::sync::{Semaphore, watch};
 pub use budget::{Budget, DEFAULT_BUDGET_BYTES, DEFAULT_BUDGET_WAIT};
 pub use limits::Limits;
 pub use process::{run_cli, shutdown_signal};
-pub use routes::{AppState, router, router_with_budget};
+pub use routes::{AppState, http_answer, router, router_with_budget};
 
 use crate::admission::{OnError, ReviewOptions};
 use crate::sources::file::FileSource;
