@@ -300,6 +300,22 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
     Answer::Reviewed(reply)
 }
 
+/// The parse alone, as the review path does it for a CREATE or UPDATE in
+/// a governed namespace: the request read without building the object,
+/// then the engine's view of the object. `None` when there is no object.
+/// (For the `parse` benchmark; [`review`] does this and more.)
+pub fn parse_governed(body: &[u8]) -> Result<Option<Value>, BadRequest> {
+    let parsed = request::parse_review(body).map_err(|reason| BadRequest { reason })?;
+    parsed
+        .request
+        .object
+        .map(|raw| engine::view::parse(raw.get()))
+        .transpose()
+        .map_err(|e| BadRequest {
+            reason: format!("AdmissionReview request.object: {e}"),
+        })
+}
+
 fn engine_failed(
     reply: &mut Reviewed<'_>,
     response: &mut ResponseOut<'_>,
