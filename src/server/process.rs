@@ -68,6 +68,7 @@ fn shutdown_signal_then_exit() -> impl Future<Output = ()> + Send + 'static {
         let _ = first_tx.send(());
         signals.recv().await;
         tracing::warn!("second signal during shutdown: exiting now");
+        crate::telemetry::flush_logs();
         std::process::exit(SECOND_SIGNAL_EXIT);
     });
     async move {
@@ -78,6 +79,7 @@ fn shutdown_signal_then_exit() -> impl Future<Output = ()> + Send + 'static {
 /// `knative-ha-webhook serve`.
 pub fn run_cli(args: ServeArgs) -> anyhow::Result<ExitCode> {
     crate::telemetry::init_logging(args.log_format);
+    let _flush_logs = crate::telemetry::FlushOnDrop;
     let config = Config::from_args(&args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
