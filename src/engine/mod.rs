@@ -341,15 +341,13 @@ pub fn mutate_object(
     if !matches!(input.operation, Operation::Create | Operation::Update) {
         return Ok(Outcome::default());
     }
-    if input.namespace != policy.spec.target_namespace {
-        return Ok(Outcome::default());
-    }
     mutate_governed(policy, input.namespace, input.object, &ctx.hpa_targets)
 }
 
-/// The engine for a CREATE or UPDATE of `object` in `namespace`, which
-/// `policy` governs (the caller checked both: the admission path does it
-/// once, on its way in). `hpa_targets` as in [`Context`].
+/// The engine for a CREATE or UPDATE of `object` in `namespace` (the
+/// caller checked the operation: the admission path does it once, on its
+/// way in). Objects outside `policy.spec.target_namespace` never get a
+/// patch. `hpa_targets` as in [`Context`].
 pub fn mutate_governed(
     policy: &Policy,
     namespace: &str,
@@ -359,6 +357,9 @@ pub fn mutate_governed(
     let Some(obj) = object.as_object() else {
         return Err(EngineError::NotAnObject);
     };
+    if namespace != policy.spec.target_namespace {
+        return Ok(Outcome::default());
+    }
     let Some(kind) = Kind::of(object) else {
         return Ok(Outcome::default());
     };

@@ -237,7 +237,7 @@ pub enum LogFormat {
 
 /// Installs the global tracing subscriber (level from `RUST_LOG`, default
 /// `info`), writing to stderr through the non-blocking writer
-/// ([`writer`]; hold a [`FlushOnDrop`] until the process ends). Does
+/// (module `writer`; hold a [`FlushOnDrop`] until the process ends). Does
 /// nothing when one is already installed.
 pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
