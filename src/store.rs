@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use serde_json::Value;
 
 use crate::engine::{self, Context, EngineError, Input, Mutation};
 use crate::policy::Policy;
@@ -50,13 +51,40 @@ impl Snapshot {
             return Ok(None);
         };
         let ctx = Context {
-            hpa_targets: self
-                .hpa_targets
-                .get(input.namespace)
-                .cloned()
-                .unwrap_or_default(),
+            hpa_targets: self.hpa_targets_in(input.namespace).clone(),
         };
         engine::mutate(policy, input, &ctx).map(Some)
+    }
+
+    /// What governs `namespace`, looked up once: the policy and the HPA
+    /// targets there. `None` when no policy governs it.
+    pub fn governed(&self, namespace: &str) -> Option<Governed<'_>> {
+        Some(Governed {
+            policy: self.policy_for(namespace)?,
+            hpa_targets: self.hpa_targets_in(namespace),
+        })
+    }
+
+    fn hpa_targets_in(&self, namespace: &str) -> &BTreeSet<String> {
+        static NONE: BTreeSet<String> = BTreeSet::new();
+        self.hpa_targets.get(namespace).unwrap_or(&NONE)
+    }
+}
+
+/// A namespace some policy governs ([`Snapshot::governed`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Governed<'s> {
+    pub policy: &'s Policy,
+    pub hpa_targets: &'s BTreeSet<String>,
+}
+
+impl Governed<'_> {
+    /// The engine's answer for a CREATE or UPDATE of `object` in the
+    /// governed `namespace` (the object may be the engine's view of it,
+    /// [`engine::view`]).
+    pub fn mutate(&self, namespace: &str, object: &Value) -> Result<Mutation, EngineError> {
+        engine::mutate_governed(self.policy, namespace, object, self.hpa_targets)
+            .map(|o| o.mutation)
     }
 }
 

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
 use arbitrary::Unstructured;
-use knative_ha_webhook::admission::{self, OnError, ReviewOptions};
+use knative_ha_webhook::admission::{OnError, ReviewOptions};
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::store::Snapshot;
 use proptest::prelude::*;
@@ -70,7 +70,7 @@ const OPTIONS: [ReviewOptions; 2] = [
 fn check_bytes(bytes: &[u8]) -> Result<(), String> {
     for snapshot in [&*SNAPSHOT, &*UNSYNCED] {
         for opts in &OPTIONS {
-            let reply = admission::review(snapshot, bytes, opts);
+            let reply = oracle::review(snapshot, bytes, opts);
             oracle::check_reply(snapshot, opts, bytes, &reply).map_err(|e| {
                 format!(
                     "{e}\nsynced {} on_error {:?}\nrequest: {}\nreply: {}",
@@ -80,7 +80,7 @@ fn check_bytes(bytes: &[u8]) -> Result<(), String> {
                     reply.body
                 )
             })?;
-            let again = admission::review(snapshot, bytes, opts);
+            let again = oracle::review(snapshot, bytes, opts);
             if again.status != reply.status || again.body != reply.body {
                 return Err(format!(
                     "the same request got two answers: {} / {}",
@@ -102,7 +102,7 @@ fn every_real_review_gets_a_well_formed_answer() {
     for (label, review) in REVIEWS.iter() {
         check_value(review).unwrap_or_else(|e| panic!("{label}: {e}"));
         let bytes = serde_json::to_vec(review).unwrap();
-        let reply = admission::review(&SNAPSHOT, &bytes, &ReviewOptions::default());
+        let reply = oracle::review(&SNAPSHOT, &bytes, &ReviewOptions::default());
         assert_eq!(reply.status, 200, "{label}");
         if reply.body["response"].get("patch").is_some() {
             patched += 1;
@@ -123,14 +123,14 @@ fn the_oracle_rejects_broken_replies() {
     );
     let bytes = serde_json::to_vec(&review).unwrap();
     let opts = ReviewOptions::default();
-    let good = admission::review(&SNAPSHOT, &bytes, &opts);
+    let good = oracle::review(&SNAPSHOT, &bytes, &opts);
     oracle::check_reply(&SNAPSHOT, &opts, &bytes, &good).expect("a good reply passes");
     assert!(
         good.body["response"]["patch"].is_string(),
         "the controller gets a patch"
     );
 
-    type Break = fn(&mut admission::ReviewReply);
+    type Break = fn(&mut oracle::Reply);
     let cases: &[(&str, Break, &str)] = &[
         (
             "uid changed",
@@ -243,7 +243,7 @@ fn every_prefix_of_a_real_review_is_answered() {
     let bytes = serde_json::to_vec(&review).unwrap();
     for end in (0..bytes.len()).step_by(7) {
         check_bytes(&bytes[..end]).unwrap_or_else(|e| panic!("prefix {end}: {e}"));
-        let reply = admission::review(&SNAPSHOT, &bytes[..end], &ReviewOptions::default());
+        let reply = oracle::review(&SNAPSHOT, &bytes[..end], &ReviewOptions::default());
         assert_eq!(
             reply.status,
             400,
@@ -296,7 +296,7 @@ fn an_empty_object_namespace_is_the_requests() {
     let mut review = corpus::review("u-empty-ns", "CREATE", corpus::GOVERNED, &object);
     review["request"]["object"]["metadata"]["namespace"] = json!("");
     let bytes = serde_json::to_vec(&review).unwrap();
-    let reply = admission::review(&SNAPSHOT, &bytes, &ReviewOptions::default());
+    let reply = oracle::review(&SNAPSHOT, &bytes, &ReviewOptions::default());
     assert!(
         reply.body["response"]["patch"].is_string(),
         "{}",

@@ -9,6 +9,8 @@ use crate::server::{Server, shutdown_signal_then_exit};
 /// Serves until SIGTERM/SIGINT (a second one exits at once).
 pub fn serve(config: ServeConfig) -> anyhow::Result<ExitCode> {
     crate::telemetry::init_logging(config.log_format);
+    // Queued log lines reach stderr before the process ends.
+    let _flush_logs = crate::telemetry::FlushOnDrop;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -68,7 +68,8 @@ fn equivalent(
     let Some(term) = pod_term(list, item) else {
         return false;
     };
-    if term.len() != 2 || term.get("topologyKey") != Some(&json!(aa.topology_key())) {
+    if term.len() != 2 || term.get("topologyKey").and_then(Value::as_str) != Some(aa.topology_key())
+    {
         return false;
     }
     let Some(Value::Object(ls)) = term.get("labelSelector") else {

@@ -9,6 +9,8 @@
 //! the merged set would make every leader-elected process exit, no duration
 //! is written and a warning names the rule and the values.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value, json};
 
 use super::patch::Patcher;
@@ -52,8 +54,8 @@ fn merged_timing_problem(
     if ours.iter().all(|v| v.is_none()) {
         return Ok(None);
     }
-    let mut shown = Vec::new();
-    let mut ns = Vec::new();
+    let mut merged = [("", ""); 3];
+    let mut ns = [0u128; 3];
     for i in 0..3 {
         let key = TIMING_KEYS[i];
         let (text, from) = match (ours[i], current(t, data, key)?) {
@@ -61,18 +63,25 @@ fn merged_timing_problem(
             (None, Some(v)) => (v, "ConfigMap"),
             (None, None) => (DEFAULTS[i], "Knative default"),
         };
-        shown.push(format!("{key} {text:?} ({from})"));
         match parse_go_duration(text) {
-            Ok(v) => ns.push(v),
+            Ok(v) => ns[i] = v,
             Err(why) => {
                 return Ok(Some(format!(
                     "{key} {text:?} ({from}) is not a Go duration: {why}"
                 )));
             }
         }
+        merged[i] = (text, from);
     }
     let broken = broken_timing_rules(ns[0], ns[1], ns[2]);
-    Ok((!broken.is_empty()).then(|| {
+    if broken.is_empty() {
+        return Ok(None);
+    }
+    // Only now, with something to say, are the values written out.
+    let shown: Vec<String> = (0..3)
+        .map(|i| format!("{} {:?} ({})", TIMING_KEYS[i], merged[i].0, merged[i].1))
+        .collect();
+    Ok(Some(
         broken
             .iter()
             .map(|r| {
@@ -80,8 +89,8 @@ fn merged_timing_problem(
                 r.message(&shown[a], &shown[b], ns[2])
             })
             .collect::<Vec<_>>()
-            .join("; ")
-    }))
+            .join("; "),
+    ))
 }
 
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
@@ -99,15 +108,15 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         [None, None, None]
     } else {
         [
-            le.lease_duration.clone(),
-            le.renew_deadline.clone(),
-            le.retry_period.clone(),
+            le.lease_duration.as_deref().map(Cow::Borrowed),
+            le.renew_deadline.as_deref().map(Cow::Borrowed),
+            le.retry_period.as_deref().map(Cow::Borrowed),
         ]
     };
     let [lease, renew, retry] = timings;
     let buckets = if le.is_enabled() { le.buckets } else { Some(1) };
-    let wanted: [(&str, Option<String>, bool); 4] = [
-        ("buckets", buckets.map(|b| b.to_string()), false),
+    let wanted: [(&str, Option<Cow<'_, str>>, bool); 4] = [
+        ("buckets", buckets.map(|b| Cow::Owned(b.to_string())), false),
         (TIMING_KEYS[0], lease, true),
         (TIMING_KEYS[1], renew, true),
         (TIMING_KEYS[2], retry, true),
@@ -117,7 +126,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         let Some(want) = want else { continue };
         let current = current(t, data, key)?;
         let same = match current {
-            Some(cur) if cur == want => true,
+            Some(cur) if cur == want.as_ref() => true,
             Some(cur) if is_duration => {
                 matches!((parse_go_duration(cur), parse_go_duration(&want)), (Ok(a), Ok(b)) if a == b)
             }

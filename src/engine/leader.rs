@@ -28,31 +28,71 @@ const HASH_PATH: &[&str] = &[
     HASH_ANNOTATION,
 ];
 
-/// FNV-1a 64 (stable across builds and Rust versions, unlike `DefaultHasher`).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
+/// FNV-1a 64 (stable across builds and Rust versions, unlike `DefaultHasher`),
+/// fed through `fmt::Write` so the hashed text is never built.
+struct Fnv1a(u64);
+
+impl std::fmt::Write for Fnv1a {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0 = s.bytes().fold(self.0, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        Ok(())
+    }
 }
 
 /// A hash of the effective leader election settings (buckets and the three
-/// durations, normalised so `1m` and `60s` agree).
+/// durations, normalised so `1m` and `60s` agree): FNV-1a 64 of
+/// `enabled=..;buckets=..;lease=..;renew=..;retry=..` as 16 hex digits.
 pub fn settings_hash(le: &LeaderElection) -> String {
+    settings_hash_text(le).as_str().to_string()
+}
+
+/// [`settings_hash`] without an allocation (it runs on every admission of
+/// a leader-elected Deployment).
+fn settings_hash_text(le: &LeaderElection) -> HashText {
+    use std::fmt::Write as _;
+    struct Duration<'a>(&'a Option<String>);
+    impl std::fmt::Display for Duration<'_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self.0.as_deref().map(|v| (v, parse_go_duration(v))) {
+                Some((_, Ok(ns))) => write!(f, "{ns}"),
+                Some((v, Err(_))) => f.write_str(v),
+                None => f.write_str("default"),
+            }
+        }
+    }
     let buckets = if le.is_enabled() { le.buckets } else { Some(1) };
-    let d = |v: &Option<String>| match v.as_deref().map(parse_go_duration) {
-        Some(Ok(ns)) => ns.to_string(),
-        Some(Err(_)) => v.clone().unwrap_or_default(),
-        None => "default".to_string(),
+    let mut h = Fnv1a(0xcbf2_9ce4_8422_2325);
+    // Writing into a hasher cannot fail.
+    let _ = write!(h, "enabled={};buckets=", le.is_enabled());
+    let _ = match buckets {
+        Some(b) => write!(h, "{b}"),
+        None => h.write_str("default"),
     };
-    let text = format!(
-        "enabled={};buckets={};lease={};renew={};retry={}",
-        le.is_enabled(),
-        buckets.map_or("default".to_string(), |b| b.to_string()),
-        d(&le.lease_duration),
-        d(&le.renew_deadline),
-        d(&le.retry_period)
+    let _ = write!(
+        h,
+        ";lease={};renew={};retry={}",
+        Duration(&le.lease_duration),
+        Duration(&le.renew_deadline),
+        Duration(&le.retry_period)
     );
-    format!("{:016x}", fnv1a(text.as_bytes()))
+    let mut text = [0u8; 16];
+    for (i, byte) in text.iter_mut().enumerate() {
+        let nibble = (h.0 >> (60 - 4 * i)) & 0xf;
+        *byte = b"0123456789abcdef"[nibble as usize];
+    }
+    HashText(text)
+}
+
+/// 16 lower-case hex digits.
+struct HashText([u8; 16]);
+
+impl HashText {
+    fn as_str(&self) -> &str {
+        // Only ASCII hex digits are ever written.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
 }
 
 /// Sets the hash annotation on governed leader-elected Deployments when the
@@ -68,9 +108,10 @@ pub(crate) fn hash(
     if !LEADER_ELECTED_DEPLOYMENTS.contains(&t.name) {
         return Ok(());
     }
-    let want = settings_hash(le);
+    let want = settings_hash_text(le);
+    let want = want.as_str();
     let current = super::lookup(t.object, HASH_PATH);
-    if current.and_then(Value::as_str) == Some(want.as_str()) {
+    if current.and_then(Value::as_str) == Some(want) {
         return Ok(());
     }
     super::check_parents(t, HASH_PATH)?;
@@ -109,6 +150,15 @@ pub fn carries_disable_ha(object: &Value) -> bool {
         .any(|a| a.as_str().is_some_and(is_disable_ha_arg))
 }
 
+/// True when the container's args hold `--disable-ha` (args as strings;
+/// anything else is left to [`args_of`] to report).
+fn carries_flag(container: &Value) -> bool {
+    container
+        .get("args")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|a| a.as_str().is_some_and(is_disable_ha_arg)))
+}
+
 fn is_disable_ha_arg(arg: &str) -> bool {
     let flag = arg.split('=').next().unwrap_or(arg);
     flag == DISABLE_HA_FLAG || flag == &DISABLE_HA_FLAG[1..]
@@ -131,28 +181,36 @@ fn knative_container(name: &str, containers: &[Value]) -> Option<usize> {
         .or(if containers.is_empty() { None } else { Some(0) })
 }
 
-fn args_of<'v>(
-    t: &Target<'_>,
-    index: usize,
-    container: &'v Value,
-) -> Result<Vec<&'v str>, EngineError> {
+/// Errors unless the container's args are absent, null or a list of strings.
+fn check_args(t: &Target<'_>, index: usize, container: &Value) -> Result<(), EngineError> {
     match container.get("args") {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|a| {
-                a.as_str().ok_or_else(|| {
-                    t.malformed(format!(
-                        "spec.template.spec.containers[{index}].args must be strings, got {a}"
-                    ))
-                })
-            })
-            .collect(),
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Array(items)) => match items.iter().find(|a| !a.is_string()) {
+            Some(a) => Err(t.malformed(format!(
+                "spec.template.spec.containers[{index}].args must be strings, got {a}"
+            ))),
+            None => Ok(()),
+        },
         Some(other) => Err(t.malformed(format!(
             "spec.template.spec.containers[{index}].args must be a list, got {}",
             crate::policy::schema_check::show(other)
         ))),
     }
+}
+
+fn args_of<'v>(
+    t: &Target<'_>,
+    index: usize,
+    container: &'v Value,
+) -> Result<Vec<&'v str>, EngineError> {
+    check_args(t, index, container)?;
+    Ok(container
+        .get("args")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect())
 }
 
 /// Adds (`disable`) or removes `--disable-ha` on the Knative container.
@@ -177,6 +235,11 @@ pub(crate) fn flag(
     };
     let container = &containers[index];
     let cname = container.get("name").and_then(Value::as_str).unwrap_or("");
+    if !disable && !carries_flag(container) {
+        // The usual case: nothing to remove (after the type checks
+        // `args_of` makes, which must still fail on a malformed list).
+        return check_args(t, index, container);
+    }
     let args = args_of(t, index, container)?;
     let idx = index.to_string();
     let container_path: [&str; 5] = ["spec", "template", "spec", "containers", &idx];
@@ -213,4 +276,24 @@ pub(crate) fn flag(
         changes.push(t.change(format!("container {cname} args - {DISABLE_HA_FLAG}")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_settings_hash_is_the_documented_one() {
+        // README: the hash of examples/policy.yaml's leader election.
+        let policy =
+            crate::policy::Policy::from_yaml(include_str!("../../examples/policy.yaml")).unwrap();
+        let le = policy.spec.leader_election.as_ref().unwrap();
+        assert_eq!(settings_hash(le), "a94b58b82d50d865");
+        // The text it hashes, spelled out (FNV-1a 64 of it).
+        let text = "enabled=true;buckets=5;lease=60000000000;renew=40000000000;retry=10000000000";
+        let fnv = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        assert_eq!(settings_hash(le), format!("{fnv:016x}"));
+    }
 }

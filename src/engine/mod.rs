@@ -22,6 +22,7 @@ pub mod hpa;
 pub mod leader;
 pub mod patch;
 pub mod pdb;
+pub mod view;
 
 use std::collections::BTreeSet;
 
@@ -196,7 +197,8 @@ impl Kind {
 /// What a kind handler sees.
 pub(crate) struct Target<'a> {
     pub policy: &'a Policy,
-    pub ctx: &'a Context,
+    /// [`Context::hpa_targets`].
+    pub hpa_targets: &'a BTreeSet<String>,
     pub kind: Kind,
     pub namespace: &'a str,
     pub name: &'a str,
@@ -292,7 +294,7 @@ impl Target<'_> {
     }
 
     pub fn is_hpa_backed(&self, deployment: &str) -> bool {
-        HPA_BACKED_DEPLOYMENTS.contains(&deployment) || self.ctx.hpa_targets.contains(deployment)
+        HPA_BACKED_DEPLOYMENTS.contains(&deployment) || self.hpa_targets.contains(deployment)
     }
 
     /// True when the policy turns leader election off.
@@ -333,14 +335,29 @@ pub fn mutate_object(
     input: &Input<'_>,
     ctx: &Context,
 ) -> Result<Outcome, EngineError> {
-    let object = input.object;
-    let Some(obj) = object.as_object() else {
+    if !input.object.is_object() {
         return Err(EngineError::NotAnObject);
-    };
+    }
     if !matches!(input.operation, Operation::Create | Operation::Update) {
         return Ok(Outcome::default());
     }
-    if input.namespace != policy.spec.target_namespace {
+    mutate_governed(policy, input.namespace, input.object, &ctx.hpa_targets)
+}
+
+/// The engine for a CREATE or UPDATE of `object` in `namespace` (the
+/// caller checked the operation: the admission path does it once, on its
+/// way in). Objects outside `policy.spec.target_namespace` never get a
+/// patch. `hpa_targets` as in [`Context`].
+pub fn mutate_governed(
+    policy: &Policy,
+    namespace: &str,
+    object: &Value,
+    hpa_targets: &BTreeSet<String>,
+) -> Result<Outcome, EngineError> {
+    let Some(obj) = object.as_object() else {
+        return Err(EngineError::NotAnObject);
+    };
+    if namespace != policy.spec.target_namespace {
         return Ok(Outcome::default());
     }
     let Some(kind) = Kind::of(object) else {
@@ -351,7 +368,7 @@ pub fn mutate_object(
         .and_then(|m| m.get("namespace"))
         .and_then(Value::as_str)
         && !ns.is_empty()
-        && ns != input.namespace
+        && ns != namespace
     {
         return Ok(Outcome::default());
     }
@@ -361,9 +378,9 @@ pub fn mutate_object(
         .unwrap_or("");
     let target = Target {
         policy,
-        ctx,
+        hpa_targets,
         kind,
-        namespace: input.namespace,
+        namespace,
         name,
         object,
     };

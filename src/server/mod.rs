@@ -30,7 +30,7 @@ use tokio::sync::watch;
 pub use budget::{Budget, DEFAULT_BUDGET_BYTES, DEFAULT_BUDGET_WAIT};
 pub use limits::Limits;
 pub use process::{shutdown_signal, shutdown_signal_then_exit};
-pub use routes::{AppState, router, router_with_budget};
+pub use routes::{AppState, http_answer, router, router_with_budget};
 
 use crate::admission::OnError;
 use crate::sources::file::FileSource;

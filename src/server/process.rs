@@ -64,6 +64,7 @@ pub fn shutdown_signal_then_exit() -> impl Future<Output = ()> + Send + 'static 
         let _ = first_tx.send(());
         signals.recv().await;
         tracing::warn!("second signal during shutdown: exiting now");
+        crate::telemetry::flush_logs();
         std::process::exit(SECOND_SIGNAL_EXIT);
     });
     async move {

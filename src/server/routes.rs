@@ -1,5 +1,6 @@
 //! HTTPS routes: `POST /mutate` (a thin wrapper around
 //! [`crate::admission::review`]) and JSON answers for everything else.
+//! Every HTTP status is chosen here ([`http_answer`] for reviews).
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,7 @@ use axum::routing::post;
 use http_body_util::BodyExt;
 
 use super::budget::{Budget, Charge};
-use crate::admission::{self, MAX_BODY_BYTES, Outcome, ReviewOptions};
+use crate::admission::{self, Answer, MAX_BODY_BYTES, Outcome, ReviewOptions};
 use crate::store::PolicyStore;
 use crate::telemetry::{KindLabels, Metrics, RequestLabels, clip, loggable};
 
@@ -47,9 +48,26 @@ pub fn router_with_budget(state: AppState, budget: Budget) -> Router {
         .with_state(state)
 }
 
+/// A JSON error body for non-review answers (400, 404, 405, 413, ...).
+fn error_body(code: u16, reason: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({ "code": code, "reason": reason, "message": message })
+}
+
 fn json_error(status: StatusCode, reason: &str, message: &str) -> Response {
-    let body = admission::error_body(status.as_u16(), reason, message);
+    let body = error_body(status.as_u16(), reason, message);
     (status, axum::Json(body)).into_response()
+}
+
+/// The HTTP status and JSON body of a review's answer: 200 and the
+/// AdmissionReview, or 400 and an error object saying what is wrong.
+pub fn http_answer(answer: Answer<'_>) -> (StatusCode, Vec<u8>) {
+    match answer {
+        Answer::Reviewed(reviewed) => (StatusCode::OK, reviewed.body),
+        Answer::BadRequest(bad) => {
+            let body = error_body(400, "BadRequest", &bad.reason);
+            (StatusCode::BAD_REQUEST, body.to_string().into_bytes())
+        }
+    }
 }
 
 async fn not_found(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
@@ -182,82 +200,99 @@ async fn mutate(
 
     let snapshot = state.store.load();
     let options = state.options;
-    let reply = if bytes.len() > LARGE_BODY_BYTES {
-        // Parsing megabytes of JSON would stall an async worker. The
-        // charge stays with the review, even if this request is abandoned.
-        let turn = budget.large_review().await;
-        let review = move || {
-            let reply = admission::review(&snapshot, &bytes, &options);
-            drop((bytes, charge, turn));
-            reply
-        };
-        match tokio::task::spawn_blocking(review).await {
-            Ok(reply) => reply,
-            Err(e) => {
-                metrics.http_error("internal");
-                tracing::error!(error = %e, "review task failed");
-                return json_error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "InternalError",
-                    "the review could not be processed",
-                );
-            }
-        }
-    } else {
-        let reply = admission::review(&snapshot, &bytes, &options);
-        drop((bytes, charge));
-        reply
+    if bytes.len() <= LARGE_BODY_BYTES {
+        let answer = admission::review(&snapshot, &bytes, &options);
+        return respond(metrics, answer, started);
+    }
+    // Parsing megabytes of JSON would stall an async worker. The charge
+    // stays with the review, even if this request is abandoned.
+    let turn = budget.large_review().await;
+    let metrics = metrics.clone();
+    let review = move || {
+        let answer = admission::review(&snapshot, &bytes, &options);
+        let response = respond(&metrics, answer, started);
+        drop((bytes, charge, turn));
+        response
     };
-    let elapsed = started.elapsed();
+    match tokio::task::spawn_blocking(review).await {
+        Ok(response) => response,
+        Err(e) => {
+            state.metrics.http_error("internal");
+            tracing::error!(error = %e, "review task failed");
+            json_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                "the review could not be processed",
+            )
+        }
+    }
+}
 
+/// Counts and logs one answered review, and turns it into the HTTP answer.
+fn respond(metrics: &Metrics, answer: Answer<'_>, started: Instant) -> Response {
+    let elapsed = started.elapsed();
+    let outcome = answer.outcome();
+    let (kind, operation, patch_ops) = match &answer {
+        Answer::Reviewed(r) => (r.kind, r.operation, r.patch_ops),
+        Answer::BadRequest(_) => ("other", "other", 0),
+    };
     metrics
         .requests
         .get_or_create(&RequestLabels {
-            kind: reply.kind.to_string(),
-            operation: reply.operation.to_string(),
-            outcome: reply.outcome.as_str().to_string(),
+            kind,
+            operation,
+            outcome: outcome.as_str(),
         })
         .inc();
-    let kind = KindLabels {
-        kind: reply.kind.to_string(),
-    };
+    let kind_labels = KindLabels { kind };
     metrics
         .request_duration
-        .get_or_create(&kind)
+        .get_or_create(&kind_labels)
         .observe(elapsed.as_secs_f64());
-    if reply.patch_ops > 0 {
+    if patch_ops > 0 {
         metrics
             .patch_operations
-            .get_or_create(&kind)
-            .inc_by(reply.patch_ops as u64);
+            .get_or_create(&kind_labels)
+            .inc_by(patch_ops as u64);
     }
-    if reply.outcome == Outcome::BadRequest {
-        metrics.http_error("bad_request");
+    // Whole microseconds as milliseconds: at most 3 decimals, no float noise.
+    let duration_ms = elapsed.as_micros() as f64 / 1000.0;
+    match &answer {
+        Answer::BadRequest(bad) => {
+            metrics.http_error("bad_request");
+            tracing::warn!(
+                outcome = outcome.as_str(), duration_ms,
+                error = %loggable(&bad.reason, 1024), "bad admission request"
+            );
+        }
+        Answer::Reviewed(r) => {
+            let (uid, namespace, name) = (
+                loggable(&r.uid, 256),
+                loggable(&r.namespace, 256),
+                loggable(&r.name, 256),
+            );
+            match (&r.outcome, &r.error) {
+                (Outcome::ErrorAllowed | Outcome::ErrorDenied, Some(err)) => tracing::error!(
+                    uid = %uid, kind, namespace = %namespace, name = %name,
+                    operation, outcome = outcome.as_str(), patch_ops,
+                    duration_ms, error = %loggable(err, 1024), "review failed"
+                ),
+                _ => tracing::info!(
+                    uid = %uid, kind, namespace = %namespace, name = %name,
+                    operation, outcome = outcome.as_str(), patch_ops,
+                    duration_ms, "review"
+                ),
+            }
+        }
     }
-
-    let duration_ms = elapsed.as_secs_f64() * 1000.0;
-    let (uid, namespace, name) = (
-        loggable(&reply.uid, 256),
-        loggable(&reply.namespace, 256),
-        loggable(&reply.name, 256),
-    );
-    match (&reply.outcome, &reply.error) {
-        (Outcome::ErrorAllowed | Outcome::ErrorDenied, Some(err)) => tracing::error!(
-            uid = %uid, kind = reply.kind, namespace = %namespace, name = %name,
-            operation = reply.operation, outcome = reply.outcome.as_str(), patch_ops = reply.patch_ops,
-            duration_ms, error = %loggable(err, 1024), "review failed"
-        ),
-        (Outcome::BadRequest, err) => tracing::warn!(
-            outcome = reply.outcome.as_str(), duration_ms,
-            error = %loggable(err.as_deref().unwrap_or(""), 1024), "bad admission request"
-        ),
-        _ => tracing::info!(
-            uid = %uid, kind = reply.kind, namespace = %namespace, name = %name,
-            operation = reply.operation, outcome = reply.outcome.as_str(), patch_ops = reply.patch_ops,
-            duration_ms, "review"
-        ),
-    }
-
-    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, axum::Json(reply.body)).into_response()
+    let (status, body) = http_answer(answer);
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
 }

@@ -4,15 +4,32 @@
 #![allow(dead_code)]
 
 use base64::Engine as _;
-use knative_ha_webhook::admission::{OnError, ReviewOptions, ReviewReply};
+use knative_ha_webhook::admission::{self, OnError, ReviewOptions};
 use knative_ha_webhook::store::Snapshot;
 use serde_json::Value;
+
+/// An answer as `POST /mutate` sends it: the HTTP status and the JSON body.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+/// `admission::review` with the status and body the server sends for it.
+pub fn review(snapshot: &Snapshot, bytes: &[u8], opts: &ReviewOptions) -> Reply {
+    let (status, body) =
+        knative_ha_webhook::server::http_answer(admission::review(snapshot, bytes, opts));
+    Reply {
+        status: status.as_u16(),
+        body: serde_json::from_slice(&body).expect("every answer is JSON"),
+    }
+}
 
 pub fn check_reply(
     snapshot: &Snapshot,
     opts: &ReviewOptions,
     request: &[u8],
-    reply: &ReviewReply,
+    reply: &Reply,
 ) -> Result<(), String> {
     if reply.status != 200 {
         // A JSON error body that says what is wrong.

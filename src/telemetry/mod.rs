@@ -5,6 +5,8 @@
 //! (`CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `other`), `outcome` (see
 //! [`crate::admission::Outcome`]) and `result` (`success` or `error`).
 
+mod writer;
+
 use std::sync::Arc;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
@@ -14,19 +16,21 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+pub use writer::{FlushOnDrop, flush as flush_logs};
+
 /// Prefix of every metric this crate registers.
 pub const PREFIX: &str = "knative_ha_webhook";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub kind: String,
-    pub operation: String,
-    pub outcome: String,
+    pub kind: &'static str,
+    pub operation: &'static str,
+    pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
-    pub kind: String,
+    pub kind: &'static str,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -138,6 +142,11 @@ impl Metrics {
             m.http_errors.clone(),
         );
         registry.register(n("ready"), "1 when /readyz answers 200", m.ready.clone());
+        registry.register(
+            n("log_lines_dropped"),
+            "Log lines dropped because the log writer fell behind",
+            writer::DROPPED.clone(),
+        );
         let build_info = Family::<Vec<(String, String)>, Gauge>::default();
         build_info.get_or_create(&build_labels()).set(1);
         registry.register(
@@ -219,7 +228,7 @@ pub fn encode(registry: &Registry) -> String {
 }
 
 /// Log output format.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LogFormat {
     #[default]
     Json,
@@ -227,7 +236,9 @@ pub enum LogFormat {
 }
 
 /// Installs the global tracing subscriber (level from `RUST_LOG`, default
-/// `info`). Does nothing when one is already installed.
+/// `info`), writing to stderr through the non-blocking writer
+/// (module `writer`; hold a [`FlushOnDrop`] until the process ends). Does
+/// nothing when one is already installed.
 pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     // kube-client's own request tracing logs every failed request at ERROR
@@ -237,7 +248,7 @@ pub fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| EnvFilter::new("info,kube_client::client::builder=off"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer::non_blocking());
     let _ = match format {
         LogFormat::Json => builder
             .json()
@@ -270,10 +281,14 @@ pub fn clip(text: &str, max: usize) -> String {
 /// Request content made safe for a log line in any format: clipped to
 /// `max` bytes, control characters (newlines, ANSI escapes) written as
 /// `\u{..}` escapes so that a value can neither forge a line nor colour one.
-pub fn loggable(text: &str, max: usize) -> String {
+/// Borrows `text` when it is short and clean (the usual case).
+pub fn loggable(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max && !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
     let clipped = clip(text, max);
     if !clipped.chars().any(char::is_control) {
-        return clipped;
+        return clipped.into();
     }
     clipped
         .chars()

@@ -1,0 +1,353 @@
+//! AdmissionReview wire protocol: the pure core of `POST /mutate`.
+//!
+//! [`review`] turns request bytes and a policy snapshot into an
+//! [`Answer`]: [`Reviewed`] (the AdmissionReview answer as JSON bytes, its
+//! outcome and the labels for logs and metrics) or [`BadRequest`] (why the
+//! bytes are not a usable AdmissionReview). It does no I/O, never panics
+//! whatever the bytes, and knows nothing of HTTP: `server::routes` picks
+//! the status codes.
+//!
+//! The request is read into a small borrowed serde model ([`request`], not
+//! `kube::core::admission::AdmissionReview<DynamicObject>`): uid, operation,
+//! kind, namespace and name without building the object; the object itself
+//! is built only for a CREATE or UPDATE in a governed namespace, and then
+//! only the parts the engine reads ([`crate::engine::view`]). A lenient
+//! model lets a review whose object is malformed reach the engine-error path
+//! (admitted with a warning) instead of being rejected as a bad request.
+
+mod request;
+
+use std::borrow::Cow;
+
+use base64::Engine as _;
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+pub use request::{ECHO_BYTES, MAX_UID_BYTES};
+
+use crate::engine::{self, Operation};
+use crate::store::Snapshot;
+use crate::telemetry::clip;
+
+/// The warning attached while the policy sources are still syncing.
+pub const NOT_SYNCED_WARNING: &str =
+    "knative-ha-webhook: policy not yet synced; object admitted unchanged";
+
+/// Largest accepted request body (an UPDATE carries two objects of up to 3 MiB).
+pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+
+/// What to answer when mutation fails internally.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnError {
+    /// Admit the object unchanged, with a warning (never block the cluster).
+    #[default]
+    Allow,
+    /// Refuse the object.
+    Deny,
+}
+
+/// Options of [`review`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReviewOptions {
+    pub on_error: OnError,
+}
+
+/// How a review ended; the `outcome` label of the request metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted with a non-empty patch.
+    Patched,
+    /// A policy governs the namespace; nothing to change.
+    Unchanged,
+    /// No policy for the namespace, or DELETE/CONNECT: admitted as is.
+    Skipped,
+    /// Policy sources still syncing: admitted as is with a warning.
+    NotSynced,
+    /// Engine failed; admitted as is with a warning (`--on-error allow`).
+    ErrorAllowed,
+    /// Engine failed; refused (`--on-error deny`).
+    ErrorDenied,
+    /// The body was not a usable AdmissionReview ([`Answer::BadRequest`]).
+    BadRequest,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Patched => "patched",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Skipped => "skipped",
+            Outcome::NotSynced => "not_synced",
+            Outcome::ErrorAllowed => "error_allowed",
+            Outcome::ErrorDenied => "error_denied",
+            Outcome::BadRequest => "bad_request",
+        }
+    }
+}
+
+/// The answer to one review.
+#[derive(Clone, Debug)]
+pub enum Answer<'a> {
+    /// A usable AdmissionReview, answered.
+    Reviewed(Reviewed<'a>),
+    /// The body is not a usable AdmissionReview.
+    BadRequest(BadRequest),
+}
+
+impl Answer<'_> {
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Answer::Reviewed(r) => r.outcome,
+            Answer::BadRequest(_) => Outcome::BadRequest,
+        }
+    }
+}
+
+/// An answered review. The names borrow from the request body.
+#[derive(Clone, Debug)]
+pub struct Reviewed<'a> {
+    /// The answer: an AdmissionReview, as JSON.
+    pub body: Vec<u8>,
+    pub outcome: Outcome,
+    /// Bounded label: `Deployment`, `ConfigMap`, `HorizontalPodAutoscaler`,
+    /// `PodDisruptionBudget` or `other`.
+    pub kind: &'static str,
+    /// Bounded label: `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
+    pub operation: &'static str,
+    pub uid: Cow<'a, str>,
+    pub namespace: Cow<'a, str>,
+    pub name: Cow<'a, str>,
+    pub patch_ops: usize,
+    /// The engine error, for the log line.
+    pub error: Option<String>,
+}
+
+/// Why the body is not a usable AdmissionReview (clipped: it may quote
+/// the body).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadRequest {
+    pub reason: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut>,
+}
+
+#[derive(Serialize)]
+struct StatusOut {
+    status: &'static str,
+    code: u16,
+    message: String,
+}
+
+fn bad_request(message: String) -> Answer<'static> {
+    // serde's messages quote the offending content: never echo it whole.
+    Answer::BadRequest(BadRequest {
+        reason: clip(&message, 4 * ECHO_BYTES),
+    })
+}
+
+fn kind_label(kind: &str) -> &'static str {
+    match kind {
+        "Deployment" => "Deployment",
+        "ConfigMap" => "ConfigMap",
+        "HorizontalPodAutoscaler" => "HorizontalPodAutoscaler",
+        "PodDisruptionBudget" => "PodDisruptionBudget",
+        _ => "other",
+    }
+}
+
+fn parse_operation(op: &str) -> Option<(Operation, &'static str)> {
+    match op {
+        "CREATE" => Some((Operation::Create, "CREATE")),
+        "UPDATE" => Some((Operation::Update, "UPDATE")),
+        "DELETE" => Some((Operation::Delete, "DELETE")),
+        "CONNECT" => Some((Operation::Connect, "CONNECT")),
+        _ => None,
+    }
+}
+
+/// The request's namespace and name, falling back to the object's
+/// `metadata` (read without building the object) when the request names
+/// none (`generateName*` for a name yet to be generated).
+fn names<'a>(
+    namespace: Option<Cow<'a, str>>,
+    name: Option<Cow<'a, str>>,
+    object: Option<&'a RawValue>,
+) -> (Cow<'a, str>, Cow<'a, str>) {
+    let namespace = namespace.filter(|n| !n.is_empty());
+    let name = name.filter(|n| !n.is_empty());
+    if let (Some(namespace), Some(name)) = (&namespace, &name) {
+        return (namespace.clone(), name.clone());
+    }
+    let meta = object.map(request::object_names).unwrap_or_default();
+    let namespace = namespace.or(meta.namespace).unwrap_or_default();
+    let name = name
+        .or(meta.name)
+        .or_else(|| meta.generate_name.map(|g| Cow::Owned(format!("{g}*"))))
+        .unwrap_or_default();
+    (namespace, name)
+}
+
+/// Answers one AdmissionReview given as raw bytes.
+pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> Answer<'a> {
+    let parsed = match request::parse_review(body) {
+        Ok(parsed) => parsed,
+        Err(message) => return bad_request(message),
+    };
+    let request = parsed.request;
+    let Some((operation, op_label)) = parse_operation(&request.operation.0) else {
+        return bad_request(format!(
+            "AdmissionReview request.operation: unknown operation {:?}",
+            clip(&request.operation.0, ECHO_BYTES)
+        ));
+    };
+    let kind = request.kind.as_ref().map_or("", |k| &k.kind.0);
+    let (namespace, name) = names(
+        request.namespace.map(|t| t.0),
+        request.name.map(|t| t.0),
+        request.object,
+    );
+    let mut reply = Reviewed {
+        body: Vec::new(),
+        outcome: Outcome::Skipped,
+        kind: kind_label(kind),
+        operation: op_label,
+        uid: request.uid.0,
+        namespace,
+        name,
+        patch_ops: 0,
+        error: None,
+    };
+    let mut response = ResponseOut {
+        uid: "",
+        allowed: true,
+        patch_type: None,
+        patch: None,
+        warnings: Vec::new(),
+        status: None,
+    };
+
+    if matches!(operation, Operation::Create | Operation::Update) {
+        if !snapshot.synced {
+            reply.outcome = Outcome::NotSynced;
+            response.warnings.push(NOT_SYNCED_WARNING.to_string());
+        } else if let Some(governed) = snapshot.governed(&reply.namespace) {
+            let mutation = match request.object {
+                None => governed.mutate(&reply.namespace, &Value::Null),
+                Some(raw) => match engine::view::parse(raw.get()) {
+                    Ok(object) => governed.mutate(&reply.namespace, &object),
+                    // Only a number out of range gets here (the text was
+                    // scanned already): the full parse refused those too.
+                    Err(e) => return bad_request(format!("AdmissionReview request.object: {e}")),
+                },
+            };
+            match mutation {
+                Ok(mutation) if mutation.is_empty() => {
+                    reply.outcome = Outcome::Unchanged;
+                    response.warnings = mutation.changes;
+                }
+                Ok(mutation) => match serde_json::to_vec(&mutation.patch) {
+                    Ok(bytes) => {
+                        reply.outcome = Outcome::Patched;
+                        reply.patch_ops = mutation.patch.0.len();
+                        response.patch_type = Some("JSONPatch");
+                        response.patch =
+                            Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+                        response.warnings = mutation.changes;
+                    }
+                    Err(e) => engine_failed(
+                        &mut reply,
+                        &mut response,
+                        format!("serialising the patch: {e}"),
+                        opts,
+                    ),
+                },
+                Err(e) => engine_failed(&mut reply, &mut response, e.to_string(), opts),
+            }
+        }
+    }
+
+    response.uid = &reply.uid;
+    let out = ReviewOut {
+        api_version: &parsed.api_version,
+        kind: &parsed.kind,
+        response,
+    };
+    // Plain data (strings, booleans, numbers): serialising it cannot fail.
+    let body = serde_json::to_vec(&out).unwrap_or_default();
+    reply.body = body;
+    Answer::Reviewed(reply)
+}
+
+/// The parse alone, as the review path does it for a CREATE or UPDATE in
+/// a governed namespace: the request read without building the object,
+/// then the engine's view of the object. `None` when there is no object.
+/// (For the `parse` benchmark; [`review`] does this and more.)
+pub fn parse_governed(body: &[u8]) -> Result<Option<Value>, BadRequest> {
+    let parsed = request::parse_review(body).map_err(|reason| BadRequest { reason })?;
+    parsed
+        .request
+        .object
+        .map(|raw| engine::view::parse(raw.get()))
+        .transpose()
+        .map_err(|e| BadRequest {
+            reason: format!("AdmissionReview request.object: {e}"),
+        })
+}
+
+fn engine_failed(
+    reply: &mut Reviewed<'_>,
+    response: &mut ResponseOut<'_>,
+    message: String,
+    opts: &ReviewOptions,
+) {
+    let what = format!("{} {}/{}", reply.kind, reply.namespace, reply.name);
+    match opts.on_error {
+        OnError::Allow => {
+            reply.outcome = Outcome::ErrorAllowed;
+            response.warnings.push(format!(
+                "knative-ha-webhook: could not compute the HA patch for {what}: {message}; \
+                 object admitted unchanged"
+            ));
+        }
+        OnError::Deny => {
+            reply.outcome = Outcome::ErrorDenied;
+            response.allowed = false;
+            response.warnings.push(format!(
+                "knative-ha-webhook: could not compute the HA patch for {what}: {message}"
+            ));
+            response.status = Some(StatusOut {
+                status: "Failure",
+                code: 500,
+                message: format!(
+                    "knative-ha-webhook refused {what}: could not compute the HA patch: {message}"
+                ),
+            });
+        }
+    }
+    reply.error = Some(message);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,300 @@
+//! The engine's view of an object: a `serde_json::Value` holding only the
+//! paths the engine reads or writes, parsed straight from JSON text. Every
+//! other member is skipped while parsing (`serde::de::IgnoredAny`: scanned,
+//! never built), so a large object costs a scan, not a tree.
+//!
+//! The engine's answer (patch and change lines) on the view equals its
+//! answer on the whole object (`tests/engine_view.rs` checks it on every
+//! Knative v1.23.0 object and on arbitrary and mutated ones), because:
+//! - every path the engine reads or writes is kept, with the whole value
+//!   where the engine compares, copies or shows it ([`Shape::Keep`]);
+//! - a node whose JSON type is not the one the shape expects (an array where
+//!   an object was expected, ...) is kept whole, so type errors and the
+//!   values they show are the same;
+//! - array elements are all kept (pruned each), so indexes in patch paths
+//!   stay right; duplicate keys keep the last value, as `Value` does.
+//!
+//! The view is one shape for all four governed kinds (their paths barely
+//! overlap), so it needs no look at `apiVersion`/`kind` first. The mutated
+//! object `mutate_object` returns is the view's, not the original's: use the
+//! view only for [`super::mutate`] (the patch and the change lines).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use super::hpa::{ORIGINAL_MAX, ORIGINAL_MIN};
+use super::leader::HASH_ANNOTATION;
+
+/// What to keep of a JSON node.
+#[derive(Debug)]
+enum Shape {
+    /// The whole value.
+    Keep,
+    /// An object: only these members (each with its own shape).
+    Object(&'static [(&'static str, Shape)]),
+    /// A list: every element, each with this shape.
+    Items(&'static Shape),
+}
+
+use Shape::{Items, Keep, Object};
+
+const METADATA: Shape = Object(&[
+    ("name", Keep),
+    ("namespace", Keep),
+    ("generateName", Keep),
+    ("ownerReferences", Keep),
+    // HorizontalPodAutoscaler: the recorded originals.
+    (
+        "annotations",
+        Object(&[(ORIGINAL_MIN, Keep), (ORIGINAL_MAX, Keep)]),
+    ),
+]);
+
+const CONTAINER: Shape = Object(&[("name", Keep), ("args", Keep)]);
+
+const POD_TEMPLATE: Shape = Object(&[
+    (
+        "metadata",
+        Object(&[("annotations", Object(&[(HASH_ANNOTATION, Keep)]))]),
+    ),
+    (
+        "spec",
+        Object(&[
+            ("affinity", Object(&[("podAntiAffinity", Keep)])),
+            ("topologySpreadConstraints", Keep),
+            ("containers", Items(&CONTAINER)),
+        ]),
+    ),
+]);
+
+const SPEC: Shape = Object(&[
+    // Deployment
+    ("replicas", Keep),
+    // (PodDisruptionBudget reads matchLabels.app)
+    ("selector", Object(&[("matchLabels", Keep)])),
+    (
+        "strategy",
+        Object(&[
+            ("type", Keep),
+            ("rollingUpdate", Object(&[("maxUnavailable", Keep)])),
+        ]),
+    ),
+    ("template", POD_TEMPLATE),
+    // HorizontalPodAutoscaler
+    ("scaleTargetRef", Object(&[("kind", Keep), ("name", Keep)])),
+    ("minReplicas", Keep),
+    ("maxReplicas", Keep),
+    // PodDisruptionBudget
+    ("minAvailable", Keep),
+    ("maxUnavailable", Keep),
+]);
+
+/// What the engine reads of any object.
+const OBJECT: Shape = Object(&[
+    ("apiVersion", Keep),
+    ("kind", Keep),
+    ("metadata", METADATA),
+    ("spec", SPEC),
+    // ConfigMap config-leader-election
+    (
+        "data",
+        Object(&[
+            ("buckets", Keep),
+            ("lease-duration", Keep),
+            ("renew-deadline", Keep),
+            ("retry-period", Keep),
+        ]),
+    ),
+]);
+
+/// Parses the engine's view of the object in `json` (see the module doc).
+pub fn parse(json: &str) -> serde_json::Result<Value> {
+    let mut de = serde_json::Deserializer::from_str(json);
+    let value = ShapeSeed(&OBJECT).deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+struct ShapeSeed(&'static Shape);
+
+impl<'de> DeserializeSeed<'de> for ShapeSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        match self.0 {
+            Keep => serde::Deserialize::deserialize(deserializer),
+            shape => deserializer.deserialize_any(ShapeVisitor(shape)),
+        }
+    }
+}
+
+/// Builds a `Value` exactly as `Value`'s own visitor does, except for the
+/// members and elements its shape prunes.
+struct ShapeVisitor(&'static Shape);
+
+impl<'de> Visitor<'de> for ShapeVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        ShapeSeed(self.0).deserialize(d)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        match self.0 {
+            Items(item) => {
+                while let Some(v) = seq.next_element_seed(ShapeSeed(item))? {
+                    items.push(v);
+                }
+            }
+            // Not the list the shape expects: kept whole.
+            _ => {
+                while let Some(v) = seq.next_element::<Value>()? {
+                    items.push(v);
+                }
+            }
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        let Object(members) = self.0 else {
+            // Not the object the shape expects: kept whole.
+            while let Some((k, v)) = map.next_entry::<String, Value>()? {
+                out.insert(k, v);
+            }
+            return Ok(Value::Object(out));
+        };
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            match members.iter().find(|(name, _)| *name == key) {
+                Some((_, shape)) => {
+                    let v = map.next_value_seed(ShapeSeed(shape))?;
+                    out.insert(key.into_owned(), v);
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// A map key, borrowed from the input unless it has escapes.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(KeySeed)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keeps_what_the_engine_reads_and_nothing_else() {
+        let object = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "c", "labels": {"a": "b"}, "annotations": {"x": "y"}},
+            "spec": {"replicas": 1, "template": {"spec": {
+                "containers": [{"name": "c", "image": "i", "args": ["-v"]}, {"name": "d"}],
+                "volumes": [{"name": "v"}]}}},
+            "status": {"replicas": 1}
+        });
+        let view = parse(&object.to_string()).unwrap();
+        assert_eq!(
+            view,
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "c", "annotations": {}},
+                "spec": {"replicas": 1, "template": {"spec": {
+                    "containers": [{"name": "c", "args": ["-v"]}, {"name": "d"}]}}}
+            })
+        );
+    }
+
+    #[test]
+    fn a_node_of_another_type_is_kept_whole_and_duplicates_keep_the_last() {
+        let text = r#"{"spec": [1, {"a": 2}], "metadata": {"name": "a", "name": 5},
+                       "data": "text", "status": {"deep": [1e3]}}"#;
+        let view = parse(text).unwrap();
+        assert_eq!(
+            view,
+            json!({"spec": [1, {"a": 2}], "metadata": {"name": 5}, "data": "text"})
+        );
+        assert_eq!(parse("[1, 2]").unwrap(), json!([1, 2]));
+        assert_eq!(parse("\"x\"").unwrap(), json!("x"));
+        assert!(parse("{\"a\": 1} x").is_err());
+    }
+
+    #[test]
+    fn escaped_keys_are_matched() {
+        let view = parse(r#"{"sp\u0065c": {"replicas": 2}}"#).unwrap();
+        assert_eq!(view, json!({"spec": {"replicas": 2}}));
+    }
+}
