@@ -36,20 +36,21 @@ impl Spawn for KubeSpawner {
         let ns = namespace.to_string();
         Some(tokio::spawn(async move {
             let scope = ns.clone();
-            let result = super::watch::run(
-                Source::Hpas,
-                &scope,
+            let result = super::watch::Watch {
+                source: Source::Hpas,
+                scope: &scope,
                 api,
-                watcher::Config::default(),
+                config: watcher::Config::default(),
                 tx,
                 metrics,
-                |hpa: &HpaRef| (hpas::key(hpa), Item::Hpa(hpas::observe(hpa))),
-                move |change| Msg::Hpa {
+                convert: |hpa: &HpaRef| (hpas::key(hpa), Item::Hpa(hpas::observe(hpa))),
+                to_msg: move |change| Msg::Hpa {
                     namespace: ns.clone(),
                     id,
                     change,
                 },
-            )
+            }
+            .run()
             .await;
             if let Err(e) = result {
                 tracing::debug!(namespace = %scope, error = %e, "HPA watch ended");

@@ -9,8 +9,10 @@
 //! - `hpa_watches`: HPAs are watched only in the namespaces where a policy
 //!   is in force, one watcher per namespace, started and stopped by the
 //!   state as policies come and go.
-//! - `state`: per-object state (last valid version), merge, publication of
-//!   [`crate::store::Snapshot`]s, and the decision what to report.
+//! - `source_state`: per-source objects and a relist in progress, with the
+//!   last valid version of each policy object.
+//! - `state`: merge, publication of [`crate::store::Snapshot`]s, and the
+//!   decision what to report.
 //! - `merge`: the pure precedence rules. `status`: `Ready` conditions.
 //! - `writer`: status patches and Events (off the watch path).
 
@@ -31,6 +33,7 @@ pub mod hpas;
 pub mod merge;
 mod metrics;
 pub mod policies;
+mod source_state;
 mod state;
 pub mod status;
 mod watch;
@@ -173,36 +176,38 @@ pub async fn run(
         config.governed.clone(),
     );
     let writer = writer::run(crs.clone(), recorder, write_rx, tx.clone(), metrics.clone());
-    let watch_crs = watch::run(
-        Source::Policies,
-        "cluster",
-        crs,
-        watcher::Config::default(),
-        tx.clone(),
-        metrics.clone(),
-        |obj: &DynamicObject| {
+    let watch_crs = watch::Watch {
+        source: Source::Policies,
+        scope: "cluster",
+        api: crs,
+        config: watcher::Config::default(),
+        tx: tx.clone(),
+        metrics: metrics.clone(),
+        convert: |obj: &DynamicObject| {
             (
                 policies::key(obj),
                 Item::Policy(Box::new(policies::observe(obj))),
             )
         },
-        |change| Msg::Watch(Source::Policies, change),
-    );
-    let watch_cms = watch::run(
-        Source::ConfigMaps,
-        &config.namespace,
-        cms,
-        watcher::Config::default().labels(configmaps::LABEL_SELECTOR),
-        tx.clone(),
-        metrics.clone(),
-        |cm: &ConfigMap| {
+        to_msg: |change| Msg::Watch(Source::Policies, change),
+    }
+    .run();
+    let watch_cms = watch::Watch {
+        source: Source::ConfigMaps,
+        scope: &config.namespace,
+        api: cms,
+        config: watcher::Config::default().labels(configmaps::LABEL_SELECTOR),
+        tx: tx.clone(),
+        metrics: metrics.clone(),
+        convert: |cm: &ConfigMap| {
             (
                 configmaps::key(cm),
                 Item::Policy(Box::new(configmaps::observe(cm))),
             )
         },
-        |change| Msg::Watch(Source::ConfigMaps, change),
-    );
+        to_msg: |change| Msg::Watch(Source::ConfigMaps, change),
+    }
+    .run();
     tracing::info!(
         namespace = %config.namespace,
         governed_namespaces = %config.governed.display(),

@@ -2,8 +2,7 @@
 //! the last valid version of each policy object), merged into one
 //! [`Snapshot`] after every batch of changes.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
@@ -11,101 +10,15 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use super::hpa_watches::{HpaWatches, Spawn};
 use super::merge::{self, Merged, Origin, PolicyObject, Verdict};
 use super::metrics::{SourceLabel, StateLabel};
-use super::status::{self, ObservedStatus, ReadyStatus};
+use super::source_state::{SourceState, Tracked, fold};
+use super::status::{self, ReadyStatus};
 use super::writer::WriteReq;
-use super::{Change, ClusterError, ClusterMetrics, Item, Msg, Observed, Source, configmaps};
+use super::{ClusterError, ClusterMetrics, Item, Msg, Source, configmaps};
 use crate::sources::Governed;
 use crate::store::{PolicyStore, Snapshot};
 
 /// How often failed status writes are retried.
 const RETRY_INTERVAL: Duration = Duration::from_secs(5);
-
-/// A policy object plus what it currently carries in `status`.
-#[derive(Clone, Debug)]
-pub(crate) struct Tracked {
-    pub object: PolicyObject,
-    pub status: ObservedStatus,
-}
-
-/// Folds a newly observed version into the object's state: a valid version
-/// replaces the last valid one; an invalid one keeps it.
-pub(crate) fn fold(prev: Option<&Tracked>, obs: Observed) -> Tracked {
-    let Observed {
-        mut object,
-        parsed,
-        status,
-    } = obs;
-    match parsed {
-        Ok(policy) => {
-            object.last_valid = Some(Arc::new(policy));
-            object.error = None;
-        }
-        Err(message) => {
-            object.last_valid = prev.and_then(|p| p.object.last_valid.clone());
-            object.error = Some(message);
-        }
-    }
-    Tracked { object, status }
-}
-
-/// Objects of one source: `live` is what is known; `pending` buffers a
-/// (re)list until it completes.
-#[derive(Debug)]
-struct SourceState<T> {
-    live: BTreeMap<String, T>,
-    pending: Option<BTreeMap<String, T>>,
-    synced: bool,
-}
-
-impl<T> SourceState<T> {
-    /// Applies one watcher change. `make` turns an item into the stored
-    /// value, given the value already known under its key (the pending
-    /// relist's first, then the live one); `None` ignores the item.
-    fn apply(&mut self, change: Change, make: impl FnOnce(Option<&T>, Item) -> Option<T>) {
-        match change {
-            Change::Init => self.pending = Some(BTreeMap::new()),
-            Change::InitApply(key, item) => {
-                let prev = self
-                    .pending
-                    .as_ref()
-                    .and_then(|p| p.get(&key))
-                    .or_else(|| self.live.get(&key));
-                if let Some(value) = make(prev, item) {
-                    self.pending
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(key, value);
-                }
-            }
-            Change::Apply(key, item) => {
-                if let Some(value) = make(self.live.get(&key), item) {
-                    self.live.insert(key, value);
-                }
-            }
-            Change::InitDone => {
-                self.live = self.pending.take().unwrap_or_default();
-                self.synced = true;
-            }
-            Change::Delete(key) => {
-                self.live.remove(&key);
-            }
-            Change::Missing => {
-                self.live.clear();
-                self.pending = None;
-                self.synced = true;
-            }
-        }
-    }
-}
-
-impl<T> Default for SourceState<T> {
-    fn default() -> Self {
-        SourceState {
-            live: BTreeMap::new(),
-            pending: None,
-            synced: false,
-        }
-    }
-}
 
 #[derive(Debug)]
 struct State {
@@ -119,13 +32,8 @@ struct State {
     /// starts later must not fail readiness).
     was_synced: bool,
     merged: Merged,
-    /// Status patches sent and not yet seen on the object, per uid.
-    sent_status: HashMap<String, ReadyStatus>,
-    /// Status writes that failed; retried on the next retry tick only (not
-    /// at once, so an unreachable API server is not hammered).
-    failed: std::collections::HashSet<String>,
-    /// The last Event written per ConfigMap uid.
-    sent_event: HashMap<String, ReadyStatus>,
+    /// The status patches and Events asked of the writer.
+    sent: Sent,
     /// The last verdict logged per object.
     logged: HashMap<(Origin, String), Verdict>,
 }
@@ -139,9 +47,7 @@ impl State {
             governed,
             was_synced: false,
             merged: Merged::default(),
-            sent_status: HashMap::new(),
-            failed: Default::default(),
-            sent_event: HashMap::new(),
+            sent: Sent::default(),
             logged: HashMap::new(),
         }
     }
@@ -182,8 +88,8 @@ impl State {
                 targets || (first_list && !self.was_synced)
             }
             Msg::WriteFailed(uid) => {
-                self.sent_status.remove(&uid);
-                self.failed.insert(uid);
+                self.sent.status.remove(&uid);
+                self.sent.failed.insert(uid);
                 false
             }
         }
@@ -215,62 +121,8 @@ impl State {
         metrics.published.inc();
         metrics.synced.set(i64::from(synced));
 
-        // Log which object governs which namespace when that changes.
-        let namespaces: std::collections::BTreeSet<&String> = merged
-            .winners
-            .keys()
-            .chain(self.merged.winners.keys())
-            .collect();
-        for ns in namespaces {
-            let before = self.merged.winners.get(ns).map(|w| &w.1);
-            let after = merged.winners.get(ns).map(|w| &w.1);
-            let changed = before != after
-                || self.merged.policies.get(ns).map(|p| &p.spec)
-                    != merged.policies.get(ns).map(|p| &p.spec);
-            if !changed {
-                continue;
-            }
-            match after {
-                Some(winner) => {
-                    tracing::info!(namespace = %ns, policy = %winner, "policy in force")
-                }
-                None => tracing::info!(namespace = %ns, "no policy in force any more"),
-            }
-        }
-
-        let mut by_origin: BTreeMap<Origin, i64> = BTreeMap::new();
-        for (origin, _) in merged.winners.values() {
-            *by_origin.entry(*origin).or_default() += 1;
-        }
-        for (origin, source) in [
-            (Origin::Resource, Source::Policies),
-            (Origin::ConfigMap, Source::ConfigMaps),
-        ] {
-            metrics
-                .policies
-                .get_or_create(&SourceLabel {
-                    source: source.label().to_string(),
-                })
-                .set(by_origin.get(&origin).copied().unwrap_or(0));
-        }
-        let mut by_state: BTreeMap<&str, i64> = [
-            ("valid", 0),
-            ("invalid", 0),
-            ("conflict", 0),
-            ("not_governed", 0),
-        ]
-        .into();
-        for v in merged.verdicts.values() {
-            *by_state.entry(v.state()).or_default() += 1;
-        }
-        for (state, n) in by_state {
-            metrics
-                .policy_status
-                .get_or_create(&StateLabel {
-                    state: state.to_string(),
-                })
-                .set(n);
-        }
+        log_winners(&self.merged, &merged);
+        count_policies(metrics, &merged);
         self.merged = merged;
     }
 
@@ -286,7 +138,7 @@ impl State {
             return Ok(());
         }
         if retry {
-            self.failed.clear();
+            self.sent.failed.clear();
         }
         for t in self
             .policies
@@ -300,77 +152,170 @@ impl State {
                 continue;
             };
             if self.logged.get(&key) != Some(verdict) {
-                match verdict {
-                    Verdict::Valid { namespace } => {
-                        tracing::info!(policy = %obj.display(), namespace = %namespace, "policy valid")
-                    }
-                    Verdict::Invalid { message, kept } => tracing::warn!(
-                        policy = %obj.display(),
-                        error = %message,
-                        last_valid_kept = kept,
-                        "policy invalid; not applied"
-                    ),
-                    Verdict::Conflict { namespace, winner } => tracing::warn!(
-                        policy = %obj.display(),
-                        namespace = %namespace,
-                        winner = %winner,
-                        "policy in conflict; not applied"
-                    ),
-                    Verdict::NotGoverned {
-                        namespace,
-                        governed,
-                    } => tracing::warn!(
-                        policy = %obj.display(),
-                        namespace = %namespace,
-                        governed_namespaces = %governed,
-                        "policy for a namespace outside --governed-namespaces; not applied"
-                    ),
-                }
+                log_verdict(obj, verdict);
                 self.logged.insert(key.clone(), verdict.clone());
             }
             let desired = status::desired(verdict, obj.origin, obj.generation);
-            match obj.origin {
-                Origin::Resource => {
-                    if t.status.matches(&desired) {
-                        self.sent_status.remove(&obj.uid);
-                        self.failed.remove(&obj.uid);
-                    } else if !self.failed.contains(&obj.uid)
-                        && self.sent_status.get(&obj.uid) != Some(&desired)
-                    {
-                        self.sent_status.insert(obj.uid.clone(), desired.clone());
-                        writes
-                            .send(WriteReq::Status {
-                                uid: obj.uid.clone(),
-                                name: obj.name.clone(),
-                                desired,
-                                observed: t.status.clone(),
-                            })
-                            .map_err(|_| ClusterError::ChannelClosed("write"))?;
-                    }
-                }
-                Origin::ConfigMap => {
-                    if self.sent_event.get(&obj.uid) != Some(&desired) {
-                        self.sent_event.insert(obj.uid.clone(), desired.clone());
-                        writes
-                            .send(WriteReq::Event {
-                                reference: configmaps::reference(obj),
-                                desired,
-                            })
-                            .map_err(|_| ClusterError::ChannelClosed("write"))?;
-                    }
-                }
+            let write = match obj.origin {
+                Origin::Resource => self.sent.status_write(t, desired),
+                Origin::ConfigMap => self.sent.event_write(obj, desired),
+            };
+            if let Some(req) = write {
+                writes
+                    .send(req)
+                    .map_err(|_| ClusterError::ChannelClosed("write"))?;
             }
         }
-        // Forget objects that are gone.
         let live = &self.merged.verdicts;
         self.logged.retain(|k, _| live.contains_key(k));
-        self.sent_status
+        self.sent.forget_gone(live);
+        Ok(())
+    }
+}
+
+/// What was asked of the writer, so that each patch or Event is sent once.
+#[derive(Debug, Default)]
+struct Sent {
+    /// Status patches sent and not yet seen on the object, per uid.
+    status: HashMap<String, ReadyStatus>,
+    /// Status writes that failed; retried on the next retry tick only (not
+    /// at once, so an unreachable API server is not hammered).
+    failed: HashSet<String>,
+    /// The last Event written per ConfigMap uid.
+    event: HashMap<String, ReadyStatus>,
+}
+
+impl Sent {
+    /// The status patch a HighAvailabilityPolicy needs, if any: none when
+    /// its status already says `desired`, when the same patch was sent, or
+    /// when its last write failed (retried on the next retry tick).
+    fn status_write(&mut self, t: &Tracked, desired: ReadyStatus) -> Option<WriteReq> {
+        let obj = &t.object;
+        if t.status.matches(&desired) {
+            self.status.remove(&obj.uid);
+            self.failed.remove(&obj.uid);
+            return None;
+        }
+        if self.failed.contains(&obj.uid) || self.status.get(&obj.uid) == Some(&desired) {
+            return None;
+        }
+        self.status.insert(obj.uid.clone(), desired.clone());
+        Some(WriteReq::Status {
+            uid: obj.uid.clone(),
+            name: obj.name.clone(),
+            desired,
+            observed: t.status.clone(),
+        })
+    }
+
+    /// The Event a policy ConfigMap needs, if it differs from the last one.
+    fn event_write(&mut self, obj: &PolicyObject, desired: ReadyStatus) -> Option<WriteReq> {
+        if self.event.get(&obj.uid) == Some(&desired) {
+            return None;
+        }
+        self.event.insert(obj.uid.clone(), desired.clone());
+        Some(WriteReq::Event {
+            reference: configmaps::reference(obj),
+            desired,
+        })
+    }
+
+    /// Forgets what was sent for objects that are gone (no verdict in
+    /// `live`).
+    fn forget_gone(&mut self, live: &BTreeMap<(Origin, String), Verdict>) {
+        self.status
             .retain(|uid, _| live.contains_key(&(Origin::Resource, uid.clone())));
         self.failed
             .retain(|uid| live.contains_key(&(Origin::Resource, uid.clone())));
-        self.sent_event
+        self.event
             .retain(|uid, _| live.contains_key(&(Origin::ConfigMap, uid.clone())));
-        Ok(())
+    }
+}
+
+/// Logs which object governs which namespace when that changes.
+fn log_winners(before: &Merged, after: &Merged) {
+    let namespaces: BTreeSet<&String> = after.winners.keys().chain(before.winners.keys()).collect();
+    for ns in namespaces {
+        let was = before.winners.get(ns).map(|w| &w.1);
+        let now = after.winners.get(ns).map(|w| &w.1);
+        let changed = was != now
+            || before.policies.get(ns).map(|p| &p.spec) != after.policies.get(ns).map(|p| &p.spec);
+        if !changed {
+            continue;
+        }
+        match now {
+            Some(winner) => {
+                tracing::info!(namespace = %ns, policy = %winner, "policy in force")
+            }
+            None => tracing::info!(namespace = %ns, "no policy in force any more"),
+        }
+    }
+}
+
+/// Sets the policies-in-force per source and the objects per verdict.
+fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
+    let mut by_origin: BTreeMap<Origin, i64> = BTreeMap::new();
+    for (origin, _) in merged.winners.values() {
+        *by_origin.entry(*origin).or_default() += 1;
+    }
+    for (origin, source) in [
+        (Origin::Resource, Source::Policies),
+        (Origin::ConfigMap, Source::ConfigMaps),
+    ] {
+        metrics
+            .policies
+            .get_or_create(&SourceLabel {
+                source: source.label().to_string(),
+            })
+            .set(by_origin.get(&origin).copied().unwrap_or(0));
+    }
+    let mut by_state: BTreeMap<&str, i64> = [
+        ("valid", 0),
+        ("invalid", 0),
+        ("conflict", 0),
+        ("not_governed", 0),
+    ]
+    .into();
+    for v in merged.verdicts.values() {
+        *by_state.entry(v.state()).or_default() += 1;
+    }
+    for (state, n) in by_state {
+        metrics
+            .policy_status
+            .get_or_create(&StateLabel {
+                state: state.to_string(),
+            })
+            .set(n);
+    }
+}
+
+/// The log line for a policy object whose verdict changed.
+fn log_verdict(obj: &PolicyObject, verdict: &Verdict) {
+    match verdict {
+        Verdict::Valid { namespace } => {
+            tracing::info!(policy = %obj.display(), namespace = %namespace, "policy valid")
+        }
+        Verdict::Invalid { message, kept } => tracing::warn!(
+            policy = %obj.display(),
+            error = %message,
+            last_valid_kept = kept,
+            "policy invalid; not applied"
+        ),
+        Verdict::Conflict { namespace, winner } => tracing::warn!(
+            policy = %obj.display(),
+            namespace = %namespace,
+            winner = %winner,
+            "policy in conflict; not applied"
+        ),
+        Verdict::NotGoverned {
+            namespace,
+            governed,
+        } => tracing::warn!(
+            policy = %obj.display(),
+            namespace = %namespace,
+            governed_namespaces = %governed,
+            "policy for a namespace outside --governed-namespaces; not applied"
+        ),
     }
 }
 

@@ -129,105 +129,148 @@ impl Outage<'_> {
     }
 }
 
-/// Runs one watcher until the channel closes. `scope` names what is
-/// watched in log lines (`cluster` or a namespace); `to_msg` wraps each
-/// change for the state.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn run<K>(
-    source: Source,
-    scope: &str,
-    api: Api<K>,
-    config: watcher::Config,
-    tx: UnboundedSender<Msg>,
-    metrics: ClusterMetrics,
-    convert: impl Fn(&K) -> (String, Item),
-    to_msg: impl Fn(Change) -> Msg,
-) -> Result<(), ClusterError>
+/// One watcher: what it watches and where its changes go. `scope` names
+/// what is watched in log lines (`cluster` or a namespace); `convert`
+/// turns an object into its key and item, `to_msg` wraps each change for
+/// the state.
+pub(crate) struct Watch<'a, K, C, M>
+where
+    K: Resource,
+{
+    pub source: Source,
+    pub scope: &'a str,
+    pub api: Api<K>,
+    pub config: watcher::Config,
+    pub tx: UnboundedSender<Msg>,
+    pub metrics: ClusterMetrics,
+    pub convert: C,
+    pub to_msg: M,
+}
+
+/// What one running watch remembers between events.
+struct Progress<'a> {
+    outage: Outage<'a>,
+    /// The policy CRD answered 404 (until its list completes again).
+    crd_missing: bool,
+    crd_backoff: Backoff,
+}
+
+impl<K, C, M> Watch<'_, K, C, M>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    C: Fn(&K) -> (String, Item),
+    M: Fn(Change) -> Msg,
 {
-    let label = source.label();
-    let mut stream = watcher(api.clone(), config).boxed();
-    let mut outage = Outage {
-        label,
-        scope,
-        metrics: &metrics,
-        up: None,
-        backoff: Backoff::new(BACKOFF_MAX),
-    };
-    let mut crd_missing = false;
-    let mut crd_backoff = Backoff::new(CRD_RECHECK_MAX);
-    let send = |change: Change| {
-        tx.send(to_msg(change))
+    /// Runs the watcher until the channel closes.
+    pub(crate) async fn run(self) -> Result<(), ClusterError> {
+        let label = self.source.label();
+        let mut stream = watcher(self.api.clone(), self.config.clone()).boxed();
+        let mut progress = Progress {
+            outage: Outage {
+                label,
+                scope: self.scope,
+                metrics: &self.metrics,
+                up: None,
+                backoff: Backoff::new(BACKOFF_MAX),
+            },
+            crd_missing: false,
+            crd_backoff: Backoff::new(CRD_RECHECK_MAX),
+        };
+        loop {
+            let Some(next) = stream.next().await else {
+                return Err(ClusterError::StreamEnded(label));
+            };
+            match next {
+                Ok(event) => {
+                    let change = self.on_event(&mut progress, event);
+                    self.send(change)?;
+                }
+                Err(err) => self.on_error(&mut progress, err).await?,
+            }
+        }
+    }
+
+    fn send(&self, change: Change) -> Result<(), ClusterError> {
+        self.tx
+            .send((self.to_msg)(change))
             .map_err(|_| ClusterError::ChannelClosed("watch"))
-    };
-    loop {
-        let Some(next) = stream.next().await else {
-            return Err(ClusterError::StreamEnded(label));
-        };
-        let event = match next {
-            Ok(event) => event,
-            Err(err) if source == Source::Policies && is_not_found(&err) => {
-                // The API server answered: the source is reachable, the
-                // resource type is simply not there (yet).
-                outage.success();
-                if !crd_missing {
-                    tracing::info!(
-                        "HighAvailabilityPolicy CRD not installed; using ConfigMaps only"
-                    );
-                    crd_missing = true;
-                }
-                send(Change::Missing)?;
-                tokio::time::sleep(crd_backoff.next_delay()).await;
-                continue;
+    }
+
+    /// A failed step: the CRD not installed, an expired watch, or an
+    /// outage (waits out the backoff, then probes when that helps).
+    async fn on_error(
+        &self,
+        progress: &mut Progress<'_>,
+        err: watcher::Error,
+    ) -> Result<(), ClusterError> {
+        if self.source == Source::Policies && is_not_found(&err) {
+            // The API server answered: the source is reachable, the
+            // resource type is simply not there (yet).
+            progress.outage.success();
+            if !progress.crd_missing {
+                tracing::info!("HighAvailabilityPolicy CRD not installed; using ConfigMaps only");
+                progress.crd_missing = true;
             }
-            Err(err) if is_gone(&err) => {
-                tracing::debug!(source = label, scope, "watch expired (410 Gone); relisting");
-                continue;
+            self.send(Change::Missing)?;
+            tokio::time::sleep(progress.crd_backoff.next_delay()).await;
+            return Ok(());
+        }
+        if is_gone(&err) {
+            tracing::debug!(
+                source = self.source.label(),
+                scope = self.scope,
+                "watch expired (410 Gone); relisting"
+            );
+            return Ok(());
+        }
+        let delay = progress.outage.failure(&err);
+        tokio::time::sleep(delay).await;
+        if needs_probe(&err) {
+            let lp = ListParams::default().limit(1);
+            if let Ok(Ok(_)) = tokio::time::timeout(PROBE_TIMEOUT, self.api.list(&lp)).await {
+                progress.outage.success();
             }
-            Err(err) => {
-                let delay = outage.failure(&err);
-                tokio::time::sleep(delay).await;
-                if needs_probe(&err) {
-                    let lp = ListParams::default().limit(1);
-                    if let Ok(Ok(_)) = tokio::time::timeout(PROBE_TIMEOUT, api.list(&lp)).await {
-                        outage.success();
-                    }
-                }
-                continue;
-            }
-        };
-        let change = match event {
+        }
+        Ok(())
+    }
+
+    /// One watcher event as a change for the state; every event but `Init`
+    /// is an answer of the API server.
+    fn on_event(&self, progress: &mut Progress<'_>, event: watcher::Event<K>) -> Change {
+        match event {
             // Emitted before the list is even requested: not an answer.
             watcher::Event::Init => Change::Init,
             watcher::Event::InitApply(obj) => {
-                outage.success();
-                let (key, item) = convert(&obj);
+                progress.outage.success();
+                let (key, item) = (self.convert)(&obj);
                 Change::InitApply(key, item)
             }
             watcher::Event::InitDone => {
-                outage.success();
-                crd_backoff.reset();
-                if crd_missing {
+                progress.outage.success();
+                progress.crd_backoff.reset();
+                if progress.crd_missing {
                     tracing::info!(
                         "HighAvailabilityPolicy CRD installed; watching HighAvailabilityPolicies"
                     );
-                    crd_missing = false;
+                    progress.crd_missing = false;
                 }
-                tracing::debug!(source = label, scope, "list complete");
+                tracing::debug!(
+                    source = self.source.label(),
+                    scope = self.scope,
+                    "list complete"
+                );
                 Change::InitDone
             }
             watcher::Event::Apply(obj) => {
-                outage.success();
-                let (key, item) = convert(&obj);
+                progress.outage.success();
+                let (key, item) = (self.convert)(&obj);
                 Change::Apply(key, item)
             }
             watcher::Event::Delete(obj) => {
-                outage.success();
-                Change::Delete(convert(&obj).0)
+                progress.outage.success();
+                Change::Delete((self.convert)(&obj).0)
             }
-        };
-        send(change)?;
+        }
     }
 }
 

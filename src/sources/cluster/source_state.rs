@@ -1,0 +1,97 @@
+//! What the state keeps per source: every object a watcher has listed or
+//! seen change (a relist buffered until it completes), and for policy
+//! objects the last valid version.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::merge::PolicyObject;
+use super::status::ObservedStatus;
+use super::{Change, Item, Observed};
+
+/// A policy object plus what it currently carries in `status`.
+#[derive(Clone, Debug)]
+pub(crate) struct Tracked {
+    pub object: PolicyObject,
+    pub status: ObservedStatus,
+}
+
+/// Folds a newly observed version into the object's state: a valid version
+/// replaces the last valid one; an invalid one keeps it.
+pub(crate) fn fold(prev: Option<&Tracked>, obs: Observed) -> Tracked {
+    let Observed {
+        mut object,
+        parsed,
+        status,
+    } = obs;
+    match parsed {
+        Ok(policy) => {
+            object.last_valid = Some(Arc::new(policy));
+            object.error = None;
+        }
+        Err(message) => {
+            object.last_valid = prev.and_then(|p| p.object.last_valid.clone());
+            object.error = Some(message);
+        }
+    }
+    Tracked { object, status }
+}
+
+/// Objects of one source: `live` is what is known; `pending` buffers a
+/// (re)list until it completes.
+#[derive(Debug)]
+pub(crate) struct SourceState<T> {
+    pub live: BTreeMap<String, T>,
+    pub pending: Option<BTreeMap<String, T>>,
+    pub synced: bool,
+}
+
+impl<T> SourceState<T> {
+    /// Applies one watcher change. `make` turns an item into the stored
+    /// value, given the value already known under its key (the pending
+    /// relist's first, then the live one); `None` ignores the item.
+    pub fn apply(&mut self, change: Change, make: impl FnOnce(Option<&T>, Item) -> Option<T>) {
+        match change {
+            Change::Init => self.pending = Some(BTreeMap::new()),
+            Change::InitApply(key, item) => {
+                let prev = self
+                    .pending
+                    .as_ref()
+                    .and_then(|p| p.get(&key))
+                    .or_else(|| self.live.get(&key));
+                if let Some(value) = make(prev, item) {
+                    self.pending
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(key, value);
+                }
+            }
+            Change::Apply(key, item) => {
+                if let Some(value) = make(self.live.get(&key), item) {
+                    self.live.insert(key, value);
+                }
+            }
+            Change::InitDone => {
+                self.live = self.pending.take().unwrap_or_default();
+                self.synced = true;
+            }
+            Change::Delete(key) => {
+                self.live.remove(&key);
+            }
+            Change::Missing => {
+                self.live.clear();
+                self.pending = None;
+                self.synced = true;
+            }
+        }
+    }
+}
+
+impl<T> Default for SourceState<T> {
+    fn default() -> Self {
+        SourceState {
+            live: BTreeMap::new(),
+            pending: None,
+            synced: false,
+        }
+    }
+}
