@@ -73,6 +73,9 @@ pub enum PolicyError {
     },
 }
 
+/// Result of loading a policy.
+pub type Result<T, E = PolicyError> = std::result::Result<T, E>;
+
 impl PolicyError {
     pub(crate) fn invalid(path: impl Into<String>, message: impl Into<String>) -> PolicyError {
         PolicyError::Invalid {

@@ -1,11 +1,11 @@
 //! Loading policies: one document (JSON value or YAML text) through the
 //! schema check and the semantic rules, and multi-document files.
 
-use super::{HighAvailabilityPolicy, Policy, PolicyError, schema_check, validate};
+use super::{HighAvailabilityPolicy, Policy, PolicyError, Result, schema_check, validate};
 
 impl Policy {
     /// Validates a parsed resource: every semantic rule, all errors collected.
-    pub fn from_resource(res: &HighAvailabilityPolicy) -> Result<Policy, PolicyError> {
+    pub fn from_resource(res: &HighAvailabilityPolicy) -> Result<Policy> {
         let mut errors = Vec::new();
         let name = res.metadata.name.clone().unwrap_or_default();
         if name.is_empty() {
@@ -25,7 +25,7 @@ impl Policy {
     /// Parses and validates one policy given as a JSON value (as the cluster
     /// source receives it from the API server). Unknown fields anywhere
     /// (except inside `metadata` and `status`) are errors. Never panics.
-    pub fn from_json(value: &serde_json::Value) -> Result<Policy, PolicyError> {
+    pub fn from_json(value: &serde_json::Value) -> Result<Policy> {
         let errors = schema_check::check_document(value);
         if !errors.is_empty() {
             return Err(PolicyError::from_list(errors));
@@ -36,7 +36,7 @@ impl Policy {
     }
 
     /// Parses and validates one YAML (or JSON) policy document.
-    pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
+    pub fn from_yaml(text: &str) -> Result<Policy> {
         let value: serde_json::Value =
             serde_saphyr::from_str(text).map_err(|e| PolicyError::Parse(e.to_string()))?;
         Policy::from_json(&value)
@@ -94,7 +94,7 @@ pub fn split_documents(text: &str) -> Vec<(usize, String)> {
 /// Parses a multi-document policy file: every non-empty document must be a
 /// valid policy. Errors name the (1-based) document index. Two policies for
 /// the same target namespace are an error.
-pub fn parse_policies(text: &str) -> Result<Vec<Policy>, PolicyError> {
+pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
     let mut policies: Vec<Policy> = Vec::new();
     let mut errors = Vec::new();
     for (index, doc) in split_documents(text) {
