@@ -373,3 +373,36 @@ impl SpecCheck<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(name: &str) -> WorkloadOverride {
+        WorkloadOverride {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_repeated_workload_names_the_latest_earlier_entry() {
+        let spec = HighAvailabilityPolicySpec {
+            target_namespace: "knative-serving".into(),
+            workloads: vec![
+                workload("activator"),
+                workload("activator"),
+                workload("activator"),
+            ],
+            ..Default::default()
+        };
+        let messages: Vec<String> = validate_spec(&spec).iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            messages,
+            [
+                "spec.workloads[1].name: duplicate workload \"activator\" (already at spec.workloads[0])",
+                "spec.workloads[2].name: duplicate workload \"activator\" (already at spec.workloads[1])",
+            ]
+        );
+    }
+}
