@@ -18,6 +18,7 @@ mod parse;
 pub mod prune;
 pub mod schema_check;
 mod spec;
+mod timing;
 pub mod validate;
 
 pub use parse::{parse_policies, split_documents};
