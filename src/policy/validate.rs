@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use super::disruption;
 pub use super::disruption::parse_percent;
 use super::duration::parse_go_duration;
+pub use super::timing::{TimingRule, broken_timing_rules, format_ns};
 use super::{
     DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
-    HighAvailabilityPolicySpec, PodAntiAffinity, PolicyError, TopologySpread,
+    HighAvailabilityPolicySpec, LeaderElection, PodAntiAffinity, PolicyError, TopologySpread,
+    WorkloadOverride,
 };
 
 fn check_spread(path: &str, list: &[TopologySpread], errors: &mut Vec<PolicyError>) {
@@ -45,67 +47,6 @@ fn check_spread(path: &str, list: &[TopologySpread], errors: &mut Vec<PolicyErro
                 ),
             ));
         }
-    }
-}
-
-/// A rule of client-go's `leaderelection.NewLeaderElector`, which Knative
-/// runs on `config-leader-election`; a broken rule makes every
-/// leader-elected Knative process exit at start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimingRule {
-    /// leaseDuration must be greater than renewDeadline.
-    LeaseAboveRenew,
-    /// renewDeadline must be greater than 1.2 x retryPeriod (JitterFactor).
-    RenewAboveJitteredRetry,
-}
-
-impl TimingRule {
-    /// Indices (0 lease, 1 renew, 2 retry) of the two durations compared.
-    pub fn fields(self) -> (usize, usize) {
-        match self {
-            TimingRule::LeaseAboveRenew => (0, 1),
-            TimingRule::RenewAboveJitteredRetry => (1, 2),
-        }
-    }
-
-    /// `a` and `b` are the two durations as shown to the user
-    /// (`renewDeadline "11s"`); `retry_ns` is the retry period.
-    pub fn message(self, a: &str, b: &str, retry_ns: u128) -> String {
-        match self {
-            TimingRule::LeaseAboveRenew => format!(
-                "{a} must be greater than {b} (client-go leader election refuses to start otherwise)"
-            ),
-            TimingRule::RenewAboveJitteredRetry => format!(
-                "{a} must be greater than {b} x 1.2 = {} (client-go's JitterFactor; its leader election refuses to start otherwise)",
-                format_ns(retry_ns * 6 / 5)
-            ),
-        }
-    }
-}
-
-/// The rules client-go checks before it starts a leader elector.
-pub fn broken_timing_rules(lease: u128, renew: u128, retry: u128) -> Vec<TimingRule> {
-    let mut out = Vec::new();
-    if lease <= renew {
-        out.push(TimingRule::LeaseAboveRenew);
-    }
-    // renew > 1.2 * retry, in integers.
-    if renew * 5 <= retry * 6 {
-        out.push(TimingRule::RenewAboveJitteredRetry);
-    }
-    out
-}
-
-/// Nanoseconds in the largest exact unit: `12s`, `1500ms`, `7ns`.
-pub fn format_ns(ns: u128) -> String {
-    if ns.is_multiple_of(1_000_000_000) {
-        format!("{}s", ns / 1_000_000_000)
-    } else if ns.is_multiple_of(1_000_000) {
-        format!("{}ms", ns / 1_000_000)
-    } else if ns.is_multiple_of(1_000) {
-        format!("{}us", ns / 1_000)
-    } else {
-        format!("{ns}ns")
     }
 }
 
@@ -153,65 +94,79 @@ fn check_anti_affinity(path: &str, aa: &PodAntiAffinity, errors: &mut Vec<Policy
 
 /// Every semantic rule of a spec; returns all violations (empty = valid).
 pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
-    let mut errors = Vec::new();
-
-    if !is_dns1123_label(&spec.target_namespace) {
-        errors.push(PolicyError::invalid(
-            "spec.targetNamespace",
-            format!(
-                "must be a valid namespace name (DNS-1123 label: lowercase letters, digits and '-', at most 63 characters), got {:?}",
-                spec.target_namespace
-            ),
-        ));
-    }
-    check_replicas("spec.replicas", spec.replicas, &mut errors);
-
-    let disabled = spec
-        .leader_election
-        .as_ref()
-        .is_some_and(|le| !le.is_enabled());
-
+    let mut check = SpecCheck {
+        spec,
+        disabled: spec
+            .leader_election
+            .as_ref()
+            .is_some_and(|le| !le.is_enabled()),
+        errors: Vec::new(),
+    };
+    check.target_namespace();
+    check_replicas("spec.replicas", spec.replicas, &mut check.errors);
     if let Some(le) = &spec.leader_election {
-        if let Some(b) = le.buckets {
-            if !(MIN_BUCKETS..=MAX_BUCKETS).contains(&b) {
-                errors.push(PolicyError::invalid(
-                    "spec.leaderElection.buckets",
-                    format!("must be between {MIN_BUCKETS} and {MAX_BUCKETS} (Knative rejects other values), got {b}"),
-                ));
-            } else if disabled && b != 1 {
-                errors.push(PolicyError::invalid(
-                    "spec.leaderElection.buckets",
-                    format!("must be 1 (or unset) when enabled is false, got {b}"),
-                ));
-            }
+        check.buckets(le);
+        check.timings(le);
+    }
+    check.single_replica("spec.replicas", spec.replicas);
+    check.global_placement();
+    for (i, w) in spec.workloads.iter().enumerate() {
+        check.workload(i, w);
+    }
+    check.exclude();
+    check.errors
+}
+
+/// One spec under validation: the rules of each part add to `errors`.
+struct SpecCheck<'a> {
+    spec: &'a HighAvailabilityPolicySpec,
+    /// `leaderElection.enabled` is false.
+    disabled: bool,
+    errors: Vec<PolicyError>,
+}
+
+/// The three leader election durations: field name, value, Knative's default.
+type Durations<'a> = [(&'static str, &'a Option<String>, &'static str); 3];
+
+impl SpecCheck<'_> {
+    fn target_namespace(&mut self) {
+        if !is_dns1123_label(&self.spec.target_namespace) {
+            self.errors.push(PolicyError::invalid(
+                "spec.targetNamespace",
+                format!(
+                    "must be a valid namespace name (DNS-1123 label: lowercase letters, digits and '-', at most 63 characters), got {:?}",
+                    self.spec.target_namespace
+                ),
+            ));
         }
-        let durations = [
+    }
+
+    fn buckets(&mut self, le: &LeaderElection) {
+        let Some(b) = le.buckets else {
+            return;
+        };
+        if !(MIN_BUCKETS..=MAX_BUCKETS).contains(&b) {
+            self.errors.push(PolicyError::invalid(
+                "spec.leaderElection.buckets",
+                format!("must be between {MIN_BUCKETS} and {MAX_BUCKETS} (Knative rejects other values), got {b}"),
+            ));
+        } else if self.disabled && b != 1 {
+            self.errors.push(PolicyError::invalid(
+                "spec.leaderElection.buckets",
+                format!("must be 1 (or unset) when enabled is false, got {b}"),
+            ));
+        }
+    }
+
+    /// Each duration parses and is positive; then client-go's ordering
+    /// rules, reported at a duration the policy sets.
+    fn timings(&mut self, le: &LeaderElection) {
+        let durations: Durations = [
             ("leaseDuration", &le.lease_duration, DEFAULT_LEASE_DURATION),
             ("renewDeadline", &le.renew_deadline, DEFAULT_RENEW_DEADLINE),
             ("retryPeriod", &le.retry_period, DEFAULT_RETRY_PERIOD),
         ];
-        let mut parsed: Vec<Option<u128>> = Vec::new();
-        for (field, value, default) in durations {
-            let path = format!("spec.leaderElection.{field}");
-            let text = value.as_deref().unwrap_or(default);
-            match parse_go_duration(text) {
-                Ok(0) => {
-                    errors.push(PolicyError::invalid(
-                        path,
-                        format!("must be a positive duration, got {text:?}"),
-                    ));
-                    parsed.push(None);
-                }
-                Ok(ns) => parsed.push(Some(ns)),
-                Err(why) => {
-                    errors.push(PolicyError::invalid(
-                        path,
-                        format!("must be a Go duration such as \"60s\" or \"1m30s\" ({why}), got {text:?}"),
-                    ));
-                    parsed.push(None);
-                }
-            }
-        }
+        let parsed = durations.map(|(field, value, default)| self.duration(field, value, default));
         let shown = |i: usize| -> String {
             let (field, value, default) = durations[i];
             match value {
@@ -220,82 +175,88 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
             }
         };
         let set = |i: usize| durations[i].1.is_some();
-        if let (Some(lease), Some(renew), Some(retry)) = (parsed[0], parsed[1], parsed[2]) {
-            for rule in broken_timing_rules(lease, renew, retry) {
-                let (a, b) = rule.fields();
-                if !(set(a) || set(b)) {
-                    continue;
-                }
-                let at = if set(a) { a } else { b };
-                errors.push(PolicyError::invalid(
-                    format!("spec.leaderElection.{}", durations[at].0),
-                    rule.message(&shown(a), &shown(b), retry),
+        let [Some(lease), Some(renew), Some(retry)] = parsed else {
+            return;
+        };
+        for rule in broken_timing_rules(lease, renew, retry) {
+            let (a, b) = rule.fields();
+            if !(set(a) || set(b)) {
+                continue;
+            }
+            let at = if set(a) { a } else { b };
+            self.errors.push(PolicyError::invalid(
+                format!("spec.leaderElection.{}", durations[at].0),
+                rule.message(&shown(a), &shown(b), retry),
+            ));
+        }
+    }
+
+    /// One duration in nanoseconds, or `None` with the error recorded.
+    fn duration(&mut self, field: &str, value: &Option<String>, default: &str) -> Option<u128> {
+        let path = format!("spec.leaderElection.{field}");
+        let text = value.as_deref().unwrap_or(default);
+        match parse_go_duration(text) {
+            Ok(0) => {
+                self.errors.push(PolicyError::invalid(
+                    path,
+                    format!("must be a positive duration, got {text:?}"),
                 ));
+                None
+            }
+            Ok(ns) => Some(ns),
+            Err(why) => {
+                self.errors.push(PolicyError::invalid(
+                    path,
+                    format!(
+                        "must be a Go duration such as \"60s\" or \"1m30s\" ({why}), got {text:?}"
+                    ),
+                ));
+                None
             }
         }
     }
 
-    if disabled && let Some(n) = spec.replicas.filter(|n| *n > 1) {
-        errors.push(PolicyError::invalid(
-            "spec.replicas",
-            format!("must be 1 (or unset) when leaderElection.enabled is false, got {n}"),
-        ));
-    }
-
-    if let Some(aa) = &spec.pod_anti_affinity {
-        check_anti_affinity("spec.podAntiAffinity", aa, &mut errors);
-    }
-
-    if let Some(list) = &spec.topology_spread_constraints {
-        check_spread("spec.topologySpreadConstraints", list, &mut errors);
-    }
-
-    if let Some(pdb) = &spec.pod_disruption_budget {
-        let fewest = disruption::fewest_for_global(spec);
-        disruption::check(
-            "spec.podDisruptionBudget",
-            pdb,
-            fewest.as_ref(),
-            &mut errors,
-        );
-    }
-
-    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
-    for (i, w) in spec.workloads.iter().enumerate() {
-        let path = format!("spec.workloads[{i}]");
-        if !is_dns1123_subdomain(&w.name) {
-            errors.push(PolicyError::invalid(
-                format!("{path}.name"),
-                format!(
-                    "must be a Deployment name (DNS-1123 subdomain), got {:?}",
-                    w.name
-                ),
-            ));
-        }
-        if let Some(first) = seen.insert(w.name.as_str(), i) {
-            errors.push(PolicyError::invalid(
-                format!("{path}.name"),
-                format!(
-                    "duplicate workload {:?} (already at spec.workloads[{first}])",
-                    w.name
-                ),
-            ));
-        }
-        if spec.exclude.iter().any(|e| e == &w.name) {
-            errors.push(PolicyError::invalid(
-                format!("{path}.name"),
-                format!("{:?} is also listed in spec.exclude", w.name),
-            ));
-        }
-        check_replicas(&format!("{path}.replicas"), w.replicas, &mut errors);
-        if disabled && let Some(n) = w.replicas.filter(|n| *n > 1) {
-            errors.push(PolicyError::invalid(
-                format!("{path}.replicas"),
+    /// With leader election disabled, more than one replica is an error.
+    fn single_replica(&mut self, path: &str, replicas: Option<i32>) {
+        if self.disabled
+            && let Some(n) = replicas.filter(|n| *n > 1)
+        {
+            self.errors.push(PolicyError::invalid(
+                path,
                 format!("must be 1 (or unset) when leaderElection.enabled is false, got {n}"),
             ));
         }
+    }
+
+    /// Anti-affinity, spread constraints and PDB for every Deployment.
+    fn global_placement(&mut self) {
+        let spec = self.spec;
+        if let Some(aa) = &spec.pod_anti_affinity {
+            check_anti_affinity("spec.podAntiAffinity", aa, &mut self.errors);
+        }
+        if let Some(list) = &spec.topology_spread_constraints {
+            check_spread("spec.topologySpreadConstraints", list, &mut self.errors);
+        }
+        if let Some(pdb) = &spec.pod_disruption_budget {
+            let fewest = disruption::fewest_for_global(spec);
+            disruption::check(
+                "spec.podDisruptionBudget",
+                pdb,
+                fewest.as_ref(),
+                &mut self.errors,
+            );
+        }
+    }
+
+    /// `spec.workloads[i]`: its name, then its overrides.
+    fn workload(&mut self, i: usize, w: &WorkloadOverride) {
+        let spec = self.spec;
+        let path = format!("spec.workloads[{i}]");
+        self.workload_name(i, &path, &w.name);
+        check_replicas(&format!("{path}.replicas"), w.replicas, &mut self.errors);
+        self.single_replica(&format!("{path}.replicas"), w.replicas);
         if let Some(aa) = &w.pod_anti_affinity {
-            check_anti_affinity(&format!("{path}.podAntiAffinity"), aa, &mut errors);
+            check_anti_affinity(&format!("{path}.podAntiAffinity"), aa, &mut self.errors);
         }
         if let Some(pdb) = &w.pod_disruption_budget {
             let fewest = disruption::fewest_for_workload(spec, i);
@@ -303,26 +264,85 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
                 &format!("{path}.podDisruptionBudget"),
                 pdb,
                 fewest.as_ref(),
-                &mut errors,
+                &mut self.errors,
             );
         }
         if let Some(list) = &w.topology_spread_constraints {
             check_spread(
                 &format!("{path}.topologySpreadConstraints"),
                 list,
-                &mut errors,
+                &mut self.errors,
             );
         }
     }
 
-    for (i, name) in spec.exclude.iter().enumerate() {
+    /// A Deployment name, named once and not also excluded (a repeat names
+    /// the latest earlier entry).
+    fn workload_name(&mut self, i: usize, path: &str, name: &str) {
         if !is_dns1123_subdomain(name) {
-            errors.push(PolicyError::invalid(
-                format!("spec.exclude[{i}]"),
+            self.errors.push(PolicyError::invalid(
+                format!("{path}.name"),
                 format!("must be a Deployment name (DNS-1123 subdomain), got {name:?}"),
+            ));
+        }
+        if let Some(first) = self.spec.workloads[..i]
+            .iter()
+            .rposition(|w| w.name == name)
+        {
+            self.errors.push(PolicyError::invalid(
+                format!("{path}.name"),
+                format!("duplicate workload {name:?} (already at spec.workloads[{first}])"),
+            ));
+        }
+        if self.spec.exclude.iter().any(|e| e == name) {
+            self.errors.push(PolicyError::invalid(
+                format!("{path}.name"),
+                format!("{name:?} is also listed in spec.exclude"),
             ));
         }
     }
 
-    errors
+    fn exclude(&mut self) {
+        for (i, name) in self.spec.exclude.iter().enumerate() {
+            if !is_dns1123_subdomain(name) {
+                self.errors.push(PolicyError::invalid(
+                    format!("spec.exclude[{i}]"),
+                    format!("must be a Deployment name (DNS-1123 subdomain), got {name:?}"),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(name: &str) -> WorkloadOverride {
+        WorkloadOverride {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_repeated_workload_names_the_latest_earlier_entry() {
+        let spec = HighAvailabilityPolicySpec {
+            target_namespace: "knative-serving".into(),
+            workloads: vec![
+                workload("activator"),
+                workload("activator"),
+                workload("activator"),
+            ],
+            ..Default::default()
+        };
+        let messages: Vec<String> = validate_spec(&spec).iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            messages,
+            [
+                "spec.workloads[1].name: duplicate workload \"activator\" (already at spec.workloads[0])",
+                "spec.workloads[2].name: duplicate workload \"activator\" (already at spec.workloads[1])",
+            ]
+        );
+    }
 }

@@ -1,0 +1,134 @@
+//! Loading policies: one document (JSON value or YAML text) through the
+//! schema check and the semantic rules, and multi-document files.
+
+use super::{HighAvailabilityPolicy, Policy, PolicyError, Result, schema_check, validate};
+
+impl Policy {
+    /// Validates a parsed resource: every semantic rule, all errors collected.
+    pub fn from_resource(res: &HighAvailabilityPolicy) -> Result<Policy> {
+        let mut errors = Vec::new();
+        let name = res.metadata.name.clone().unwrap_or_default();
+        if name.is_empty() {
+            errors.push(PolicyError::invalid("metadata.name", "required, got \"\""));
+        }
+        errors.extend(validate::validate_spec(&res.spec));
+        if errors.is_empty() {
+            Ok(Policy {
+                name,
+                spec: res.spec.clone(),
+            })
+        } else {
+            Err(PolicyError::from_list(errors))
+        }
+    }
+
+    /// Parses and validates one policy given as a JSON value (as the cluster
+    /// source receives it from the API server). Unknown fields anywhere
+    /// (except inside `metadata` and `status`) are errors. Never panics.
+    pub fn from_json(value: &serde_json::Value) -> Result<Policy> {
+        let errors = schema_check::check_document(value);
+        if !errors.is_empty() {
+            return Err(PolicyError::from_list(errors));
+        }
+        let res: HighAvailabilityPolicy =
+            serde_json::from_value(value.clone()).map_err(|e| PolicyError::Parse(e.to_string()))?;
+        Policy::from_resource(&res)
+    }
+
+    /// Parses and validates one YAML (or JSON) policy document.
+    pub fn from_yaml(text: &str) -> Result<Policy> {
+        let value: serde_json::Value =
+            serde_saphyr::from_str(text).map_err(|e| PolicyError::Parse(e.to_string()))?;
+        Policy::from_json(&value)
+    }
+}
+
+/// Splits multi-document YAML into `(1-based index, text)` pairs, skipping
+/// documents that hold only comments and blank lines. The index counts every
+/// document, skipped or not, so it matches what a reader counts in the file.
+pub fn split_documents(text: &str) -> Vec<(usize, String)> {
+    let mut docs: Vec<(usize, String)> = Vec::new();
+    let mut current = String::new();
+    let mut index = 1;
+    let mut seen_marker_or_content = false;
+    let flush = |docs: &mut Vec<(usize, String)>, current: &mut String, index: usize| {
+        let has_content = current.lines().any(|l| {
+            let t = l.trim();
+            !t.is_empty() && !t.starts_with('#') && t != "..."
+        });
+        if has_content {
+            docs.push((index, std::mem::take(current)));
+        } else {
+            current.clear();
+        }
+    };
+    for line in text.split_inclusive('\n') {
+        let is_marker = line.starts_with("---")
+            && line[3..]
+                .chars()
+                .next()
+                .is_none_or(|c| c == ' ' || c == '\t' || c == '\n' || c == '\r');
+        if is_marker {
+            if seen_marker_or_content {
+                flush(&mut docs, &mut current, index);
+                index += 1;
+            }
+            seen_marker_or_content = true;
+            // content after the marker on the same line (e.g. `--- {a: 1}`)
+            let rest = line[3..].trim_start_matches([' ', '\t']);
+            if !rest.trim().is_empty() && !rest.trim_start().starts_with('#') {
+                current.push_str(rest);
+            }
+            continue;
+        }
+        let t = line.trim();
+        if !t.is_empty() && !t.starts_with('#') && !t.starts_with('%') {
+            seen_marker_or_content = true;
+        }
+        current.push_str(line);
+    }
+    flush(&mut docs, &mut current, index);
+    docs
+}
+
+/// Parses a multi-document policy file: every non-empty document must be a
+/// valid policy. Errors name the (1-based) document index. Two policies for
+/// the same target namespace are an error.
+pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
+    let mut policies: Vec<Policy> = Vec::new();
+    let mut errors = Vec::new();
+    for (index, doc) in split_documents(text) {
+        match Policy::from_yaml(&doc) {
+            Ok(policy) => {
+                if let Some(other) = policies
+                    .iter()
+                    .find(|p| p.spec.target_namespace == policy.spec.target_namespace)
+                {
+                    errors.push(PolicyError::Document {
+                        index,
+                        error: Box::new(PolicyError::invalid(
+                            "spec.targetNamespace",
+                            format!(
+                                "{:?} is already governed by policy {:?}; one policy per namespace",
+                                policy.spec.target_namespace, other.name
+                            ),
+                        )),
+                    });
+                } else {
+                    policies.push(policy);
+                }
+            }
+            Err(error) => errors.push(PolicyError::Document {
+                index,
+                error: Box::new(error),
+            }),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(PolicyError::from_list(errors));
+    }
+    if policies.is_empty() {
+        return Err(PolicyError::Parse("no policy document found".into()));
+    }
+    Ok(policies)
+}

@@ -1,0 +1,240 @@
+//! The HighAvailabilityPolicy spec as users write it: the custom resource
+//! type and its parts, with the CRD schema constraints next to each field.
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::DEFAULT_TOPOLOGY_KEY;
+
+/// Go duration syntax, positive, no sign (kept in sync with [`super::duration`]).
+const DURATION_PATTERN: &str = r"^(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$";
+/// A DNS-1123 label (namespace names).
+const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// Spec of a HighAvailabilityPolicy.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[kube(
+    group = "knativeha.dev",
+    version = "v1alpha1",
+    kind = "HighAvailabilityPolicy",
+    shortname = "hap",
+    status = "HighAvailabilityPolicyStatus",
+    doc = "Makes the Knative control plane in one namespace highly available at admission time.",
+    printcolumn = r#"{"name":"Target namespace","type":"string","description":"The namespace this policy governs","jsonPath":".spec.targetNamespace"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HighAvailabilityPolicySpec {
+    /// The namespace this policy governs (a DNS-1123 label).
+    #[schemars(length(min = 1, max = 63), pattern(DNS_LABEL_PATTERN))]
+    pub target_namespace: String,
+    /// Replicas for every governed Deployment (1..=100). HPA-backed
+    /// Deployments get it as their HPA's minReplicas instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub replicas: Option<i32>,
+    /// Leader election settings, written to ConfigMap config-leader-election.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_election: Option<LeaderElection>,
+    /// Pod anti-affinity for every governed Deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_anti_affinity: Option<PodAntiAffinity>,
+    /// Topology spread constraints for every governed Deployment (replaces
+    /// the pod template's list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpread>>,
+    /// Settings for every PodDisruptionBudget in the namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_disruption_budget: Option<PodDisruptionBudgetPolicy>,
+    /// Per-Deployment overrides.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workloads: Vec<WorkloadOverride>,
+    /// Deployment names this policy leaves alone (and the HPAs scaling them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    /// true: also change objects owned by the Knative Operator (an
+    /// ownerReference with apiVersion operator.knative.dev/*). Default false:
+    /// they are left unchanged with a warning, as the Operator's own
+    /// spec.high-availability governs them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub govern_operator_owned: Option<bool>,
+}
+
+/// Leader election (Knative's `config-leader-election`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaderElection {
+    /// false: single instances (replicas 1, buckets 1, `--disable-ha` where supported). Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Number of buckets the key space is split into (1..=10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
+    pub buckets: Option<i32>,
+    /// Go duration, e.g. 60s. Must exceed renewDeadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN))]
+    pub lease_duration: Option<String>,
+    /// Go duration, e.g. 40s. Must exceed 1.2 x retryPeriod (client-go's JitterFactor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN))]
+    pub renew_deadline: Option<String>,
+    /// Go duration, e.g. 10s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN))]
+    pub retry_period: Option<String>,
+}
+
+impl LeaderElection {
+    /// `enabled`, defaulting to true.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.unwrap_or(true)
+    }
+}
+
+/// How strongly replicas of one Deployment are kept apart.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+pub enum AntiAffinityType {
+    /// `preferredDuringSchedulingIgnoredDuringExecution` with weight 100.
+    Preferred,
+    /// `requiredDuringSchedulingIgnoredDuringExecution`.
+    Required,
+    /// Leave the Deployment's pod anti-affinity as it is.
+    #[default]
+    None,
+}
+
+impl AntiAffinityType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AntiAffinityType::Preferred => "Preferred",
+            AntiAffinityType::Required => "Required",
+            AntiAffinityType::None => "None",
+        }
+    }
+}
+
+/// Pod anti-affinity between replicas of one Deployment.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodAntiAffinity {
+    /// Preferred | Required | None.
+    #[serde(rename = "type")]
+    pub kind: AntiAffinityType,
+    /// Node label to spread over. Default kubernetes.io/hostname.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub topology_key: Option<String>,
+}
+
+impl PodAntiAffinity {
+    /// The topology key, defaulting to `kubernetes.io/hostname`.
+    pub fn topology_key(&self) -> &str {
+        self.topology_key.as_deref().unwrap_or(DEFAULT_TOPOLOGY_KEY)
+    }
+}
+
+fn int_or_percent_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    // `pattern` only constrains strings and `minimum` only integers, so both
+    // can sit next to x-kubernetes-int-or-string in a structural schema.
+    schemars::json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "minimum": 0,
+        "pattern": "^(100|[1-9]?[0-9])%$"
+    })
+}
+
+/// PodDisruptionBudget settings: exactly one of the two fields.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodDisruptionBudgetPolicy {
+    /// An integer >= 0 or a percentage "0%".."100%".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "int_or_percent_schema")]
+    pub min_available: Option<IntOrString>,
+    /// An integer >= 0 or a percentage "0%".."100%".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "int_or_percent_schema")]
+    pub max_unavailable: Option<IntOrString>,
+}
+
+/// Per-Deployment override.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkloadOverride {
+    /// Deployment name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Replicas for this Deployment (1..=100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub replicas: Option<i32>,
+    /// Pod anti-affinity for this Deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_anti_affinity: Option<PodAntiAffinity>,
+    /// Topology spread constraints for this Deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpread>>,
+    /// Settings for the PodDisruptionBudget selecting this Deployment's pods
+    /// (replaces spec.podDisruptionBudget for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_disruption_budget: Option<PodDisruptionBudgetPolicy>,
+}
+
+/// What the scheduler does when a spread constraint cannot be met.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+pub enum WhenUnsatisfiable {
+    /// Schedule anyway, preferring placements that reduce the skew.
+    #[default]
+    ScheduleAnyway,
+    /// Leave the pod Pending.
+    DoNotSchedule,
+}
+
+impl WhenUnsatisfiable {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WhenUnsatisfiable::ScheduleAnyway => "ScheduleAnyway",
+            WhenUnsatisfiable::DoNotSchedule => "DoNotSchedule",
+        }
+    }
+}
+
+/// One topology spread constraint over the Deployment's own pods
+/// (`labelSelector` = the Deployment's `spec.selector.matchLabels`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TopologySpread {
+    /// Node label to spread over, e.g. topology.kubernetes.io/zone.
+    #[schemars(length(min = 1))]
+    pub topology_key: String,
+    /// Maximum allowed difference in pod count between domains (1..=100, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_skew: Option<i32>,
+    /// ScheduleAnyway (default) | DoNotSchedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_unsatisfiable: Option<WhenUnsatisfiable>,
+}
+
+impl TopologySpread {
+    pub fn max_skew(&self) -> i32 {
+        self.max_skew.unwrap_or(1)
+    }
+    pub fn when_unsatisfiable(&self) -> WhenUnsatisfiable {
+        self.when_unsatisfiable.unwrap_or_default()
+    }
+}
+
+/// Status written by the cluster source.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HighAvailabilityPolicyStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+}
