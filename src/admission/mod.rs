@@ -253,37 +253,9 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
             reply.outcome = Outcome::NotSynced;
             response.warnings.push(NOT_SYNCED_WARNING.to_string());
         } else if let Some(governed) = snapshot.governed(&reply.namespace) {
-            let mutation = match request.object {
-                None => governed.mutate(&reply.namespace, &Value::Null),
-                Some(raw) => match engine::view::parse(raw.get()) {
-                    Ok(object) => governed.mutate(&reply.namespace, &object),
-                    // Only a number out of range gets here (the text was
-                    // scanned already): the full parse refused those too.
-                    Err(e) => return bad_request(format!("AdmissionReview request.object: {e}")),
-                },
-            };
-            match mutation {
-                Ok(mutation) if mutation.is_empty() => {
-                    reply.outcome = Outcome::Unchanged;
-                    response.warnings = mutation.changes;
-                }
-                Ok(mutation) => match serde_json::to_vec(&mutation.patch) {
-                    Ok(bytes) => {
-                        reply.outcome = Outcome::Patched;
-                        reply.patch_ops = mutation.patch.0.len();
-                        response.patch_type = Some("JSONPatch");
-                        response.patch =
-                            Some(base64::engine::general_purpose::STANDARD.encode(bytes));
-                        response.warnings = mutation.changes;
-                    }
-                    Err(e) => engine_failed(
-                        &mut reply,
-                        &mut response,
-                        format!("serialising the patch: {e}"),
-                        opts,
-                    ),
-                },
-                Err(e) => engine_failed(&mut reply, &mut response, e.to_string(), opts),
+            let object = request.object;
+            if let Err(message) = apply_policy(&governed, object, &mut reply, &mut response, opts) {
+                return bad_request(message);
             }
         }
     }
@@ -298,6 +270,45 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
     let body = serde_json::to_vec(&out).unwrap_or_default();
     reply.body = body;
     Answer::Reviewed(reply)
+}
+
+/// Runs the engine on a governed CREATE or UPDATE and writes its patch and
+/// warnings (or the engine's failure) into the answer. `Err` is a bad
+/// request: an object the server cannot read.
+fn apply_policy<'r>(
+    governed: &crate::store::Governed<'_>,
+    object: Option<&RawValue>,
+    reply: &mut Reviewed<'r>,
+    response: &mut ResponseOut<'_>,
+    opts: &ReviewOptions,
+) -> Result<(), String> {
+    let mutation = match object {
+        None => governed.mutate(&reply.namespace, &Value::Null),
+        Some(raw) => match engine::view::parse(raw.get()) {
+            Ok(object) => governed.mutate(&reply.namespace, &object),
+            // Only a number out of range gets here (the text was
+            // scanned already): the full parse refused those too.
+            Err(e) => return Err(format!("AdmissionReview request.object: {e}")),
+        },
+    };
+    match mutation {
+        Ok(mutation) if mutation.is_empty() => {
+            reply.outcome = Outcome::Unchanged;
+            response.warnings = mutation.changes;
+        }
+        Ok(mutation) => match serde_json::to_vec(&mutation.patch) {
+            Ok(bytes) => {
+                reply.outcome = Outcome::Patched;
+                reply.patch_ops = mutation.patch.0.len();
+                response.patch_type = Some("JSONPatch");
+                response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+                response.warnings = mutation.changes;
+            }
+            Err(e) => engine_failed(reply, response, format!("serialising the patch: {e}"), opts),
+        },
+        Err(e) => engine_failed(reply, response, e.to_string(), opts),
+    }
+    Ok(())
 }
 
 /// The parse alone, as the review path does it for a CREATE or UPDATE in

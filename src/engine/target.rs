@@ -1,0 +1,137 @@
+//! What a kind handler sees of the object and the policy ([`Target`]), and
+//! the typed reads of object fields that report a malformed object.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::{EngineError, HPA_BACKED_DEPLOYMENTS, Kind, SCALED_ON_DEMAND};
+use crate::policy::{Policy, WorkloadOverride};
+
+/// What a kind handler sees.
+pub(crate) struct Target<'a> {
+    pub policy: &'a Policy,
+    /// [`Context::hpa_targets`].
+    pub hpa_targets: &'a BTreeSet<String>,
+    pub kind: Kind,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub object: &'a Value,
+}
+
+impl Target<'_> {
+    pub fn malformed(&self, message: impl Into<String>) -> EngineError {
+        EngineError::Malformed {
+            kind: self.kind.as_str().to_string(),
+            namespace: self.namespace.to_string(),
+            name: self.name.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// `kind/name: what (policy P)`.
+    pub fn change(&self, what: impl std::fmt::Display) -> String {
+        format!(
+            "{}/{}: {} (policy {})",
+            self.kind.prefix(),
+            self.name,
+            what,
+            self.policy.name
+        )
+    }
+
+    /// Reads an optional integer field (path of object keys).
+    pub fn int_at(&self, path: &[&str]) -> Result<Option<i64>, EngineError> {
+        match lookup(self.object, path) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_i64().map(Some).ok_or_else(|| {
+                self.malformed(format!(
+                    "{} must be an integer, got {}",
+                    path.join("."),
+                    crate::policy::schema_check::show(v)
+                ))
+            }),
+        }
+    }
+
+    /// Reads an optional object field.
+    pub fn object_at(
+        &self,
+        path: &[&str],
+    ) -> Result<Option<&serde_json::Map<String, Value>>, EngineError> {
+        match lookup(self.object, path) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(m)) => Ok(Some(m)),
+            Some(v) => Err(self.malformed(format!(
+                "{} must be an object, got {}",
+                path.join("."),
+                crate::policy::schema_check::show(v)
+            ))),
+        }
+    }
+
+    /// Reads an optional string field.
+    pub fn str_at(&self, path: &[&str]) -> Result<Option<&str>, EngineError> {
+        match lookup(self.object, path) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(self.malformed(format!(
+                "{} must be a string, got {}",
+                path.join("."),
+                crate::policy::schema_check::show(v)
+            ))),
+        }
+    }
+
+    pub fn is_excluded(&self, deployment: &str) -> bool {
+        self.policy.spec.exclude.iter().any(|e| e == deployment)
+    }
+
+    pub fn workload(&self, deployment: &str) -> Option<&WorkloadOverride> {
+        self.policy
+            .spec
+            .workloads
+            .iter()
+            .find(|w| w.name == deployment)
+    }
+
+    /// The replicas the policy wants for a Deployment (override, else
+    /// global), ignoring leader election. None for Deployments Knative
+    /// scales on demand ([`SCALED_ON_DEMAND`]).
+    pub fn wanted_replicas(&self, deployment: &str) -> Option<i32> {
+        if SCALED_ON_DEMAND.contains(&deployment) {
+            return None;
+        }
+        self.workload(deployment)
+            .and_then(|w| w.replicas)
+            .or(self.policy.spec.replicas)
+    }
+
+    pub fn is_hpa_backed(&self, deployment: &str) -> bool {
+        HPA_BACKED_DEPLOYMENTS.contains(&deployment) || self.hpa_targets.contains(deployment)
+    }
+
+    /// True when the policy turns leader election off.
+    pub fn ha_disabled(&self) -> bool {
+        self.policy
+            .spec
+            .leader_election
+            .as_ref()
+            .is_some_and(|le| !le.is_enabled())
+    }
+}
+
+/// Walks object keys; `None` when a key is missing or a parent is not an
+/// object (callers that write there report the malformed parent).
+pub(crate) fn lookup<'v>(object: &'v Value, path: &[&str]) -> Option<&'v Value> {
+    path.iter()
+        .try_fold(object, |cur, key| cur.as_object()?.get(*key))
+}
+
+/// Errors when a parent of `path` exists but is not an object (or null).
+pub(crate) fn check_parents(t: &Target<'_>, path: &[&str]) -> Result<(), EngineError> {
+    for i in 1..path.len() {
+        t.object_at(&path[..i])?;
+    }
+    Ok(())
+}
