@@ -2,6 +2,7 @@
 //! [`crate::admission::review`]) and JSON answers for everything else.
 //! Every HTTP status is chosen here ([`http_answer`] for reviews).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Extension;
@@ -39,13 +40,14 @@ pub fn router(state: AppState) -> Router {
     router_with_budget(state, Budget::default())
 }
 
-/// [`router`] with the given memory budget for request bodies.
+/// [`router`] with the given memory budget for request bodies. The state
+/// is shared behind one `Arc`: a request clones a pointer, not every metric.
 pub fn router_with_budget(state: AppState, budget: Budget) -> Router {
     Router::new()
         .route("/mutate", post(mutate).fallback(method_not_allowed))
         .fallback(not_found)
         .layer(Extension(budget))
-        .with_state(state)
+        .with_state(Arc::new(state))
 }
 
 /// A JSON error body for non-review answers (400, 404, 405, 413, ...).
@@ -70,7 +72,7 @@ pub fn http_answer(answer: Answer<'_>) -> (StatusCode, Vec<u8>) {
     }
 }
 
-async fn not_found(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
+async fn not_found(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> Response {
     state.metrics.http_error("not_found");
     json_error(
         StatusCode::NOT_FOUND,
@@ -82,7 +84,10 @@ async fn not_found(State(state): State<AppState>, uri: axum::http::Uri) -> Respo
     )
 }
 
-async fn method_not_allowed(State(state): State<AppState>, method: axum::http::Method) -> Response {
+async fn method_not_allowed(
+    State(state): State<Arc<AppState>>,
+    method: axum::http::Method,
+) -> Response {
     state.metrics.http_error("method_not_allowed");
     let mut resp = json_error(
         StatusCode::METHOD_NOT_ALLOWED,
@@ -184,7 +189,7 @@ fn over_budget(metrics: &Metrics) -> Response {
 }
 
 async fn mutate(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     Extension(budget): Extension<Budget>,
     headers: HeaderMap,
     body: Body,
