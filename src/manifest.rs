@@ -46,6 +46,9 @@ pub enum ManifestError {
     NotAnObject { place: String, got: String },
 }
 
+/// The result of this module's fallible functions.
+pub type Result<T, E = ManifestError> = std::result::Result<T, E>;
+
 /// Reads a file, or standard input for `-`: `(name for messages, text)`.
 pub fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
     if path.as_os_str() == "-" {

@@ -60,6 +60,9 @@ pub enum TlsError {
     Generate(String),
 }
 
+/// The result of this module's fallible functions.
+pub type Result<T, E = TlsError> = std::result::Result<T, E>;
+
 /// Installs rustls' `ring` provider as the process default (once; safe to
 /// call from every test and entry point).
 pub fn install_crypto_provider() {
@@ -114,7 +117,7 @@ pub fn certified_key(
     key_pem: &[u8],
     cert_path: &Path,
     key_path: &Path,
-) -> Result<CertifiedKey, TlsError> {
+) -> Result<CertifiedKey> {
     let chain = parse_chain(cert_pem, cert_path)?;
     let key = parse_key(key_pem, key_path)?;
     let mismatch = |message: String| TlsError::Mismatch {
@@ -139,10 +142,7 @@ pub fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
 
 /// Builds a server config: TLS 1.2 + 1.3, ALPN h2 and http/1.1, and a
 /// required, verified client certificate when `client_ca` is given.
-pub fn server_config(
-    key: CertifiedKey,
-    client_ca: Option<(&[u8], &Path)>,
-) -> Result<ServerConfig, TlsError> {
+pub fn server_config(key: CertifiedKey, client_ca: Option<(&[u8], &Path)>) -> Result<ServerConfig> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| TlsError::Config(e.to_string()))?;
@@ -193,7 +193,7 @@ pub struct SelfSigned {
 }
 
 /// Generates a CA and a leaf for `names` (DNS names or IP addresses).
-pub fn generate_self_signed(names: &[&str]) -> Result<SelfSigned, TlsError> {
+pub fn generate_self_signed(names: &[&str]) -> Result<SelfSigned> {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let err = |e: rcgen::Error| TlsError::Generate(e.to_string());
     let ca_key = KeyPair::generate().map_err(err)?;
@@ -287,7 +287,7 @@ impl TlsReloader {
         self.current.load().is_some()
     }
 
-    fn install(&self, key: CertifiedKey, ca: Option<(&[u8], &Path)>) -> Result<(), TlsError> {
+    fn install(&self, key: CertifiedKey, ca: Option<(&[u8], &Path)>) -> Result<()> {
         let expiry = key.end_entity_cert().ok().and_then(not_after);
         let config = server_config(key, ca)?;
         self.current.store(Some(Arc::new(config)));
@@ -299,7 +299,7 @@ impl TlsReloader {
 
     /// Re-reads the files; reloads when their contents changed. Returns
     /// `Some(result)` when a reload was attempted.
-    pub fn poll(&self) -> Option<Result<(), TlsError>> {
+    pub fn poll(&self) -> Option<Result<()>> {
         let TlsSource::Files {
             cert,
             key,
@@ -338,7 +338,7 @@ impl TlsReloader {
         Some(result)
     }
 
-    fn load_files(&self, cert: &Path, key: &Path, ca: Option<&Path>) -> Result<(), TlsError> {
+    fn load_files(&self, cert: &Path, key: &Path, ca: Option<&Path>) -> Result<()> {
         let cert_pem = read(cert)?;
         let key_pem = read(key)?;
         let ck = certified_key(&cert_pem, &key_pem, cert, key)?;

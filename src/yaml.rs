@@ -28,6 +28,9 @@ pub struct YamlError {
     pub message: String,
 }
 
+/// The result of this module's fallible functions.
+pub type Result<T, E = YamlError> = std::result::Result<T, E>;
+
 fn describe_parts(line: Option<u64>, column: Option<u64>, message: &str) -> String {
     match (line, column) {
         (Some(l), Some(c)) => format!("line {l}, column {c}: {message}"),
@@ -137,7 +140,7 @@ pub fn describe(err: &Error, line_offset: usize) -> String {
 }
 
 /// Parses one document into a JSON value.
-pub fn parse(doc: &YamlDoc) -> Result<Value, YamlError> {
+pub fn parse(doc: &YamlDoc) -> Result<Value> {
     serde_saphyr::from_str(&doc.text).map_err(|e| error(&e, doc.line.saturating_sub(1)))
 }
 

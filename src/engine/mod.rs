@@ -134,6 +134,9 @@ pub enum EngineError {
     },
 }
 
+/// The result of this module's fallible functions.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
 /// One object to mutate.
 #[derive(Clone, Copy, Debug)]
 pub struct Input<'a> {
@@ -199,17 +202,13 @@ impl Kind {
 
 /// Mutates `input.object` according to `policy`. Objects outside
 /// `policy.spec.target_namespace` never get a patch.
-pub fn mutate(policy: &Policy, input: &Input<'_>, ctx: &Context) -> Result<Mutation, EngineError> {
+pub fn mutate(policy: &Policy, input: &Input<'_>, ctx: &Context) -> Result<Mutation> {
     mutate_object(policy, input, ctx).map(|o| o.mutation)
 }
 
 /// Like [`mutate`], also returning the mutated object (what applying the
 /// patch yields), for `preview` and tests.
-pub fn mutate_object(
-    policy: &Policy,
-    input: &Input<'_>,
-    ctx: &Context,
-) -> Result<Outcome, EngineError> {
+pub fn mutate_object(policy: &Policy, input: &Input<'_>, ctx: &Context) -> Result<Outcome> {
     if !input.object.is_object() {
         return Err(EngineError::NotAnObject);
     }
@@ -228,7 +227,7 @@ pub fn mutate_governed(
     namespace: &str,
     object: &Value,
     hpa_targets: &BTreeSet<String>,
-) -> Result<Outcome, EngineError> {
+) -> Result<Outcome> {
     let Some(obj) = object.as_object() else {
         return Err(EngineError::NotAnObject);
     };
