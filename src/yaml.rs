@@ -54,8 +54,8 @@ fn has_content(text: &str) -> bool {
     })
 }
 
-/// Splits multi-document YAML (same rules as
-/// [`crate::policy::split_documents`]) keeping each document's first line.
+/// Splits multi-document YAML, keeping each document's first line (also
+/// behind [`crate::policy::split_documents`]).
 pub fn documents(text: &str) -> Vec<YamlDoc> {
     let mut docs = Vec::new();
     let mut current = String::new();

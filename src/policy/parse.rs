@@ -47,48 +47,10 @@ impl Policy {
 /// documents that hold only comments and blank lines. The index counts every
 /// document, skipped or not, so it matches what a reader counts in the file.
 pub fn split_documents(text: &str) -> Vec<(usize, String)> {
-    let mut docs: Vec<(usize, String)> = Vec::new();
-    let mut current = String::new();
-    let mut index = 1;
-    let mut seen_marker_or_content = false;
-    let flush = |docs: &mut Vec<(usize, String)>, current: &mut String, index: usize| {
-        let has_content = current.lines().any(|l| {
-            let t = l.trim();
-            !t.is_empty() && !t.starts_with('#') && t != "..."
-        });
-        if has_content {
-            docs.push((index, std::mem::take(current)));
-        } else {
-            current.clear();
-        }
-    };
-    for line in text.split_inclusive('\n') {
-        let is_marker = line.starts_with("---")
-            && line[3..]
-                .chars()
-                .next()
-                .is_none_or(|c| c == ' ' || c == '\t' || c == '\n' || c == '\r');
-        if is_marker {
-            if seen_marker_or_content {
-                flush(&mut docs, &mut current, index);
-                index += 1;
-            }
-            seen_marker_or_content = true;
-            // content after the marker on the same line (e.g. `--- {a: 1}`)
-            let rest = line[3..].trim_start_matches([' ', '\t']);
-            if !rest.trim().is_empty() && !rest.trim_start().starts_with('#') {
-                current.push_str(rest);
-            }
-            continue;
-        }
-        let t = line.trim();
-        if !t.is_empty() && !t.starts_with('#') && !t.starts_with('%') {
-            seen_marker_or_content = true;
-        }
-        current.push_str(line);
-    }
-    flush(&mut docs, &mut current, index);
-    docs
+    crate::yaml::documents(text)
+        .into_iter()
+        .map(|doc| (doc.index, doc.text))
+        .collect()
 }
 
 /// Parses a multi-document policy file: every non-empty document must be a
