@@ -164,7 +164,8 @@ fn mutate_again(bencher: divan::Bencher, name: &str) {
 ///   governed CREATE); `parse_value` the whole body into a `serde_json::Value`
 ///   (the old floor) for comparison;
 /// - `engine_on_view`: the engine on the parsed view (governed body);
-/// - `log_line`: the per-review JSON log line, formatted into a sink.
+/// - `log_line`: the per-review JSON log line, formatted into a sink (and
+///   `log_line_reference`: the same through `tracing-subscriber`'s format).
 mod review {
     use std::sync::LazyLock;
 
@@ -223,24 +224,37 @@ mod review {
         bencher.bench(|| governed.mutate(corpus::GOVERNED, divan::black_box(&view)));
     }
 
+    /// The per-review line, through the format `serve` uses
+    /// (`telemetry::JsonLine`) and through `tracing-subscriber`'s own JSON
+    /// format (`log_line_reference`, what `serve` used before).
     #[divan::bench]
     fn log_line(bencher: divan::Bencher) {
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .event_format(knative_ha_webhook::telemetry::JsonLine::default())
+            .with_writer(std::io::sink)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || bencher.bench_local(review_line));
+    }
+
+    #[divan::bench]
+    fn log_line_reference(bencher: divan::Bencher) {
         let subscriber = tracing_subscriber::fmt()
             .json()
             .flatten_event(true)
             .with_current_span(false)
             .with_writer(std::io::sink)
             .finish();
-        tracing::subscriber::with_default(subscriber, || {
-            bencher.bench_local(|| {
-                tracing::info!(
-                    uid = %"6ba7b810-9dad-11d1-80b4-00c04fd430c8", kind = "Deployment",
-                    namespace = %"knative-serving", name = %"controller",
-                    operation = "CREATE", outcome = "patched", patch_ops = 2usize,
-                    duration_ms = 0.021, "review"
-                )
-            })
-        });
+        tracing::subscriber::with_default(subscriber, || bencher.bench_local(review_line));
+    }
+
+    fn review_line() {
+        tracing::info!(
+            uid = %"6ba7b810-9dad-11d1-80b4-00c04fd430c8", kind = "Deployment",
+            namespace = %"knative-serving", name = %"controller",
+            operation = "CREATE", outcome = "patched", patch_ops = 2usize,
+            duration_ms = 0.021, "review"
+        )
     }
 }
 

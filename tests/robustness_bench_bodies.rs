@@ -41,15 +41,21 @@ fn committed_bench_bodies_are_the_corpus_reviews() {
     let bless = std::env::var_os("KHW_BLESS").is_some();
     for (file, expected) in bodies() {
         let path = dir.join(file);
+        // In the API server's member order: the operation and namespace
+        // come before the object, as in a real review.
+        let mut want = corpus::api_order(&expected);
+        want.push(b'\n');
         if bless {
-            let mut text = serde_json::to_string(&expected).unwrap();
-            text.push('\n');
-            std::fs::write(&path, text).unwrap();
+            std::fs::write(&path, &want).unwrap();
         }
-        let text = std::fs::read_to_string(&path)
+        let text = std::fs::read(&path)
             .unwrap_or_else(|e| panic!("{}: {e} (run with KHW_BLESS=1)", path.display()));
-        let actual: Value = serde_json::from_str(&text).unwrap();
+        let actual: Value = serde_json::from_slice(&text).unwrap();
         assert_eq!(actual, expected, "{file} is stale: run with KHW_BLESS=1");
+        assert!(
+            text == want,
+            "{file} is not in the API server's order: run with KHW_BLESS=1"
+        );
     }
 }
 

@@ -15,6 +15,7 @@
 //! model lets a review whose object is malformed reach the engine-error path
 //! (admitted with a warning) instead of being rejected as a bad request.
 
+mod names;
 mod request;
 
 use std::borrow::Cow;
@@ -22,8 +23,8 @@ use std::borrow::Cow;
 use base64::Engine as _;
 use serde::Serialize;
 use serde_json::Value;
-use serde_json::value::RawValue;
 
+use request::ObjectIn;
 pub use request::{ECHO_BYTES, MAX_UID_BYTES};
 
 use crate::engine::{self, Operation};
@@ -193,14 +194,14 @@ fn parse_operation(op: &str) -> Option<(Operation, &'static str)> {
 fn names<'a>(
     namespace: Option<Cow<'a, str>>,
     name: Option<Cow<'a, str>>,
-    object: Option<&'a RawValue>,
+    object: Option<&ObjectIn<'a>>,
 ) -> (Cow<'a, str>, Cow<'a, str>) {
     let namespace = namespace.filter(|n| !n.is_empty());
     let name = name.filter(|n| !n.is_empty());
     if let (Some(namespace), Some(name)) = (&namespace, &name) {
         return (namespace.clone(), name.clone());
     }
-    let meta = object.map(request::object_names).unwrap_or_default();
+    let meta = object.map(ObjectIn::names).unwrap_or_default();
     let namespace = namespace.or(meta.namespace).unwrap_or_default();
     let name = name
         .or(meta.name)
@@ -211,7 +212,13 @@ fn names<'a>(
 
 /// Answers one AdmissionReview given as raw bytes.
 pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> Answer<'a> {
-    let parsed = match request::parse_review(body) {
+    // A governed CREATE or UPDATE: its object's view is built while parsing.
+    let wants = |operation: &str, namespace: &str| {
+        matches!(operation, "CREATE" | "UPDATE")
+            && snapshot.synced
+            && snapshot.governed(namespace).is_some()
+    };
+    let parsed = match request::parse_review(body, &wants) {
         Ok(parsed) => parsed,
         Err(message) => return bad_request(message),
     };
@@ -226,7 +233,7 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
     let (namespace, name) = names(
         request.namespace.map(|t| t.0),
         request.name.map(|t| t.0),
-        request.object,
+        request.object.as_ref(),
     );
     let mut reply = Reviewed {
         body: Vec::new(),
@@ -277,14 +284,15 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
 /// request: an object the server cannot read.
 fn apply_policy<'r>(
     governed: &crate::store::Governed<'_>,
-    object: Option<&RawValue>,
+    object: Option<ObjectIn<'_>>,
     reply: &mut Reviewed<'r>,
     response: &mut ResponseOut<'_>,
     opts: &ReviewOptions,
 ) -> Result<(), String> {
     let mutation = match object {
         None => governed.mutate(&reply.namespace, &Value::Null),
-        Some(raw) => match engine::view::parse(raw.get()) {
+        Some(ObjectIn::View(view)) => governed.mutate(&reply.namespace, &view),
+        Some(ObjectIn::Raw(raw)) => match engine::view::parse(raw.get()) {
             Ok(object) => governed.mutate(&reply.namespace, &object),
             // Only a number out of range gets here (the text was
             // scanned already): the full parse refused those too.
@@ -312,19 +320,24 @@ fn apply_policy<'r>(
 }
 
 /// The parse alone, as the review path does it for a CREATE or UPDATE in
-/// a governed namespace: the request read without building the object,
-/// then the engine's view of the object. `None` when there is no object.
+/// a governed namespace: one pass over the request that builds the
+/// engine's view of the object. `None` when there is no object.
 /// (For the `parse` benchmark; [`review`] does this and more.)
 pub fn parse_governed(body: &[u8]) -> Result<Option<Value>, BadRequest> {
-    let parsed = request::parse_review(body).map_err(|reason| BadRequest { reason })?;
-    parsed
-        .request
-        .object
-        .map(|raw| engine::view::parse(raw.get()))
-        .transpose()
-        .map_err(|e| BadRequest {
-            reason: format!("AdmissionReview request.object: {e}"),
-        })
+    let parsed =
+        request::parse_review(body, &|_, _| true).map_err(|reason| BadRequest { reason })?;
+    match parsed.request.object {
+        None => Ok(None),
+        Some(ObjectIn::View(view)) => Ok(Some(view)),
+        // The operation or namespace came after the object.
+        Some(ObjectIn::Raw(raw)) => {
+            engine::view::parse(raw.get())
+                .map(Some)
+                .map_err(|e| BadRequest {
+                    reason: format!("AdmissionReview request.object: {e}"),
+                })
+        }
+    }
 }
 
 fn engine_failed(

@@ -9,9 +9,11 @@ use std::borrow::Cow;
 use std::fmt;
 
 use serde::Deserialize;
-use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::engine::view;
 use crate::telemetry::clip;
 
 /// Longest `request.uid` accepted (the API server sends a UUID).
@@ -47,21 +49,101 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// `request`: what the review path reads of it.
 pub(crate) struct RequestIn<'a> {
-    #[serde(borrow)]
     pub uid: Text<'a>,
-    #[serde(borrow)]
     pub kind: Option<GvkIn<'a>>,
-    #[serde(borrow)]
     pub operation: Text<'a>,
-    #[serde(default, borrow)]
     pub namespace: Option<Text<'a>>,
-    #[serde(default, borrow)]
     pub name: Option<Text<'a>>,
-    #[serde(default, borrow)]
-    pub object: Option<&'a RawValue>,
+    pub object: Option<ObjectIn<'a>>,
+}
+
+/// `request.object`, read as the parse found it when it got there.
+pub(crate) enum ObjectIn<'a> {
+    /// The engine's view ([`crate::engine::view`]), built in the same pass:
+    /// the operation and namespace came first (the API server sends them
+    /// first) and [`Wants`] asked for it.
+    View(Value),
+    /// The text, scanned (validated) but not built: not wanted, or the
+    /// parse could not tell yet.
+    Raw(&'a RawValue),
+}
+
+/// Whether the review wants the engine's view of the object of a request
+/// with this operation and namespace (a governed CREATE or UPDATE).
+pub(crate) type Wants<'w> = &'w dyn Fn(&str, &str) -> bool;
+
+const REQUEST_FIELDS: &[&str] = &["uid", "kind", "operation", "namespace", "name", "object"];
+
+/// Reads `request` in one pass, deciding at `object` how to read it.
+struct RequestSeed<'w>(Wants<'w>);
+
+impl<'de> DeserializeSeed<'de> for RequestSeed<'_> {
+    type Value = RequestIn<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RequestIn<'de>, D::Error> {
+        d.deserialize_struct("RequestIn", REQUEST_FIELDS, self)
+    }
+}
+
+/// One member of `request`, refusing a second copy as serde's derive does.
+fn once<'de, A: MapAccess<'de>, T>(
+    slot: &mut Option<T>,
+    name: &'static str,
+    value: impl FnOnce(&mut A) -> Result<T, A::Error>,
+    map: &mut A,
+) -> Result<(), A::Error> {
+    if slot.is_some() {
+        return Err(serde::de::Error::duplicate_field(name));
+    }
+    *slot = Some(value(map)?);
+    Ok(())
+}
+
+impl<'de> Visitor<'de> for RequestSeed<'_> {
+    type Value = RequestIn<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("struct RequestIn")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RequestIn<'de>, A::Error> {
+        let (mut uid, mut kind, mut operation) = (None, None, None);
+        let (mut namespace, mut name, mut object) = (None, None, None);
+        while let Some(key) = map.next_key::<Text<'de>>()? {
+            match key.0.as_ref() {
+                "uid" => once(&mut uid, "uid", |m| m.next_value(), &mut map)?,
+                "kind" => once(&mut kind, "kind", |m| m.next_value(), &mut map)?,
+                "operation" => once(&mut operation, "operation", |m| m.next_value(), &mut map)?,
+                "namespace" => once(&mut namespace, "namespace", |m| m.next_value(), &mut map)?,
+                "name" => once(&mut name, "name", |m| m.next_value(), &mut map)?,
+                "object" => {
+                    let wanted = match (&operation, &namespace) {
+                        (Some(Text(op)), Some(Some(Text(ns)))) => (self.0)(op, ns),
+                        _ => false,
+                    };
+                    let read = |m: &mut A| match wanted {
+                        true => m
+                            .next_value_seed(view::Seed)
+                            .map(|v| Some(ObjectIn::View(v))),
+                        false => m
+                            .next_value::<Option<&'de RawValue>>()
+                            .map(|r| r.map(ObjectIn::Raw)),
+                    };
+                    once(&mut object, "object", read, &mut map)?;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(RequestIn {
+            uid: uid.ok_or_else(|| serde::de::Error::missing_field("uid"))?,
+            kind: kind.flatten(),
+            operation: operation.ok_or_else(|| serde::de::Error::missing_field("operation"))?,
+            namespace: namespace.flatten(),
+            name: name.flatten(),
+            object: object.flatten(),
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -70,16 +152,75 @@ pub(crate) struct GvkIn<'a> {
     pub kind: Text<'a>,
 }
 
-/// The review as the fast path reads it.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// The review as the fast path reads it: `apiVersion`, `kind` and
+/// `request` ([`RequestSeed`]).
+struct ReviewSeed<'w>(Wants<'w>);
+
 struct ReviewIn<'a> {
-    #[serde(borrow)]
     api_version: Option<Text<'a>>,
-    #[serde(borrow)]
     kind: Option<Text<'a>>,
-    #[serde(borrow)]
     request: Option<RequestIn<'a>>,
+}
+
+impl<'de> DeserializeSeed<'de> for ReviewSeed<'_> {
+    type Value = ReviewIn<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ReviewIn<'de>, D::Error> {
+        d.deserialize_struct("ReviewIn", &["apiVersion", "kind", "request"], self)
+    }
+}
+
+impl<'de> Visitor<'de> for ReviewSeed<'_> {
+    type Value = ReviewIn<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("struct ReviewIn")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ReviewIn<'de>, A::Error> {
+        let (mut api_version, mut kind, mut request) = (None, None, None);
+        while let Some(key) = map.next_key::<Text<'de>>()? {
+            match key.0.as_ref() {
+                "apiVersion" => once(&mut api_version, "apiVersion", |m| m.next_value(), &mut map)?,
+                "kind" => once(&mut kind, "kind", |m| m.next_value(), &mut map)?,
+                "request" => {
+                    let read = |m: &mut A| m.next_value_seed(OptionSeed(RequestSeed(self.0)));
+                    once(&mut request, "request", read, &mut map)?;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(ReviewIn {
+            api_version: api_version.flatten(),
+            kind: kind.flatten(),
+            request: request.flatten(),
+        })
+    }
+}
+
+/// `null` or what the inner seed reads (as `Option<T>` reads `T`).
+struct OptionSeed<S>(S);
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for OptionSeed<S> {
+    type Value = Option<S::Value>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for OptionSeed<S> {
+    type Value = Option<S::Value>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("option")
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        self.0.deserialize(d).map(Some)
+    }
 }
 
 /// The review's outer shape, for the message when the one-pass parse
@@ -100,12 +241,17 @@ pub(crate) struct Parsed<'a> {
     pub request: RequestIn<'a>,
 }
 
-/// Parses the body in one pass. When that fails, the message comes from
+/// Parses the body in one pass, building the engine's view of the object
+/// in that pass when `wants` asks for it. When that fails, the message comes from
 /// that pass's error and a look at the outer shape that allocates nothing
 /// for the object, so a bad body never costs a second full parse.
 /// Returns why the body is not a usable AdmissionReview.
-pub(crate) fn parse_review(body: &[u8]) -> Result<Parsed<'_>, String> {
-    let (api_version, review_kind, request) = match serde_json::from_slice::<ReviewIn<'_>>(body) {
+pub(crate) fn parse_review<'a>(body: &'a [u8], wants: Wants<'_>) -> Result<Parsed<'a>, String> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let fast = ReviewSeed(wants)
+        .deserialize(&mut de)
+        .and_then(|r| de.end().map(|()| r));
+    let (api_version, review_kind, request) = match fast {
         Ok(r) => (
             r.api_version.map(|t| t.0),
             r.kind.map(|t| t.0),
@@ -154,176 +300,82 @@ pub(crate) fn parse_review(body: &[u8]) -> Result<Parsed<'_>, String> {
     }
 }
 
-/// The string members of an object's `metadata` the review path names the
-/// object by (each `None` unless a string, the last of duplicates winning,
-/// as a `serde_json::Value` lookup would see them).
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Names<'a> {
-    pub namespace: Option<Cow<'a, str>>,
-    pub name: Option<Cow<'a, str>>,
-    pub generate_name: Option<Cow<'a, str>>,
-}
-
-/// Reads [`Names`] from the object without building it.
-pub(crate) fn object_names(object: &RawValue) -> Names<'_> {
-    let mut de = serde_json::Deserializer::from_str(object.get());
-    de.deserialize_any(TopV).unwrap_or_default()
-}
-
-/// Accepts any JSON value and skips it (`IgnoredAny` for every type).
-macro_rules! skip_scalars {
-    ($out:ty) => {
-        fn visit_bool<E>(self, _: bool) -> Result<$out, E> {
-            Ok(Default::default())
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<$out, E> {
-            Ok(Default::default())
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<$out, E> {
-            Ok(Default::default())
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<$out, E> {
-            Ok(Default::default())
-        }
-        fn visit_str<E>(self, _: &str) -> Result<$out, E> {
-            Ok(Default::default())
-        }
-        fn visit_unit<E>(self) -> Result<$out, E> {
-            Ok(Default::default())
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<$out, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok(Default::default())
-        }
-    };
-}
-
-/// The object: only its `metadata` member is looked at.
-struct TopV;
-
-impl<'de> Visitor<'de> for TopV {
-    type Value = Names<'de>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    skip_scalars!(Names<'de>);
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Names<'de>, A::Error> {
-        let mut names = Names::default();
-        while let Some(key) = map.next_key::<Text<'de>>()? {
-            if key.0 == "metadata" {
-                names = map.next_value_seed(MetaSeed)?;
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(names)
-    }
-}
-
-struct MetaSeed;
-
-impl<'de> serde::de::DeserializeSeed<'de> for MetaSeed {
-    type Value = Names<'de>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Names<'de>, D::Error> {
-        d.deserialize_any(MetaV)
-    }
-}
-
-struct MetaV;
-
-impl<'de> Visitor<'de> for MetaV {
-    type Value = Names<'de>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    skip_scalars!(Names<'de>);
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Names<'de>, A::Error> {
-        let mut names = Names::default();
-        while let Some(key) = map.next_key::<Text<'de>>()? {
-            let slot = match key.0.as_ref() {
-                "namespace" => &mut names.namespace,
-                "name" => &mut names.name,
-                "generateName" => &mut names.generate_name,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-            };
-            *slot = map.next_value::<MaybeText<'de>>()?.0;
-        }
-        Ok(names)
-    }
-}
-
-/// A string (borrowed where it can be), or `None` for any other value.
-#[derive(Default)]
-struct MaybeText<'a>(Option<Cow<'a, str>>);
-
-impl<'de> Deserialize<'de> for MaybeText<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = MaybeText<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(None))
-            }
-            fn visit_unit<E>(self) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(None))
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(Some(Cow::Borrowed(v))))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MaybeText<'de>, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(MaybeText(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MaybeText<'de>, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(MaybeText(None))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn names(json: &str) -> Names<'_> {
-        let raw: &RawValue = serde_json::from_str(json).unwrap();
-        object_names(raw)
+    const OBJECT: &str = r#"{"kind": "Deployment", "metadata": {"name": "c"}, "status": {"x": 1}}"#;
+
+    fn object_of<'a>(body: &'a str, wants: Wants<'_>) -> Option<ObjectIn<'a>> {
+        parse_review(body.as_bytes(), wants)
+            .ok()
+            .unwrap()
+            .request
+            .object
+    }
+
+    fn review(request: &str) -> String {
+        format!(
+            r#"{{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {{{request}}}}}"#
+        )
     }
 
     #[test]
-    fn names_are_read_as_a_value_lookup_would() {
-        let n = names(
-            r#"{"spec": {"metadata": {"name": "no"}}, "metadata": {"name": "a", "namespace": 3,
-                "generateName": "g-", "labels": {"name": "x"}}}"#,
+    fn the_view_is_built_in_the_pass_only_when_wanted_and_decidable() {
+        let governed = |op: &str, ns: &str| op == "CREATE" && ns == "gov";
+        let api_order = review(&format!(
+            r#""uid": "u", "namespace": "gov", "operation": "CREATE", "object": {OBJECT}"#
+        ));
+        match object_of(&api_order, &governed) {
+            Some(ObjectIn::View(v)) => {
+                assert_eq!(
+                    v,
+                    serde_json::json!({"kind": "Deployment", "metadata": {"name": "c"}})
+                )
+            }
+            _ => panic!("API server order: the view is built in the pass"),
+        }
+        // The object before the operation: not decidable yet, kept as text.
+        let object_first = review(&format!(
+            r#""uid": "u", "namespace": "gov", "object": {OBJECT}, "operation": "CREATE""#
+        ));
+        assert!(
+            matches!(object_of(&object_first, &governed), Some(ObjectIn::Raw(r)) if r.get() == OBJECT)
         );
-        assert_eq!(n.name.as_deref(), Some("a"));
-        assert_eq!(n.namespace, None);
-        assert_eq!(n.generate_name.as_deref(), Some("g-"));
-        let last = names(r#"{"metadata": {"name": "a", "name": "b\u0041"}}"#);
-        assert_eq!(last.name.as_deref(), Some("bA"));
-        let retyped = names(r#"{"metadata": {"name": "a", "name": [1]}}"#);
-        assert_eq!(retyped.name, None);
-        assert_eq!(names("[1, {\"metadata\": {}}]"), Names::default());
-        assert_eq!(names(r#"{"metadata": "x"}"#), Names::default());
+        // Not wanted: kept as text.
+        let other = api_order.replace("\"gov\"", "\"default\"");
+        assert!(matches!(
+            object_of(&other, &governed),
+            Some(ObjectIn::Raw(_))
+        ));
+        let null =
+            review(r#""uid": "u", "namespace": "gov", "operation": "CREATE", "object": null"#);
+        assert!(matches!(
+            object_of(&null, &governed),
+            Some(ObjectIn::View(Value::Null))
+        ));
+    }
+
+    #[test]
+    fn members_are_checked_as_serde_derive_checks_them() {
+        let wants = |_: &str, _: &str| true;
+        let err = |request: &str| {
+            parse_review(review(request).as_bytes(), &wants)
+                .err()
+                .unwrap()
+        };
+        assert!(err(r#""operation": "CREATE""#).contains("missing field `uid`"));
+        assert!(err(r#""uid": "u""#).contains("missing field `operation`"));
+        assert!(
+            err(r#""uid": "u", "uid": "v", "operation": "CREATE""#)
+                .contains("duplicate field `uid`")
+        );
+        assert!(err(r#""uid": 3, "operation": "CREATE""#).contains("expected a string"));
+        let dup_object =
+            r#""uid": "u", "operation": "CREATE", "namespace": "n", "object": {}, "object": {}"#;
+        assert!(err(dup_object).contains("duplicate field `object`"));
+        let body = review(r#""uid": "u", "operation": "DELETE", "kind": null, "extra": [1]"#);
+        let ok = parse_review(body.as_bytes(), &wants).ok().unwrap();
+        assert!(ok.request.kind.is_none() && ok.request.object.is_none());
     }
 }

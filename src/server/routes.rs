@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::Extension;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -191,14 +191,15 @@ fn over_budget(metrics: &Metrics) -> Response {
 async fn mutate(
     State(state): State<Arc<AppState>>,
     Extension(budget): Extension<Budget>,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> Response {
     let started = Instant::now();
     let metrics = &state.metrics;
     metrics.in_flight.inc();
     let _in_flight = InFlight(metrics);
-    let (bytes, charge) = match read_body(body, &headers, &budget, metrics).await {
+    // The parts are borrowed: the `HeaderMap` extractor would copy them.
+    let (parts, body) = request.into_parts();
+    let (bytes, charge) = match read_body(body, &parts.headers, &budget, metrics).await {
         Ok(read) => read,
         Err(resp) => return resp,
     };

@@ -5,6 +5,8 @@
 //! (`CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `other`), `outcome` (see
 //! [`crate::admission::Outcome`]) and `result` (`success` or `error`).
 
+mod json;
+pub use json::JsonLine;
 mod writer;
 
 use std::sync::Arc;
@@ -254,11 +256,7 @@ pub fn init_logging(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(writer::non_blocking());
     let _ = match format {
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .try_init(),
+        LogFormat::Json => builder.json().event_format(JsonLine::default()).try_init(),
         LogFormat::Text => {
             // Colours only on a terminal: never escape codes in files or pipes.
             use std::io::IsTerminal;

@@ -183,6 +183,70 @@ pub fn review(uid: &str, operation: &str, namespace: &str, object: &Value) -> Va
     })
 }
 
+/// The members of `AdmissionRequest` in the order the API server writes
+/// them (Go's field order in `k8s.io/api/admission/v1`).
+const REQUEST_ORDER: &[&str] = &[
+    "uid",
+    "kind",
+    "resource",
+    "subResource",
+    "requestKind",
+    "requestResource",
+    "requestSubResource",
+    "name",
+    "namespace",
+    "operation",
+    "userInfo",
+    "object",
+    "oldObject",
+    "dryRun",
+    "options",
+];
+
+/// The bytes of an AdmissionReview with `request`'s members in the API
+/// server's order (others after them), as a real review comes: the
+/// operation and namespace before the object. (`serde_json::to_vec` of a
+/// `Value` sorts the keys, which puts `object` before `operation`; the
+/// review path then reads the object another way.)
+pub fn api_order(review: &Value) -> Vec<u8> {
+    let (Some(top), Some(Value::Object(request))) = (review.as_object(), review.get("request"))
+    else {
+        return serde_json::to_vec(review).expect("serialisable");
+    };
+    let rank = |k: &str| {
+        REQUEST_ORDER
+            .iter()
+            .position(|o| *o == k)
+            .unwrap_or(REQUEST_ORDER.len())
+    };
+    let mut members: Vec<_> = request.iter().collect();
+    members.sort_by_key(|(k, _)| rank(k));
+    let mut out = vec![b'{'];
+    for (i, (key, value)) in top.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, key).expect("serialisable");
+        out.push(b':');
+        if key != "request" {
+            serde_json::to_writer(&mut out, value).expect("serialisable");
+            continue;
+        }
+        out.push(b'{');
+        for (j, (k, v)) in members.iter().enumerate() {
+            if j > 0 {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut out, k).expect("serialisable");
+            out.push(b':');
+            serde_json::to_writer(&mut out, v).expect("serialisable");
+        }
+        out.push(b'}');
+    }
+    out.push(b'}');
+    out
+}
+
 /// The real review the load script sends: CREATE of the v1.23.0
 /// `controller` Deployment.
 pub fn controller_deployment() -> Value {
