@@ -159,10 +159,11 @@ fn mutate_again(bencher: divan::Bencher, name: &str) {
 /// and its parts:
 /// - `review_to_bytes`: bytes -> `admission::review` -> reply JSON bytes
 ///   (everything but TLS, HTTP, metrics and the log line);
-/// - `parse_review`: what the review path parses (the request without
-///   building the object, then the engine's view of the object, as for a
-///   governed CREATE); `parse_value` the whole body into a `serde_json::Value`
-///   (the old floor) for comparison;
+/// - `parse_review`: what the review path parses for a governed CREATE (one
+///   pass over the request that builds the engine's view of the object); `parse_value` the whole body into a `serde_json::Value`
+///   (what the review path did before) and `parse_floor` the scan that
+///   validates the body and builds nothing (the floor of any parse), for
+///   comparison;
 /// - `engine_on_view`: the engine on the parsed view (governed body);
 /// - `log_line`: the per-review JSON log line, formatted into a sink (and
 ///   `log_line_reference`: the same through `tracing-subscriber`'s format).
@@ -208,6 +209,14 @@ mod review {
     #[divan::bench(args = BODIES)]
     fn parse_review(name: &str) -> Option<serde_json::Value> {
         admission::parse_governed(divan::black_box(body(name))).expect("a usable review")
+    }
+
+    /// The floor of any parse that validates the body: serde_json's scan
+    /// of the whole body, building nothing (`IgnoredAny`).
+    #[divan::bench(args = BODIES)]
+    fn parse_floor(name: &str) {
+        let _: serde::de::IgnoredAny =
+            serde_json::from_slice(divan::black_box(body(name))).expect("valid JSON");
     }
 
     #[divan::bench(args = BODIES)]

@@ -141,8 +141,13 @@ struct Escaped<W>(W);
 impl<W: fmt::Write> fmt::Write for Escaped<W> {
     fn write_str(&mut self, text: &str) -> fmt::Result {
         const HEX: &[u8; 16] = b"0123456789abcdef";
+        let bytes = text.as_bytes();
+        // The usual case: nothing to escape (one table lookup per byte).
+        if !bytes.iter().any(|&b| NEEDS_ESCAPE[usize::from(b)]) {
+            return self.0.write_str(text);
+        }
         let mut start = 0;
-        for (i, &b) in text.as_bytes().iter().enumerate() {
+        for (i, &b) in bytes.iter().enumerate() {
             let short = match b {
                 b'"' => "\\\"",
                 b'\\' => "\\\\",
@@ -170,6 +175,19 @@ impl<W: fmt::Write> fmt::Write for Escaped<W> {
         self.0.write_str(&text[start..])
     }
 }
+
+/// The bytes [`Escaped`] escapes: `"`, `\\` and the controls below U+0020.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
 
 /// `YYYY-MM-DDTHH:MM:SS.ffffffZ` (UTC, microseconds), as the `SystemTime`
 /// timer of `tracing-subscriber` prints it (from 1970 on; `+YYYYY` after 9999).
