@@ -210,15 +210,19 @@ fn names<'a>(
     (namespace, name)
 }
 
-/// Answers one AdmissionReview given as raw bytes.
-pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> Answer<'a> {
-    // A governed CREATE or UPDATE: its object's view is built while parsing.
-    let wants = |operation: &str, namespace: &str| {
+/// Whether the parse should build the engine's view of the object when it
+/// gets there: a CREATE or UPDATE in a governed namespace, once synced.
+fn wants_view(snapshot: &Snapshot) -> impl Fn(&str, &str) -> bool + '_ {
+    |operation, namespace| {
         matches!(operation, "CREATE" | "UPDATE")
             && snapshot.synced
             && snapshot.governed(namespace).is_some()
-    };
-    let parsed = match request::parse_review(body, &wants) {
+    }
+}
+
+/// Answers one AdmissionReview given as raw bytes.
+pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> Answer<'a> {
+    let parsed = match request::parse_review(body, &wants_view(snapshot)) {
         Ok(parsed) => parsed,
         Err(message) => return bad_request(message),
     };
@@ -319,24 +323,16 @@ fn apply_policy<'r>(
     Ok(())
 }
 
-/// The parse alone, as the review path does it for a CREATE or UPDATE in
-/// a governed namespace: one pass over the request that builds the
-/// engine's view of the object. `None` when there is no object.
-/// (For the `parse` benchmark; [`review`] does this and more.)
-pub fn parse_governed(body: &[u8]) -> Result<Option<Value>, BadRequest> {
-    let parsed =
-        request::parse_review(body, &|_, _| true).map_err(|reason| BadRequest { reason })?;
+/// The parse alone, as [`review`] does it: one pass over the request that,
+/// for a CREATE or UPDATE in a namespace `snapshot` governs, builds the
+/// engine's view of the object (returned); any other request's object is
+/// only scanned (`None`). (For the `parse` benchmark.)
+pub fn parse(snapshot: &Snapshot, body: &[u8]) -> Result<Option<Value>, BadRequest> {
+    let parsed = request::parse_review(body, &wants_view(snapshot))
+        .map_err(|reason| BadRequest { reason })?;
     match parsed.request.object {
-        None => Ok(None),
         Some(ObjectIn::View(view)) => Ok(Some(view)),
-        // The operation or namespace came after the object.
-        Some(ObjectIn::Raw(raw)) => {
-            engine::view::parse(raw.get())
-                .map(Some)
-                .map_err(|e| BadRequest {
-                    reason: format!("AdmissionReview request.object: {e}"),
-                })
-        }
+        _ => Ok(None),
     }
 }
 
