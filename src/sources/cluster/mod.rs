@@ -129,11 +129,13 @@ pub(crate) enum Change {
 #[derive(Debug)]
 pub(crate) enum Msg {
     Watch(Source, Change),
-    /// A change of the HPA watcher `id` of `namespace`.
+    /// The HPA watcher `id` of `namespace` changed its targets or
+    /// completed its first list (it sends nothing else: an event that
+    /// changes no `scaleTargetRef` stays in the watcher's task).
     Hpa {
         namespace: String,
         id: u64,
-        change: Change,
+        update: hpas::HpaUpdate,
     },
     /// A status write for this HighAvailabilityPolicy uid failed: retry.
     WriteFailed(String),
@@ -189,7 +191,7 @@ pub async fn run(
                 Item::Policy(Box::new(policies::observe(obj))),
             )
         },
-        to_msg: |change| Msg::Watch(Source::Policies, change),
+        to_msg: |change| Some(Msg::Watch(Source::Policies, change)),
     }
     .run();
     let watch_cms = watch::Watch {
@@ -205,7 +207,7 @@ pub async fn run(
                 Item::Policy(Box::new(configmaps::observe(cm))),
             )
         },
-        to_msg: |change| Msg::Watch(Source::ConfigMaps, change),
+        to_msg: |change| Some(Msg::Watch(Source::ConfigMaps, change)),
     }
     .run();
     tracing::info!(
