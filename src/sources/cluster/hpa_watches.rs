@@ -47,7 +47,10 @@ impl Spawn for KubeSpawner {
                 config: watcher::Config::default(),
                 tx,
                 metrics,
-                convert: |hpa: &HpaRef| (hpas::key(hpa), Item::Hpa(hpas::observe(hpa))),
+                convert: |hpa: HpaRef| {
+                    let (key, target) = hpas::into_parts(hpa);
+                    (key, Item::Hpa(target))
+                },
                 to_msg: move |change| {
                     let update = seen.apply(change)?;
                     Some(Msg::Hpa {

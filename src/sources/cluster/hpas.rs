@@ -11,7 +11,7 @@
 //! so a status update neither wakes the state task nor publishes.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -111,12 +111,28 @@ pub fn observe(hpa: &HpaRef) -> HpaTarget {
     }
 }
 
+/// [`key`] and [`observe`] of an HPA, its strings moved rather than copied
+/// (once per event).
+pub fn into_parts(hpa: HpaRef) -> (String, HpaTarget) {
+    let HpaRef { metadata, spec } = hpa;
+    let target = spec.scale_target_ref;
+    let deployment = (target.kind == "Deployment").then_some(target.name);
+    (
+        metadata.name.unwrap_or_default(),
+        HpaTarget {
+            namespace: metadata.namespace.unwrap_or_default(),
+            deployment,
+        },
+    )
+}
+
 /// The HPAs of one namespace and the Deployments they target, kept up to
 /// date one HPA at a time (O(log n) per change).
 #[derive(Debug, Default)]
 pub struct NamespaceTargets {
-    /// HPA name -> the Deployment it targets.
-    by_hpa: BTreeMap<String, Option<String>>,
+    /// HPA name -> the Deployment it targets (hashed: looked up on every
+    /// event, never iterated).
+    by_hpa: HashMap<String, Option<String>>,
     /// Deployment -> how many HPAs target it.
     counts: BTreeMap<String, usize>,
 }
@@ -276,6 +292,9 @@ mod tests {
         );
         let sts = observe(&hpa("ns", "s", "StatefulSet", "db"));
         assert_eq!(sts.deployment, None);
+        for h in [h, hpa("ns", "s", "StatefulSet", "db")] {
+            assert_eq!(into_parts(h.clone()), (key(&h), observe(&h)));
+        }
     }
 
     #[test]

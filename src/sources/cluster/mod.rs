@@ -185,10 +185,10 @@ pub async fn run(
         config: watcher::Config::default(),
         tx: tx.clone(),
         metrics: metrics.clone(),
-        convert: |obj: &DynamicObject| {
+        convert: |obj: DynamicObject| {
             (
-                policies::key(obj),
-                Item::Policy(Box::new(policies::observe(obj))),
+                policies::key(&obj),
+                Item::Policy(Box::new(policies::observe(&obj))),
             )
         },
         to_msg: |change| Some(Msg::Watch(Source::Policies, change)),
@@ -201,10 +201,10 @@ pub async fn run(
         config: watcher::Config::default().labels(configmaps::LABEL_SELECTOR),
         tx: tx.clone(),
         metrics: metrics.clone(),
-        convert: |cm: &ConfigMap| {
+        convert: |cm: ConfigMap| {
             (
-                configmaps::key(cm),
-                Item::Policy(Box::new(configmaps::observe(cm))),
+                configmaps::key(&cm),
+                Item::Policy(Box::new(configmaps::observe(&cm))),
             )
         },
         to_msg: |change| Some(Msg::Watch(Source::ConfigMaps, change)),

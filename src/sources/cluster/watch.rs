@@ -131,7 +131,8 @@ impl Outage<'_> {
 
 /// One watcher: what it watches and where its changes go. `scope` names
 /// what is watched in log lines (`cluster` or a namespace); `convert`
-/// turns an object into its key and item, `to_msg` wraps each change for
+/// turns an object (moved, so its strings can be kept) into its key and
+/// item, `to_msg` wraps each change for
 /// the state, or keeps it (None: nothing is sent, the state is not woken;
 /// the HPA watchers fold their events in their own task this way).
 pub(crate) struct Watch<'a, K, C, M>
@@ -159,7 +160,7 @@ struct Progress<'a> {
 impl<K, C, M> Watch<'_, K, C, M>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
-    C: Fn(&K) -> (String, Item),
+    C: Fn(K) -> (String, Item),
     M: FnMut(Change) -> Option<Msg>,
 {
     /// Runs the watcher until the channel closes.
@@ -246,7 +247,7 @@ where
             watcher::Event::Init => Change::Init,
             watcher::Event::InitApply(obj) => {
                 progress.outage.success();
-                let (key, item) = (self.convert)(&obj);
+                let (key, item) = (self.convert)(obj);
                 Change::InitApply(key, item)
             }
             watcher::Event::InitDone => {
@@ -267,12 +268,12 @@ where
             }
             watcher::Event::Apply(obj) => {
                 progress.outage.success();
-                let (key, item) = (self.convert)(&obj);
+                let (key, item) = (self.convert)(obj);
                 Change::Apply(key, item)
             }
             watcher::Event::Delete(obj) => {
                 progress.outage.success();
-                Change::Delete((self.convert)(&obj).0)
+                Change::Delete((self.convert)(obj).0)
             }
         }
     }
