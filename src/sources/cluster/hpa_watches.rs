@@ -1,7 +1,10 @@
 //! HPA watches, one per namespace with a policy in force (policies for
 //! namespaces outside `--governed-namespaces` are never in force, so those
 //! are never watched). Started and stopped by the state as policies come
-//! and go; each keeps its namespace's [`NamespaceTargets`].
+//! and go. Each watcher folds its events into its namespace's
+//! [`WatchTargets`] in its own task and sends the state an [`HpaUpdate`]
+//! only when the targets change or its first list completes: the HPA
+//! controller's status updates (most events) never wake the state task.
 //!
 //! A watcher that was stopped may still have messages in the channel:
 //! every watcher gets an id and messages of an old id are dropped.
@@ -13,8 +16,8 @@ use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 
-use super::hpas::{self, HpaRef, NamespaceTargets};
-use super::{Change, ClusterMetrics, Item, Msg, Source};
+use super::hpas::{self, HpaRef, HpaUpdate, WatchTargets};
+use super::{ClusterMetrics, Item, Msg, Source};
 
 /// How the watchers are started (a client, or nothing in unit tests).
 pub(crate) trait Spawn: Send {
@@ -34,6 +37,7 @@ impl Spawn for KubeSpawner {
         let tx = self.tx.clone();
         let metrics = self.metrics.clone();
         let ns = namespace.to_string();
+        let mut seen = WatchTargets::default();
         Some(tokio::spawn(async move {
             let scope = ns.clone();
             let result = super::watch::Watch {
@@ -43,11 +47,17 @@ impl Spawn for KubeSpawner {
                 config: watcher::Config::default(),
                 tx,
                 metrics,
-                convert: |hpa: &HpaRef| (hpas::key(hpa), Item::Hpa(hpas::observe(hpa))),
-                to_msg: move |change| Msg::Hpa {
-                    namespace: ns.clone(),
-                    id,
-                    change,
+                convert: |hpa: HpaRef| {
+                    let (key, target) = hpas::into_parts(hpa);
+                    (key, Item::Hpa(target))
+                },
+                to_msg: move |change| {
+                    let update = seen.apply(change)?;
+                    Some(Msg::Hpa {
+                        namespace: ns.clone(),
+                        id,
+                        update,
+                    })
                 },
             }
             .run()
@@ -59,14 +69,11 @@ impl Spawn for KubeSpawner {
     }
 }
 
-/// One namespace's watcher and what it has seen.
+/// One namespace's watcher (its targets are kept in its task).
 #[derive(Debug)]
 struct Watched {
     id: u64,
     task: Option<JoinHandle<()>>,
-    targets: NamespaceTargets,
-    /// A relist in progress: HPA name -> target.
-    pending: Option<BTreeMap<String, Option<String>>>,
     synced: bool,
 }
 
@@ -129,8 +136,6 @@ impl HpaWatches {
                 Watched {
                     id,
                     task,
-                    targets: NamespaceTargets::default(),
-                    pending: None,
                     synced: false,
                 },
             );
@@ -156,60 +161,29 @@ impl HpaWatches {
         self.watched.keys()
     }
 
-    /// Applies one watcher change; returns whether the targets changed and
-    /// whether this completed the namespace's first list. Costs O(log n)
-    /// for an event.
-    pub(crate) fn apply(&mut self, namespace: &str, id: u64, change: Change) -> (bool, bool) {
+    /// Applies one watcher's update; returns whether the targets changed
+    /// and whether this completed the namespace's first list.
+    pub(crate) fn apply(&mut self, namespace: &str, id: u64, update: HpaUpdate) -> (bool, bool) {
         let Some(w) = self.watched.get_mut(namespace).filter(|w| w.id == id) else {
             return (false, false); // a stopped watcher's leftovers
         };
-        let mut first_list = false;
-        let target = |item: Item| match item {
-            Item::Hpa(t) => Some(t.deployment),
-            Item::Policy(_) => None,
+        w.synced |= update.first_list;
+        let Some(targets) = update.targets else {
+            return (false, update.first_list);
         };
-        let changed = match change {
-            Change::Init => {
-                w.pending = Some(BTreeMap::new());
-                false
-            }
-            Change::InitApply(name, item) => {
-                if let Some(t) = target(item) {
-                    w.pending.get_or_insert_with(BTreeMap::new).insert(name, t);
-                }
-                false
-            }
-            Change::InitDone => {
-                first_list = !w.synced;
-                w.synced = true;
-                w.targets.replace(w.pending.take().unwrap_or_default())
-            }
-            Change::Apply(name, item) => match target(item) {
-                Some(t) => w.targets.apply(&name, Some(t)),
-                None => false,
-            },
-            Change::Delete(name) => w.targets.apply(&name, None),
-            Change::Missing => {
-                first_list = !w.synced;
-                w.synced = true;
-                w.targets.replace(BTreeMap::new())
-            }
-        };
-        if changed {
-            if w.targets.is_empty() {
-                self.targets.remove(namespace);
-            } else {
-                self.targets
-                    .insert(namespace.to_string(), w.targets.targets());
-            }
+        if targets.is_empty() {
+            self.targets.remove(namespace);
+        } else {
+            self.targets.insert(namespace.to_string(), targets);
         }
-        (changed, first_list)
+        (true, update.first_list)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sources::cluster::Change;
     use crate::sources::cluster::hpas::HpaTarget;
 
     struct NoSpawn;
@@ -226,57 +200,93 @@ mod tests {
         })
     }
 
+    /// One change through a watcher's fold and, when it sends anything,
+    /// the state's watches: (targets changed, first list completed).
+    fn feed(
+        w: &mut HpaWatches,
+        seen: &mut WatchTargets,
+        ns: &str,
+        id: u64,
+        change: Change,
+    ) -> (bool, bool) {
+        match seen.apply(change) {
+            Some(update) => w.apply(ns, id, update),
+            None => (false, false),
+        }
+    }
+
     #[test]
     fn watches_follow_the_namespaces_and_stale_messages_are_dropped() {
         let mut w = HpaWatches::new(Box::new(NoSpawn));
         let serving = "knative-serving".to_string();
         assert!(!w.set([&serving]));
         assert!(!w.synced());
-        assert!(!w.apply(&serving, 1, Change::Init).0);
-        assert!(
-            !w.apply(
-                &serving,
-                1,
-                Change::InitApply("a".into(), item(&serving, "activator"))
-            )
-            .0
+        let mut seen = WatchTargets::default();
+        assert_eq!(
+            seen.apply(Change::Init),
+            None,
+            "a list starts: nothing sent"
         );
-        assert_eq!(w.apply(&serving, 1, Change::InitDone), (true, true));
+        assert_eq!(
+            seen.apply(Change::InitApply("a".into(), item(&serving, "activator"))),
+            None,
+            "a listed object: nothing sent"
+        );
+        assert_eq!(
+            feed(&mut w, &mut seen, &serving, 1, Change::InitDone),
+            (true, true)
+        );
         assert!(w.synced());
         assert_eq!(w.targets()[&serving], ["activator".to_string()].into());
-        // Same target again (a status update): nothing changes.
-        assert!(
-            !w.apply(
-                &serving,
-                1,
-                Change::Apply("a".into(), item(&serving, "activator"))
-            )
-            .0
+        // Same target again (a status update): the watcher sends nothing.
+        assert_eq!(
+            seen.apply(Change::Apply("a".into(), item(&serving, "activator"))),
+            None
         );
         // Policy gone: watch stopped, targets dropped.
         assert!(w.set([]));
         assert!(w.targets().is_empty());
         // Back: a new watcher (id 2); the old one's leftovers are ignored.
         w.set([&serving]);
-        assert!(
-            !w.apply(
-                &serving,
-                1,
-                Change::Apply("b".into(), item(&serving, "webhook"))
-            )
-            .0
-        );
+        let stale = seen.apply(Change::Apply("b".into(), item(&serving, "webhook")));
+        assert!(stale.is_some(), "the old watcher saw a new target");
+        assert_eq!(w.apply(&serving, 1, stale.unwrap()), (false, false));
         assert!(w.targets().is_empty());
         assert!(!w.synced());
-        assert_eq!(w.apply(&serving, 2, Change::InitDone), (false, true));
-        assert!(
-            w.apply(
-                &serving,
-                2,
-                Change::Apply("b".into(), item(&serving, "webhook"))
-            )
-            .0
+        let mut seen = WatchTargets::default();
+        seen.apply(Change::Init);
+        assert_eq!(
+            feed(&mut w, &mut seen, &serving, 2, Change::InitDone),
+            (false, true)
         );
-        assert!(w.apply(&serving, 2, Change::Delete("b".into())).0);
+        assert!(w.synced());
+        let apply_b = Change::Apply("b".into(), item(&serving, "webhook"));
+        assert!(feed(&mut w, &mut seen, &serving, 2, apply_b).0);
+        assert_eq!(w.targets()[&serving], ["webhook".to_string()].into());
+        assert!(feed(&mut w, &mut seen, &serving, 2, Change::Delete("b".into())).0);
+        assert!(w.targets().is_empty());
+    }
+
+    #[test]
+    fn a_relist_sends_only_what_changed() {
+        let ns = "knative-serving";
+        let mut seen = WatchTargets::default();
+        seen.apply(Change::Init);
+        seen.apply(Change::InitApply("a".into(), item(ns, "activator")));
+        let first = seen.apply(Change::InitDone).expect("first list");
+        assert!(first.first_list);
+        // A relist (after 410 Gone) with the same objects: nothing sent.
+        seen.apply(Change::Init);
+        seen.apply(Change::InitApply("a".into(), item(ns, "activator")));
+        assert_eq!(seen.apply(Change::InitDone), None);
+        // A relist that misses a deletion: the new targets, not a first list.
+        seen.apply(Change::Init);
+        assert_eq!(
+            seen.apply(Change::InitDone),
+            Some(HpaUpdate {
+                targets: Some(BTreeSet::new()),
+                first_list: false
+            })
+        );
     }
 }

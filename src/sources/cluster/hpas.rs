@@ -5,16 +5,20 @@
 //! Only `metadata` (name, namespace, resourceVersion) and
 //! `spec.scaleTargetRef` are parsed ([`HpaRef`]); the HPA controller's
 //! status rewrites (every HPA about every 15 s) cost one small parse and
-//! change nothing ([`NamespaceTargets::apply`] says so, and the state then
-//! publishes nothing).
+//! change nothing: each watcher folds its events into its own
+//! [`WatchTargets`] in its task and tells the state only when the
+//! namespace's targets change or its first list completes ([`HpaUpdate`]),
+//! so a status update neither wakes the state task nor publishes.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde::{Deserialize, Deserializer};
+
+use super::{Change, Item};
 
 /// The parts of an HPA the source reads.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -107,12 +111,28 @@ pub fn observe(hpa: &HpaRef) -> HpaTarget {
     }
 }
 
+/// [`key`] and [`observe`] of an HPA, its strings moved rather than copied
+/// (once per event).
+pub fn into_parts(hpa: HpaRef) -> (String, HpaTarget) {
+    let HpaRef { metadata, spec } = hpa;
+    let target = spec.scale_target_ref;
+    let deployment = (target.kind == "Deployment").then_some(target.name);
+    (
+        metadata.name.unwrap_or_default(),
+        HpaTarget {
+            namespace: metadata.namespace.unwrap_or_default(),
+            deployment,
+        },
+    )
+}
+
 /// The HPAs of one namespace and the Deployments they target, kept up to
 /// date one HPA at a time (O(log n) per change).
 #[derive(Debug, Default)]
 pub struct NamespaceTargets {
-    /// HPA name -> the Deployment it targets.
-    by_hpa: BTreeMap<String, Option<String>>,
+    /// HPA name -> the Deployment it targets (hashed: looked up on every
+    /// event, never iterated).
+    by_hpa: HashMap<String, Option<String>>,
     /// Deployment -> how many HPAs target it.
     counts: BTreeMap<String, usize>,
 }
@@ -122,7 +142,12 @@ impl NamespaceTargets {
     /// of targeted Deployments changed.
     pub fn apply(&mut self, hpa: &str, target: Option<Option<String>>) -> bool {
         let old = match &target {
-            Some(t) => self.by_hpa.insert(hpa.to_string(), t.clone()),
+            // A known HPA (every status update): no new key.
+            Some(t) => match self.by_hpa.get_mut(hpa) {
+                Some(slot) if slot == t => return false,
+                Some(slot) => Some(std::mem::replace(slot, t.clone())),
+                None => self.by_hpa.insert(hpa.to_string(), t.clone()),
+            },
             None => self.by_hpa.remove(hpa),
         };
         let new = target.flatten();
@@ -169,6 +194,72 @@ impl NamespaceTargets {
     }
 }
 
+/// What an HPA watcher tells the state, only when one of the two is news.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct HpaUpdate {
+    /// The namespace's targeted Deployments, when they changed.
+    pub targets: Option<BTreeSet<String>>,
+    /// This completed the watcher's first list.
+    pub first_list: bool,
+}
+
+/// One HPA watcher's view of its namespace, kept in the watcher's task:
+/// the targets, a relist in progress, whether the first list completed.
+#[derive(Debug, Default)]
+pub(crate) struct WatchTargets {
+    targets: NamespaceTargets,
+    /// A relist in progress: HPA name -> target.
+    pending: Option<BTreeMap<String, Option<String>>>,
+    synced: bool,
+}
+
+impl WatchTargets {
+    /// Folds one watcher change in; the update for the state, or None when
+    /// the targets did not change and no first list completed (a status
+    /// update, a relist's objects). O(log n) for an event.
+    pub(crate) fn apply(&mut self, change: Change) -> Option<HpaUpdate> {
+        let target = |item: Item| match item {
+            Item::Hpa(t) => Some(t.deployment),
+            Item::Policy(_) => None,
+        };
+        let mut first_list = false;
+        let changed = match change {
+            Change::Init => {
+                self.pending = Some(BTreeMap::new());
+                false
+            }
+            Change::InitApply(name, item) => {
+                if let Some(t) = target(item) {
+                    self.pending
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(name, t);
+                }
+                false
+            }
+            Change::InitDone => {
+                first_list = !self.synced;
+                self.synced = true;
+                let listed = self.pending.take().unwrap_or_default();
+                self.targets.replace(listed)
+            }
+            Change::Apply(name, item) => match target(item) {
+                Some(t) => self.targets.apply(&name, Some(t)),
+                None => false,
+            },
+            Change::Delete(name) => self.targets.apply(&name, None),
+            Change::Missing => {
+                first_list = !self.synced;
+                self.synced = true;
+                self.targets.replace(BTreeMap::new())
+            }
+        };
+        (changed || first_list).then(|| HpaUpdate {
+            targets: changed.then(|| self.targets.targets()),
+            first_list,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +292,9 @@ mod tests {
         );
         let sts = observe(&hpa("ns", "s", "StatefulSet", "db"));
         assert_eq!(sts.deployment, None);
+        for h in [h, hpa("ns", "s", "StatefulSet", "db")] {
+            assert_eq!(into_parts(h.clone()), (key(&h), observe(&h)));
+        }
     }
 
     #[test]

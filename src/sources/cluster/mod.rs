@@ -129,11 +129,13 @@ pub(crate) enum Change {
 #[derive(Debug)]
 pub(crate) enum Msg {
     Watch(Source, Change),
-    /// A change of the HPA watcher `id` of `namespace`.
+    /// The HPA watcher `id` of `namespace` changed its targets or
+    /// completed its first list (it sends nothing else: an event that
+    /// changes no `scaleTargetRef` stays in the watcher's task).
     Hpa {
         namespace: String,
         id: u64,
-        change: Change,
+        update: hpas::HpaUpdate,
     },
     /// A status write for this HighAvailabilityPolicy uid failed: retry.
     WriteFailed(String),
@@ -183,13 +185,13 @@ pub async fn run(
         config: watcher::Config::default(),
         tx: tx.clone(),
         metrics: metrics.clone(),
-        convert: |obj: &DynamicObject| {
+        convert: |obj: DynamicObject| {
             (
-                policies::key(obj),
-                Item::Policy(Box::new(policies::observe(obj))),
+                policies::key(&obj),
+                Item::Policy(Box::new(policies::observe(&obj))),
             )
         },
-        to_msg: |change| Msg::Watch(Source::Policies, change),
+        to_msg: |change| Some(Msg::Watch(Source::Policies, change)),
     }
     .run();
     let watch_cms = watch::Watch {
@@ -199,13 +201,13 @@ pub async fn run(
         config: watcher::Config::default().labels(configmaps::LABEL_SELECTOR),
         tx: tx.clone(),
         metrics: metrics.clone(),
-        convert: |cm: &ConfigMap| {
+        convert: |cm: ConfigMap| {
             (
-                configmaps::key(cm),
-                Item::Policy(Box::new(configmaps::observe(cm))),
+                configmaps::key(&cm),
+                Item::Policy(Box::new(configmaps::observe(&cm))),
             )
         },
-        to_msg: |change| Msg::Watch(Source::ConfigMaps, change),
+        to_msg: |change| Some(Msg::Watch(Source::ConfigMaps, change)),
     }
     .run();
     tracing::info!(

@@ -65,7 +65,7 @@ impl State {
     }
 
     /// Applies one message; true when the snapshot may have changed (an
-    /// HPA event that changes no target is not).
+    /// HPA event that changes no target never reaches the state).
     fn apply(&mut self, msg: Msg) -> bool {
         match msg {
             Msg::Watch(Source::Policies, change) => {
@@ -80,9 +80,9 @@ impl State {
             Msg::Hpa {
                 namespace,
                 id,
-                change,
+                update,
             } => {
-                let (targets, first_list) = self.hpas.apply(&namespace, id, change);
+                let (targets, first_list) = self.hpas.apply(&namespace, id, update);
                 // A first list matters before the first sync (it may
                 // complete it), not after.
                 targets || (first_list && !self.was_synced)

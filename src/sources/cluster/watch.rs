@@ -88,7 +88,7 @@ fn needs_probe(err: &watcher::Error) -> bool {
 struct Outage<'a> {
     label: &'static str,
     scope: &'a str,
-    metrics: &'a ClusterMetrics,
+    metrics: ClusterMetrics,
     /// None until the first answer or error.
     up: Option<bool>,
     backoff: Backoff,
@@ -131,8 +131,10 @@ impl Outage<'_> {
 
 /// One watcher: what it watches and where its changes go. `scope` names
 /// what is watched in log lines (`cluster` or a namespace); `convert`
-/// turns an object into its key and item, `to_msg` wraps each change for
-/// the state.
+/// turns an object (moved, so its strings can be kept) into its key and
+/// item, `to_msg` wraps each change for
+/// the state, or keeps it (None: nothing is sent, the state is not woken;
+/// the HPA watchers fold their events in their own task this way).
 pub(crate) struct Watch<'a, K, C, M>
 where
     K: Resource,
@@ -158,18 +160,18 @@ struct Progress<'a> {
 impl<K, C, M> Watch<'_, K, C, M>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
-    C: Fn(&K) -> (String, Item),
-    M: Fn(Change) -> Msg,
+    C: Fn(K) -> (String, Item),
+    M: FnMut(Change) -> Option<Msg>,
 {
     /// Runs the watcher until the channel closes.
-    pub(crate) async fn run(self) -> Result<(), ClusterError> {
+    pub(crate) async fn run(mut self) -> Result<(), ClusterError> {
         let label = self.source.label();
         let mut stream = watcher(self.api.clone(), self.config.clone()).boxed();
         let mut progress = Progress {
             outage: Outage {
                 label,
                 scope: self.scope,
-                metrics: &self.metrics,
+                metrics: self.metrics.clone(),
                 up: None,
                 backoff: Backoff::new(BACKOFF_MAX),
             },
@@ -190,16 +192,19 @@ where
         }
     }
 
-    fn send(&self, change: Change) -> Result<(), ClusterError> {
+    fn send(&mut self, change: Change) -> Result<(), ClusterError> {
+        let Some(msg) = (self.to_msg)(change) else {
+            return Ok(());
+        };
         self.tx
-            .send((self.to_msg)(change))
+            .send(msg)
             .map_err(|_| ClusterError::ChannelClosed("watch"))
     }
 
     /// A failed step: the CRD not installed, an expired watch, or an
     /// outage (waits out the backoff, then probes when that helps).
     async fn on_error(
-        &self,
+        &mut self,
         progress: &mut Progress<'_>,
         err: watcher::Error,
     ) -> Result<(), ClusterError> {
@@ -242,7 +247,7 @@ where
             watcher::Event::Init => Change::Init,
             watcher::Event::InitApply(obj) => {
                 progress.outage.success();
-                let (key, item) = (self.convert)(&obj);
+                let (key, item) = (self.convert)(obj);
                 Change::InitApply(key, item)
             }
             watcher::Event::InitDone => {
@@ -263,12 +268,12 @@ where
             }
             watcher::Event::Apply(obj) => {
                 progress.outage.success();
-                let (key, item) = (self.convert)(&obj);
+                let (key, item) = (self.convert)(obj);
                 Change::Apply(key, item)
             }
             watcher::Event::Delete(obj) => {
                 progress.outage.success();
-                Change::Delete((self.convert)(&obj).0)
+                Change::Delete((self.convert)(obj).0)
             }
         }
     }
