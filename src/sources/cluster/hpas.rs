@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 use serde::{Deserialize, Deserializer};
 
 use super::{Change, Item};
@@ -97,22 +97,9 @@ pub struct HpaTarget {
     pub deployment: Option<String>,
 }
 
-/// The key the source tracks an HPA by (its name; watches are per namespace).
-pub fn key(hpa: &HpaRef) -> String {
-    hpa.name_any()
-}
-
-pub fn observe(hpa: &HpaRef) -> HpaTarget {
-    let target = &hpa.spec.scale_target_ref;
-    let deployment = (target.kind == "Deployment").then(|| target.name.clone());
-    HpaTarget {
-        namespace: hpa.namespace().unwrap_or_default(),
-        deployment,
-    }
-}
-
-/// [`key`] and [`observe`] of an HPA, its strings moved rather than copied
-/// (once per event).
+/// The key the source tracks an HPA by (its name; watches are per
+/// namespace) and what it keeps of it, the strings moved rather than
+/// copied (once per event).
 pub fn into_parts(hpa: HpaRef) -> (String, HpaTarget) {
     let HpaRef { metadata, spec } = hpa;
     let target = spec.scale_target_ref;
@@ -188,10 +175,6 @@ impl NamespaceTargets {
     pub fn targets(&self) -> BTreeSet<String> {
         self.counts.keys().cloned().collect()
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.counts.is_empty()
-    }
 }
 
 /// What an HPA watcher tells the state, only when one of the two is news.
@@ -263,6 +246,7 @@ impl WatchTargets {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::ResourceExt;
     use serde_json::json;
 
     fn hpa(ns: &str, name: &str, kind: &str, target: &str) -> HpaRef {
@@ -280,21 +264,21 @@ mod tests {
     #[test]
     fn reads_metadata_and_target_only() {
         let h = hpa("knative-serving", "activator", "Deployment", "activator");
-        assert_eq!(key(&h), "activator");
         assert_eq!(h.resource_version().as_deref(), Some("7"));
         assert!(h.metadata.managed_fields.is_none());
         assert_eq!(
-            observe(&h),
-            HpaTarget {
-                namespace: "knative-serving".into(),
-                deployment: Some("activator".into())
-            }
+            into_parts(h),
+            (
+                "activator".to_string(),
+                HpaTarget {
+                    namespace: "knative-serving".into(),
+                    deployment: Some("activator".into())
+                }
+            )
         );
-        let sts = observe(&hpa("ns", "s", "StatefulSet", "db"));
+        let (key, sts) = into_parts(hpa("ns", "s", "StatefulSet", "db"));
+        assert_eq!(key, "s");
         assert_eq!(sts.deployment, None);
-        for h in [h, hpa("ns", "s", "StatefulSet", "db")] {
-            assert_eq!(into_parts(h.clone()), (key(&h), observe(&h)));
-        }
     }
 
     #[test]
@@ -305,7 +289,7 @@ mod tests {
         assert!(!t.apply("a2", Some(Some("activator".into()))), "second HPA");
         assert!(!t.apply("a", None), "still targeted by a2");
         assert!(t.apply("a2", None), "no HPA left on activator");
-        assert!(t.is_empty());
+        assert!(t.targets().is_empty());
         assert!(!t.apply("s", Some(None)), "non-Deployment target");
         assert!(t.apply("s", Some(Some("webhook".into()))), "retargeted");
         assert!(t.apply("s", Some(Some("controller".into()))));
