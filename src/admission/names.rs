@@ -10,7 +10,8 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::request::{ObjectIn, Text};
+use super::request::ObjectIn;
+use crate::engine::view::Text;
 
 /// The string members of an object's `metadata` the review path names the
 /// object by (each `None` unless a string, the last of duplicates winning,

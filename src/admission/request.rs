@@ -13,7 +13,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::engine::view;
+use crate::engine::view::{self, Text};
 use crate::telemetry::clip;
 
 /// Longest `request.uid` accepted (the API server sends a UUID).
@@ -21,33 +21,6 @@ pub const MAX_UID_BYTES: usize = 256;
 
 /// Longest piece of request content echoed in an answer or a log line.
 pub const ECHO_BYTES: usize = 256;
-
-/// A JSON string borrowed from the body when it has no escapes.
-#[derive(Debug, Default)]
-pub(crate) struct Text<'a>(pub Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Text<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                // The words of `String`'s own visitor: messages do not change.
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'a>, E> {
-                Ok(Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Text<'a>, E> {
-                Ok(Text(Cow::Owned(v.to_string())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Text<'a>, E> {
-                Ok(Text(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V(std::marker::PhantomData))
-    }
-}
 
 /// `request`: what the review path reads of it.
 pub(crate) struct RequestIn<'a> {

@@ -217,7 +217,7 @@ impl<'de> Visitor<'de> for ShapeVisitor {
             }
             return Ok(Value::Object(out));
         };
-        while let Some(key) = map.next_key_seed(KeySeed)? {
+        while let Some(Text(key)) = map.next_key()? {
             match members.iter().find(|(name, _)| *name == key) {
                 Some((_, shape)) => {
                     let v = map.next_value_seed(ShapeSeed(shape))?;
@@ -232,34 +232,31 @@ impl<'de> Visitor<'de> for ShapeVisitor {
     }
 }
 
-/// A map key, borrowed from the input unless it has escapes.
-struct KeySeed;
+/// A JSON string borrowed from the input when it has no escapes (map keys
+/// here; the review path reads the request's strings with it too).
+#[derive(Debug, Default)]
+pub struct Text<'a>(pub Cow<'a, str>);
 
-impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = Cow<'de, str>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_str(KeySeed)
-    }
-}
-
-impl<'de> Visitor<'de> for KeySeed {
-    type Value = Cow<'de, str>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string key")
-    }
-
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-        Ok(Cow::Borrowed(v))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Cow::Owned(v.to_string()))
-    }
-
-    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-        Ok(Cow::Owned(v))
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                // The words of `String`'s own visitor: messages do not change.
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
     }
 }
 
