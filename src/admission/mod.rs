@@ -324,9 +324,11 @@ fn apply_policy<'r>(
 }
 
 /// The parse alone, as [`review`] does it: one pass over the request that,
-/// for a CREATE or UPDATE in a namespace `snapshot` governs, builds the
-/// engine's view of the object (returned); any other request's object is
-/// only scanned (`None`). (For the `parse` benchmark.)
+/// for a CREATE or UPDATE in a namespace `snapshot` governs whose operation
+/// and namespace come before the object (the API server's order), builds
+/// the engine's view of the object (returned); otherwise the object is only
+/// scanned (`None`; [`review`] would then view a governed object in a
+/// second pass). (For the `parse` benchmark.)
 pub fn parse(snapshot: &Snapshot, body: &[u8]) -> Result<Option<Value>, BadRequest> {
     let parsed = request::parse_review(body, &wants_view(snapshot))
         .map_err(|reason| BadRequest { reason })?;

@@ -49,9 +49,13 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         let in_span = event.parent().is_some() || ctx.lookup_current().is_some();
-        let now = SystemTime::now().duration_since(UNIX_EPOCH);
+        // The clock is read only for a line written here (the reference
+        // format reads its own).
+        let now = (!in_span && !event.is_log())
+            .then(|| SystemTime::now().duration_since(UNIX_EPOCH).ok())
+            .flatten();
         match now {
-            Ok(now) if !in_span && !event.is_log() => {
+            Some(now) => {
                 let meta = event.metadata();
                 writer.write_str("{\"timestamp\":\"")?;
                 write_timestamp(&mut writer, now.as_secs(), now.subsec_micros())?;
@@ -68,7 +72,7 @@ where
                 write_string(&mut writer, meta.target())?;
                 writer.write_str("}\n")
             }
-            _ => self.inner.format_event(ctx, writer, event),
+            None => self.inner.format_event(ctx, writer, event),
         }
     }
 }
