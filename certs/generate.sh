@@ -5,7 +5,7 @@
 # Usage: certs/generate.sh [-s SERVICE] [-n NAMESPACE] [-o OUT_DIR] [-d DAYS] [-i IMAGE_REPO] [-f]
 #   or the environment: SERVICE, NAMESPACE, OUT_DIR, DAYS, IMAGE_REPO, FRESH_CA=1 (flags win).
 #   -f: make a new CA even when OUT_DIR already holds ca.crt + ca.key (otherwise they are reused).
-#   -i: the image repository you pushed (README "Getting an image"), put in the printed helm line.
+#   -i: the image repository you pushed (docs/install.md "Getting an image"), put in the printed helm line.
 # Defaults: SERVICE=knative-ha-webhook NAMESPACE=knative-ha-webhook OUT_DIR=./certs-out DAYS=365.
 #
 # SERVICE must be the chart's Service name: the release's full name (`helm install knative-ha-webhook
@@ -103,8 +103,8 @@ image_repo=${IMAGE_REPO:-REGISTRY/knative-ha-webhook}
 image_note=""
 if [ -z "$IMAGE_REPO" ]; then
   image_note="
-  (REGISTRY/knative-ha-webhook: the image you built and pushed, see \"Getting an image\" in the
-  README; pass -i REPO to have it filled in)"
+  (REGISTRY/knative-ha-webhook: the image you built and pushed, see \"Getting an image\" in
+  docs/install.md; pass -i REPO to have it filled in)"
 fi
 cat <<MSG
 Wrote $OUT_DIR/{tls.crt,tls.key} for ${SERVICE}.${NAMESPACE}.svc (valid $DAYS days), signed by $ca_note.

@@ -278,7 +278,7 @@ else
 fi
 # Every documented `helm install` (continuation lines joined) sets image.repository.
 printf '%s\n' "$gen_default" >"$work/generate.out"
-if out=$("$PY" - README.md "$CHART/README.md" certs/README.md "$work/generate.out" <<'PYEOF'
+if out=$("$PY" - README.md docs/install.md "$CHART/README.md" certs/README.md "$work/generate.out" <<'PYEOF'
 import re, sys
 bad, seen = [], 0
 for path in sys.argv[1:]:

@@ -43,7 +43,7 @@ EXPECTED_ROLE_RULES = [
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 # `serve --reconcile`: a Role per governed namespace (patch dropped in dry-run mode) and a Lease Role
-# in the release namespace (README "Bringing existing objects in line").
+# in the release namespace (docs/reconcile.md "Bringing existing objects in line").
 RECONCILE_LEASE = "knative-ha-webhook-reconcile"
 
 

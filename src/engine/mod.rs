@@ -2,7 +2,7 @@
 //! object, context) to an RFC 6902 patch plus human-readable changes.
 //! No I/O, no clocks, no globals.
 //!
-//! Rules (the README's policy reference is the user-facing version):
+//! Rules (docs/policy.md is the user-facing version):
 //! - only CREATE/UPDATE of objects in `policy.spec.targetNamespace` are
 //!   mutated (and only when the object's own `metadata.namespace`, if set,
 //!   agrees);

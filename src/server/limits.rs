@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-/// Connection limits and timeouts (the README's "Limits" lists the defaults).
+/// Connection limits and timeouts (docs/server.md, "Limits", lists the defaults).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     /// Connections past the TLS handshake, at most; when full, the one idle

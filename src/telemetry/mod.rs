@@ -80,7 +80,7 @@ impl Metrics {
     ///
     /// Longer than 80 lines on purpose: one flat registration per metric, in
     /// the order `/metrics` shows them, is the catalogue a reader checks
-    /// against the README; splitting it would scatter that list.
+    /// against docs/server.md; splitting it would scatter that list.
     pub fn register(registry: &mut Registry) -> Metrics {
         let m = Metrics {
             requests: Family::default(),

@@ -70,7 +70,7 @@ installing pods that can never pull their image (with failurePolicy Ignore, noth
 */}}
 {{- define "knative-ha-webhook.image" -}}
 {{- $repo := .Values.image.repository }}
-{{- $how := "build the image and push it to a registry your cluster pulls from (docker build -t REGISTRY/knative-ha-webhook:TAG . && docker push ..., or without Docker: scripts/build-image, then skopeo copy oci-archive:knative-ha-webhook-VERSION.oci.tar docker://REGISTRY/knative-ha-webhook:TAG; see \"Getting an image\" in the README), then pass --set image.repository=REGISTRY/knative-ha-webhook (and image.tag when TAG is not the chart's appVersion)" }}
+{{- $how := "build the image and push it to a registry your cluster pulls from (docker build -t REGISTRY/knative-ha-webhook:TAG . && docker push ..., or without Docker: scripts/build-image, then skopeo copy oci-archive:knative-ha-webhook-VERSION.oci.tar docker://REGISTRY/knative-ha-webhook:TAG; see \"Getting an image\" in docs/install.md), then pass --set image.repository=REGISTRY/knative-ha-webhook (and image.tag when TAG is not the chart's appVersion)" }}
 {{- if not $repo }}
 {{- fail (printf "image.repository is required: no knative-ha-webhook image is published; %s" $how) }}
 {{- end }}
