@@ -157,6 +157,12 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     assert_eq!(line["outcome"], "patched");
     assert!(line["patch_ops"].as_u64().unwrap() >= 1, "{line}");
     assert!(line["duration_ms"].as_f64().is_some(), "{line}");
+    // What changed and why, as the client's warnings say it (CI and GitOps tools drop warnings).
+    let changes = line["changes"].as_str().unwrap_or_default();
+    assert!(
+        changes.contains("deployment/controller: spec.replicas unset -> 3 (policy serving)"),
+        "{line}"
+    );
 }
 
 #[test]

@@ -120,6 +120,9 @@ pub struct Reviewed<'a> {
     pub namespace: Cow<'a, str>,
     pub name: Cow<'a, str>,
     pub patch_ops: usize,
+    /// The change lines sent as the answer's warnings (what changed and
+    /// why), kept for the log line.
+    pub changes: Vec<String>,
     /// The engine error, for the log line.
     pub error: Option<String>,
 }
@@ -248,6 +251,7 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
         namespace,
         name,
         patch_ops: 0,
+        changes: Vec::new(),
         error: None,
     };
     let mut response = ResponseOut {
@@ -280,6 +284,7 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
     // Plain data (strings, booleans, numbers): serialising it cannot fail.
     let body = serde_json::to_vec(&out).unwrap_or_default();
     reply.body = body;
+    reply.changes = out.response.warnings;
     Answer::Reviewed(reply)
 }
 

@@ -234,6 +234,16 @@ async fn mutate(
     }
 }
 
+/// The change lines of a review for its log line: joined with `; `, at most
+/// [`CHANGES_LOG_BYTES`] (clipped, saying how much more), control
+/// characters escaped.
+fn change_lines(changes: &[String]) -> String {
+    loggable(&changes.join("; "), CHANGES_LOG_BYTES).into_owned()
+}
+
+/// The bound of a review log line's `changes` field.
+pub const CHANGES_LOG_BYTES: usize = 2048;
+
 /// Counts and logs one answered review, and turns it into the HTTP answer.
 fn respond(metrics: &Metrics, answer: Answer<'_>, started: Instant) -> Response {
     let elapsed = started.elapsed();
@@ -283,10 +293,15 @@ fn respond(metrics: &Metrics, answer: Answer<'_>, started: Instant) -> Response 
                     operation, outcome = outcome.as_str(), patch_ops,
                     duration_ms, error = %loggable(err, 1024), "review failed"
                 ),
-                _ => tracing::info!(
+                _ if r.changes.is_empty() => tracing::info!(
                     uid = %uid, kind, namespace = %namespace, name = %name,
                     operation, outcome = outcome.as_str(), patch_ops,
                     duration_ms, "review"
+                ),
+                _ => tracing::info!(
+                    uid = %uid, kind, namespace = %namespace, name = %name,
+                    operation, outcome = outcome.as_str(), patch_ops,
+                    duration_ms, changes = %change_lines(&r.changes), "review"
                 ),
             }
         }
@@ -301,4 +316,19 @@ fn respond(metrics: &Metrics, answer: Answer<'_>, started: Instant) -> Response 
         body,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CHANGES_LOG_BYTES, change_lines};
+
+    #[test]
+    fn change_lines_are_joined_bounded_and_escaped() {
+        let lines = vec!["a: x -> y".to_string(), "b:\nforged".to_string()];
+        assert_eq!(change_lines(&lines), "a: x -> y; b:\\u{a}forged");
+        let many = vec!["deployment/controller: spec.replicas unset -> 3".to_string(); 200];
+        let logged = change_lines(&many);
+        assert!(logged.len() < CHANGES_LOG_BYTES + 40, "{}", logged.len());
+        assert!(logged.ends_with("bytes more)"), "{logged}");
+    }
 }

@@ -1,5 +1,5 @@
 """A cluster for the docs' cluster blocks (scripts/doc-test --cluster): one API server, prepared as the
-block's marker says (`installed` or `governed`), and the environment its shell commands run in."""
+block's marker says (`empty`, `installed` or `governed`), and the environment its shell commands run in."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ class DocCluster:
             raise SystemExit(cluster.SKIP_LINE)
         self.api.start()
         self.install = Install(self.api, binary, self.dir)
-        self.install.install()
-        self.install.start_server()
+        if setup != "empty":
+            self.install.install()
+            self.install.start_server()
         if setup == "governed":
             self.install.govern()
         self.bin = Path(self.dir) / "bin"

@@ -194,8 +194,10 @@ class WebhookServer:
     def __init__(self, name: str, cmd: list[str], env: dict[str, str], metrics_port: int, log: Path):
         self.name, self.cmd, self.env, self.metrics_port, self.log = name, cmd, env, metrics_port, log
         self.proc: subprocess.Popen | None = None
+        self.signalled = False
 
     def start(self, ready_s: float = 60) -> "WebhookServer":
+        self.signalled = False
         with open(self.log, "a") as f:
             self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=f, stderr=subprocess.STDOUT)
         wait_for(lambda: self.proc.poll() is None and self.get("/readyz")[0] == 200,
@@ -225,9 +227,11 @@ class WebhookServer:
         return total
 
     def terminate(self) -> None:
-        """SIGTERM, without waiting (the server keeps serving through its --shutdown-delay)."""
-        if self.proc is not None and self.proc.poll() is None:
+        """SIGTERM once, without waiting (the server keeps serving through its --shutdown-delay; a
+        second signal would end it at once, exit 130)."""
+        if self.proc is not None and self.proc.poll() is None and not self.signalled:
             self.proc.send_signal(signal.SIGTERM)
+            self.signalled = True
 
     def stop(self, timeout_s: float = 30) -> int | None:
         """SIGTERM and wait for the exit code."""

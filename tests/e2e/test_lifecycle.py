@@ -27,7 +27,7 @@ def pins(item: str):
             try:
                 test(self)
             except Exception as e:
-                print(f"\n  pinned defect (issue 22 {item}) reproduced: {str(e).splitlines()[0][:300]}")
+                print(f"\n  pinned defect (issue 22 {item}) reproduced: ...{' '.join(str(e).split())[-300:]}")
                 raise
 
         run.__doc__ = f"{test.__doc__ or ''} [pins issue 22 {item}: expected to fail until fixed]".strip()
@@ -92,8 +92,8 @@ class Lifecycle(ClusterCase):
         self.assertEqual(self.replicas("controller"), 3)
         self.kubectl.run("patch", "highavailabilitypolicy", "serving", "--type=merge", "-p", '{"spec":{"replicas":4}}')
         wait_for(lambda: self.replicas("controller") == 4, "the edit to reach the running controller", 60)
-        hpa = self.kubectl.json("-n", GOVERNED, "hpa", "webhook")["spec"]
-        self.assertEqual(hpa["minReplicas"], 4)
+        wait_for(lambda: self.kubectl.json("-n", GOVERNED, "hpa", "webhook")["spec"]["minReplicas"] == 4,
+                 "the edit to reach the webhook's HPA", 60)
 
     def edit_invalid(self) -> bool:
         """Edits the policy to timings client-go refuses; True when the API server stored the edit."""
