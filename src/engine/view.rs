@@ -106,6 +106,10 @@ const OBJECT: Shape = Object(&[
             ("lease-duration", Keep),
             ("renew-deadline", Keep),
             ("retry-period", Keep),
+            // The legacy keys Knative still reads (engine::configmap).
+            ("leaseDuration", Keep),
+            ("renewDeadline", Keep),
+            ("retryPeriod", Keep),
         ]),
     ),
 ]);

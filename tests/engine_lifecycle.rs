@@ -1,0 +1,167 @@
+//! Issue 22: the engine over an object's life, read against Knative's own
+//! code: the legacy leader-election keys knative.dev/pkg still reads
+//! (`leaderelection/config.go`), the replicas a PodDisruptionBudget really
+//! protects, HPA values someone else set, the opt-out label.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use knative_ha_webhook::engine::{self, Context, Input, Operation};
+use knative_ha_webhook::policy::Policy;
+use serde_json::{Value, json};
+
+const NS: &str = "knative-serving";
+const JITTER: &str = "(client-go's JitterFactor; its leader election refuses to start otherwise)";
+const LEASE: &str = "(client-go leader election refuses to start otherwise)";
+
+fn policy(spec: &str) -> Policy {
+    let text = format!(
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: {NS}\n{spec}"
+    );
+    Policy::from_yaml(&text).unwrap_or_else(|e| panic!("{spec}: {e}"))
+}
+
+fn ctx() -> Context {
+    Context {
+        hpa_targets: BTreeSet::from(["activator".to_string(), "webhook".to_string()]),
+    }
+}
+
+/// Mutates `object` (UPDATE) in `ns`; checks the patch against the mutated
+/// object; the object after the patch and the change lines.
+fn run_ns(p: &Policy, ns: &str, object: &Value) -> (Value, Vec<String>) {
+    let out = engine::mutate_object(
+        p,
+        &Input {
+            operation: Operation::Update,
+            namespace: ns,
+            object,
+        },
+        &ctx(),
+    )
+    .expect("engine");
+    let patch = serde_json::to_value(&out.mutation.patch).unwrap();
+    let applied = support::apply_rfc6902(object, &patch).expect("patch applies");
+    if let Some(o) = &out.object {
+        assert_eq!(&applied, o, "patch and mutated object agree");
+    }
+    (applied, out.mutation.changes)
+}
+
+fn run(p: &Policy, object: &Value) -> (Value, Vec<String>) {
+    run_ns(p, NS, object)
+}
+
+/// Knative's `config-leader-election` with `data` added to what it ships.
+fn leader_cm(data: Value) -> Value {
+    let mut cm = support::fixture("ConfigMap", NS, "config-leader-election");
+    for (k, v) in data.as_object().unwrap() {
+        cm["data"][k] = v.clone();
+    }
+    cm
+}
+
+fn warning(changes: &[String]) -> Option<&str> {
+    changes
+        .iter()
+        .find(|c| c.contains("warning"))
+        .map(String::as_str)
+}
+
+/// Item 1: knative.dev/pkg reads `leaseDuration`/`renewDeadline`/
+/// `retryPeriod` first and a kebab-case key overrides only the key it names;
+/// the merged check reads the ConfigMap that way, so the engine never writes
+/// a set client-go's NewLeaderElector refuses.
+#[test]
+fn legacy_camel_case_keys_count_in_the_merged_check() {
+    let held = |spec: &str, data: Value, want: String| {
+        let cm = leader_cm(data.clone());
+        let (out, changes) = run(&policy(spec), &cm);
+        for key in ["lease-duration", "renew-deadline", "retry-period"] {
+            assert_eq!(out["data"].get(key), cm["data"].get(key), "{spec} {data}: {key}");
+        }
+        assert_eq!(
+            warning(&changes),
+            Some(
+                format!(
+                    "configmap/config-leader-election: warning: leader election durations not written: {want} (policy p)"
+                )
+                .as_str()
+            ),
+            "{spec} {data}"
+        );
+    };
+    // The issue's two reproductions.
+    held(
+        "  leaderElection: {renewDeadline: 20s}\n",
+        json!({"retryPeriod": "30s"}),
+        format!(
+            "renew-deadline \"20s\" (policy) must be greater than retryPeriod \"30s\" (ConfigMap, legacy key Knative still reads) x 1.2 = 36s {JITTER}"
+        ),
+    );
+    held(
+        "  leaderElection: {retryPeriod: 10s}\n",
+        json!({"renewDeadline": "10s"}),
+        format!(
+            "renewDeadline \"10s\" (ConfigMap, legacy key Knative still reads) must be greater than retry-period \"10s\" (policy) x 1.2 = 12s {JITTER}"
+        ),
+    );
+    // The lease: a legacy leaseDuration below the policy's renewDeadline.
+    held(
+        "  leaderElection: {renewDeadline: 20s, retryPeriod: 5s}\n",
+        json!({"leaseDuration": "15s"}),
+        format!(
+            "leaseDuration \"15s\" (ConfigMap, legacy key Knative still reads) must be greater than renew-deadline \"20s\" (policy) {LEASE}"
+        ),
+    );
+    // A kebab key in the ConfigMap overrides the legacy key it names, and
+    // only that one.
+    held(
+        "  leaderElection: {retryPeriod: 10s}\n",
+        json!({"renewDeadline": "50s", "renew-deadline": "11s", "retryPeriod": "1s"}),
+        format!(
+            "renew-deadline \"11s\" (ConfigMap) must be greater than retry-period \"10s\" (policy) x 1.2 = 12s {JITTER}"
+        ),
+    );
+    // Knative refuses the whole ConfigMap when a legacy value does not parse,
+    // kebab key or not: nothing the engine writes can make it start.
+    held(
+        "  leaderElection: {retryPeriod: 10s}\n",
+        json!({"retryPeriod": "10 s"}),
+        "retryPeriod \"10 s\" (ConfigMap, legacy key Knative still reads) is not a Go duration: unknown unit \" s\" (use ns, us, ms, s, m or h)".to_string(),
+    );
+}
+
+#[test]
+fn legacy_keys_that_keep_the_rules_let_the_durations_through() {
+    // The kebab keys the policy writes override the legacy ones they name.
+    let cm = leader_cm(json!({"leaseDuration": "15s", "renewDeadline": "10s", "retryPeriod": "2s"}));
+    let p = policy("  leaderElection: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 10s}\n");
+    let (out, changes) = run(&p, &cm);
+    assert_eq!(warning(&changes), None, "{changes:?}");
+    assert_eq!(out["data"]["lease-duration"], "60s");
+    assert_eq!(out["data"]["renew-deadline"], "40s");
+    assert_eq!(out["data"]["retry-period"], "10s");
+    assert_eq!(out["data"]["retryPeriod"], "2s", "the legacy keys stay");
+    // renew 40s over a legacy retry 30s: 40s > 36s.
+    let cm = leader_cm(json!({"retryPeriod": "30s"}));
+    let (out, changes) = run(&policy("  leaderElection: {renewDeadline: 40s}\n"), &cm);
+    assert_eq!(warning(&changes), None, "{changes:?}");
+    assert_eq!(out["data"]["renew-deadline"], "40s");
+}
+
+/// client-go also refuses a zero duration (`retryPeriod must be greater than
+/// zero`), which only the ConfigMap can hold (the policy refuses it).
+#[test]
+fn a_zero_duration_in_the_configmap_holds_the_durations_back() {
+    let cm = leader_cm(json!({"retry-period": "0"}));
+    let (out, changes) = run(&policy("  leaderElection: {renewDeadline: 30s}\n"), &cm);
+    assert!(out["data"].get("renew-deadline").is_none(), "{out}");
+    assert_eq!(
+        warning(&changes),
+        Some(
+            "configmap/config-leader-election: warning: leader election durations not written: retry-period \"0\" (ConfigMap) must be greater than zero (client-go leader election refuses to start otherwise) (policy p)"
+        )
+    );
+}
