@@ -143,7 +143,10 @@ fn example_cases() -> Vec<Case> {
             object: "activator-pdb",
             patch: json!([
                 {"op": "add", "path": "/spec/maxUnavailable", "value": 1},
-                {"op": "remove", "path": "/spec/minAvailable"}
+                {"op": "remove", "path": "/spec/minAvailable"},
+                // Issue 22: what the engine replaced and wrote, recorded.
+                {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}"}},
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"maxUnavailable\":1}"}
             ]),
             changes: &[
                 "poddisruptionbudget/activator-pdb: spec.maxUnavailable unset -> 1, spec.minAvailable \"80%\" -> removed (policy serving)",
@@ -156,7 +159,10 @@ fn example_cases() -> Vec<Case> {
             object: "webhook-pdb",
             patch: json!([
                 {"op": "add", "path": "/spec/maxUnavailable", "value": 1},
-                {"op": "remove", "path": "/spec/minAvailable"}
+                {"op": "remove", "path": "/spec/minAvailable"},
+                // Issue 22: what the engine replaced and wrote, recorded.
+                {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}"}},
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"maxUnavailable\":1}"}
             ]),
             changes: &[
                 "poddisruptionbudget/webhook-pdb: spec.maxUnavailable unset -> 1, spec.minAvailable \"80%\" -> removed (policy serving)",
@@ -575,7 +581,11 @@ fn pdb_values_keep_their_type() {
     let (patch, changes) = run(&policy, "knative-serving", &pdb);
     assert_eq!(
         patch,
-        json!([{"op": "replace", "path": "/spec/minAvailable", "value": "50%"}])
+        json!([
+            {"op": "replace", "path": "/spec/minAvailable", "value": "50%"},
+            {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}"}},
+            {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"minAvailable\":\"50%\"}"}
+        ])
     );
     assert_eq!(
         changes,

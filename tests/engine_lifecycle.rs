@@ -165,3 +165,69 @@ fn a_zero_duration_in_the_configmap_holds_the_durations_back() {
         )
     );
 }
+
+fn policy_in(ns: &str, spec: &str) -> Policy {
+    let text = format!(
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: {ns}\n{spec}"
+    );
+    Policy::from_yaml(&text).unwrap_or_else(|e| panic!("{spec}: {e}"))
+}
+
+/// The budget Knative Eventing ships for eventing-webhook (HPA-backed,
+/// minReplicas 1).
+fn eventing_webhook_pdb() -> Value {
+    json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "eventing-webhook", "namespace": "knative-eventing",
+                     "labels": {"app.kubernetes.io/name": "knative-eventing"}},
+        "spec": {"minAvailable": "80%", "selector": {"matchLabels": {"app": "eventing-webhook"}}}})
+}
+
+/// Item 2, the sequence: a policy giving eventing-webhook 4 replicas
+/// and `minAvailable: 3`, then one that no longer raises it: the HPA goes
+/// back to 1, and the budget the engine wrote would block every drain
+/// there, so what it replaced comes back.
+#[test]
+fn a_budget_the_engine_wrote_comes_back_when_it_would_block_every_drain() {
+    let ns = "knative-eventing";
+    let raised = policy_in(
+        ns,
+        "  workloads:\n  - name: eventing-webhook\n    replicas: 4\n    podDisruptionBudget: {minAvailable: 3}\n",
+    );
+    let later = policy_in(ns, "  leaderElection: {buckets: 2}\n");
+    let shipped = eventing_webhook_pdb();
+    let (written, _) = run_ns(&raised, ns, &shipped);
+    assert_eq!(written["spec"]["minAvailable"], 3);
+    let (back, changes) = run_ns(&later, ns, &written);
+    assert_eq!(back["spec"], shipped["spec"], "the release's budget");
+    assert_eq!(back["metadata"]["annotations"], json!({}), "no records left");
+    assert_eq!(
+        changes,
+        ["poddisruptionbudget/eventing-webhook: spec.minAvailable 3 -> \"80%\" (restored: the engine's minAvailable 3 allows no voluntary disruption with 1 replica (spec.replicas unset: Knative ships 1 for eventing-webhook)) (policy p)"]
+    );
+    assert_eq!(run_ns(&later, ns, &back).1, Vec::<String>::new());
+    // A policy that still runs 4 replicas keeps it; so does a budget someone
+    // else set since.
+    let four = policy_in(ns, "  replicas: 4\n");
+    assert_eq!(run_ns(&four, ns, &written), (written.clone(), vec![]));
+    let mut theirs = written.clone();
+    theirs["spec"]["minAvailable"] = json!(2);
+    assert_eq!(run_ns(&later, ns, &theirs), (theirs.clone(), vec![]));
+}
+
+/// Item 2 at admission: a budget that would allow no disruption at the
+/// replicas that really run is not produced (eventing-controller scales
+/// pingsource-mt-adapter 0 <-> 1, whatever `replicas` says).
+#[test]
+fn a_budget_that_would_block_at_what_runs_is_not_written() {
+    let ns = "knative-eventing";
+    let p = policy_in(ns, "  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n");
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "pingsource-mt-adapter", "namespace": ns},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "pingsource-mt-adapter"}}}});
+    let (out, changes) = run_ns(&p, ns, &pdb);
+    assert_eq!(out, pdb);
+    assert_eq!(
+        changes,
+        ["poddisruptionbudget/pingsource-mt-adapter: warning: spec.minAvailable 2 not written: with 1 replica (pingsource-mt-adapter runs 0 or 1: eventing-controller scales it on demand, never to the policy's replicas) it allows no voluntary disruption, so every node drain and cluster upgrade would block (policy p)"]
+    );
+}

@@ -27,6 +27,7 @@ use serde_json::{Map, Value};
 
 use super::hpa::{ORIGINAL_MAX, ORIGINAL_MIN};
 use super::leader::HASH_ANNOTATION;
+use super::pdb;
 
 /// What to keep of a JSON node.
 #[derive(Debug)]
@@ -46,10 +47,15 @@ const METADATA: Shape = Object(&[
     ("namespace", Keep),
     ("generateName", Keep),
     ("ownerReferences", Keep),
-    // HorizontalPodAutoscaler: the recorded originals.
+    // HorizontalPodAutoscaler and PodDisruptionBudget: the records.
     (
         "annotations",
-        Object(&[(ORIGINAL_MIN, Keep), (ORIGINAL_MAX, Keep)]),
+        Object(&[
+            (ORIGINAL_MIN, Keep),
+            (ORIGINAL_MAX, Keep),
+            (pdb::ORIGINAL, Keep),
+            (pdb::WRITTEN, Keep),
+        ]),
     ),
 ]);
 
