@@ -114,6 +114,8 @@ fn example_cases() -> Vec<Case> {
             patch: json!([
                 {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-min-replicas": "1"}},
                 {"op": "add", "path": "/metadata/annotations/knativeha.dev~1original-max-replicas", "value": "20"},
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-min-replicas", "value": "5"},
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-max-replicas", "value": "24"},
                 {"op": "replace", "path": "/spec/minReplicas", "value": 5},
                 {"op": "replace", "path": "/spec/maxReplicas", "value": 24}
             ]),
@@ -129,6 +131,8 @@ fn example_cases() -> Vec<Case> {
             patch: json!([
                 {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-min-replicas": "1"}},
                 {"op": "add", "path": "/metadata/annotations/knativeha.dev~1original-max-replicas", "value": "5"},
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-min-replicas", "value": "3"},
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-max-replicas", "value": "7"},
                 {"op": "replace", "path": "/spec/minReplicas", "value": 3},
                 {"op": "replace", "path": "/spec/maxReplicas", "value": 7}
             ]),
@@ -451,6 +455,8 @@ fn hpa_is_never_lowered_and_max_keeps_up() {
         json!([
             {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-min-replicas": "2"}},
             {"op": "add", "path": "/metadata/annotations/knativeha.dev~1original-max-replicas", "value": "2"},
+            {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-min-replicas", "value": "3"},
+            {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-max-replicas", "value": "3"},
             {"op": "replace", "path": "/spec/minReplicas", "value": 3},
             {"op": "replace", "path": "/spec/maxReplicas", "value": 3}
         ])
@@ -465,6 +471,8 @@ fn hpa_is_never_lowered_and_max_keeps_up() {
         json!([
             {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-min-replicas": "1"}},
             {"op": "add", "path": "/metadata/annotations/knativeha.dev~1original-max-replicas", "value": "10"},
+            {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-min-replicas", "value": "3"},
+            {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-max-replicas", "value": "12"},
             {"op": "add", "path": "/spec/minReplicas", "value": 3},
             {"op": "replace", "path": "/spec/maxReplicas", "value": 12}
         ])

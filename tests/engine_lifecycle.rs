@@ -231,3 +231,70 @@ fn a_budget_that_would_block_at_what_runs_is_not_written() {
         ["poddisruptionbudget/pingsource-mt-adapter: warning: spec.minAvailable 2 not written: with 1 replica (pingsource-mt-adapter runs 0 or 1: eventing-controller scales it on demand, never to the policy's replicas) it allows no voluntary disruption, so every node drain and cluster upgrade would block (policy p)"]
     );
 }
+
+fn hpa(min: i64, max: i64) -> Value {
+    let mut h = support::fixture("HorizontalPodAutoscaler", NS, "activator");
+    h["spec"]["minReplicas"] = json!(min);
+    h["spec"]["maxReplicas"] = json!(max);
+    h
+}
+
+fn min_max(h: &Value) -> (i64, i64) {
+    (
+        h["spec"]["minReplicas"].as_i64().unwrap(),
+        h["spec"]["maxReplicas"].as_i64().unwrap(),
+    )
+}
+
+/// Item 3: a value that differs from the engine's own last write was set by
+/// someone else (a release, an admin): the engine starts from it, as the
+/// Knative Operator starts from the current values, and never lowers it.
+#[test]
+fn hpa_values_someone_else_set_since_the_engine_wrote_are_the_new_start() {
+    let three = policy("  replicas: 3\n");
+    let none = policy("  leaderElection: {buckets: 2}\n");
+    let two = policy("  replicas: 2\n");
+    let (raised, _) = run(&three, &hpa(1, 20));
+    assert_eq!(min_max(&raised), (3, 22));
+    // A release raises maxReplicas to 30 (`kubectl apply` leaves the
+    // minReplicas it did not change).
+    let mut released = raised.clone();
+    released["spec"]["maxReplicas"] = json!(30);
+    let (out, changes) = run(&none, &released);
+    assert_eq!(min_max(&out), (1, 30), "{changes:?}");
+    assert_eq!(
+        changes,
+        ["horizontalpodautoscaler/activator: spec.minReplicas 3 -> 1 (from 1/30: spec.maxReplicas 30 was set since the engine wrote 22) (policy p)"]
+    );
+    let (out, _) = run(&three, &released);
+    assert_eq!(min_max(&out), (3, 32), "the Operator's rule on the release's 1/30");
+    // An admin's minReplicas 3 is not lowered by replicas: 2.
+    let (at2, _) = run(&two, &hpa(1, 20));
+    assert_eq!(min_max(&at2), (2, 21));
+    let mut admin = at2.clone();
+    admin["spec"]["minReplicas"] = json!(3);
+    let (out, changes) = run(&two, &admin);
+    assert_eq!(min_max(&out), (3, 20), "{changes:?}");
+    // What the engine then recorded holds: mutating again changes nothing,
+    // and a policy without replicas keeps the admin's 3.
+    assert_eq!(run(&two, &out).1, Vec::<String>::new());
+    assert_eq!(min_max(&run(&none, &out).0), (3, 20));
+    let (out, _) = run(&policy("  replicas: 5\n"), &out);
+    assert_eq!(min_max(&out), (5, 22));
+}
+
+/// HPAs an earlier release of the engine changed carry the originals only:
+/// values that are one of its writes keep them; others were set since.
+#[test]
+fn hpas_with_only_the_originals_recorded() {
+    let none = policy("  leaderElection: {buckets: 2}\n");
+    let recorded = |min: i64, max: i64| {
+        let mut h = hpa(min, max);
+        h["metadata"]["annotations"] = json!({
+            "knativeha.dev/original-min-replicas": "1",
+            "knativeha.dev/original-max-replicas": "20"});
+        h
+    };
+    assert_eq!(min_max(&run(&none, &recorded(3, 22)).0), (1, 20));
+    assert_eq!(min_max(&run(&none, &recorded(3, 30)).0), (3, 30));
+}

@@ -25,7 +25,7 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::hpa::{ORIGINAL_MAX, ORIGINAL_MIN};
+use super::hpa::{ORIGINAL_MAX, ORIGINAL_MIN, WRITTEN_MAX, WRITTEN_MIN};
 use super::leader::HASH_ANNOTATION;
 use super::pdb;
 
@@ -53,6 +53,8 @@ const METADATA: Shape = Object(&[
         Object(&[
             (ORIGINAL_MIN, Keep),
             (ORIGINAL_MAX, Keep),
+            (WRITTEN_MIN, Keep),
+            (WRITTEN_MAX, Keep),
             (pdb::ORIGINAL, Keep),
             (pdb::WRITTEN, Keep),
         ]),
