@@ -298,3 +298,27 @@ fn hpas_with_only_the_originals_recorded() {
     assert_eq!(min_max(&run(&none, &recorded(3, 22)).0), (1, 20));
     assert_eq!(min_max(&run(&none, &recorded(3, 30)).0), (3, 30));
 }
+
+/// Item 6: an object labelled `knativeha.dev/skip: "true"` never reaches
+/// the webhook (the chart's objectSelector); the engine leaves it alone
+/// too, so `preview`, `audit` and the reconciler agree with admission.
+#[test]
+fn objects_labelled_skip_are_never_changed() {
+    let p = support::load_policy("examples/policy.yaml");
+    let objects = [
+        support::fixture("Deployment", NS, "controller"),
+        support::fixture("HorizontalPodAutoscaler", NS, "activator"),
+        support::fixture("PodDisruptionBudget", NS, "activator-pdb"),
+        support::fixture("ConfigMap", NS, "config-leader-election"),
+    ];
+    for object in objects {
+        let what = support::corpus::label(&object);
+        assert!(!run(&p, &object).1.is_empty(), "{what} is governed");
+        let mut skipped = object.clone();
+        skipped["metadata"]["labels"]["knativeha.dev/skip"] = json!("true");
+        assert_eq!(run(&p, &skipped), (skipped.clone(), vec![]), "{what}");
+        let mut not = object.clone();
+        not["metadata"]["labels"]["knativeha.dev/skip"] = json!("false");
+        assert!(!run(&p, &not).1.is_empty(), "{what}: only \"true\" skips");
+    }
+}

@@ -262,7 +262,7 @@ proptest! {
 }
 
 /// Issue 22: what the rules over an object's life read is in the view: the
-/// legacy leader-election keys Knative still reads.
+/// legacy leader-election keys Knative still reads, the opt-out label.
 #[test]
 fn what_the_lifecycle_rules_read_is_kept() {
     let mut cm = OBJECTS
@@ -274,5 +274,8 @@ fn what_the_lifecycle_rules_read_is_kept() {
     same_answer(&cm).unwrap();
     cm["data"]["renewDeadline"] = "10s".into();
     cm["data"]["leaseDuration"] = "15s".into();
+    same_answer(&cm).unwrap();
+    // The opt-out label.
+    cm["metadata"]["labels"]["knativeha.dev/skip"] = "true".into();
     same_answer(&cm).unwrap();
 }

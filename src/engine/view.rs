@@ -47,6 +47,8 @@ const METADATA: Shape = Object(&[
     ("namespace", Keep),
     ("generateName", Keep),
     ("ownerReferences", Keep),
+    // The opt-out label.
+    ("labels", Object(&[(super::SKIP_LABEL, Keep)])),
     // HorizontalPodAutoscaler and PodDisruptionBudget: the records.
     (
         "annotations",
