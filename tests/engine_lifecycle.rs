@@ -322,3 +322,38 @@ fn objects_labelled_skip_are_never_changed() {
         assert!(!run(&p, &not).1.is_empty(), "{what}: only \"true\" skips");
     }
 }
+
+/// Item 13: integers at the edges never overflow the engine's arithmetic
+/// (the rollout's 25%, a percentage of the replicas, an HPA's bump).
+#[test]
+fn extreme_integers_are_answered_without_overflow() {
+    let required = policy(
+        "  replicas: 3\n  podAntiAffinity: {type: Required}\n  workloads:\n  - {name: activator, replicas: 4}\n",
+    );
+    for replicas in [i64::MAX, i64::MIN, i64::MAX / 25 + 1, -1] {
+        for max_unavailable in [None, Some(json!("50%")), Some(json!("100%"))] {
+            // HPA-backed: the engine keeps its replicas and reads them.
+            let mut d = support::fixture("Deployment", NS, "activator");
+            d["spec"]["replicas"] = json!(replicas);
+            if let Some(m) = &max_unavailable {
+                d["spec"]["strategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": m}});
+            } else {
+                d["spec"].as_object_mut().unwrap().remove("strategy");
+            }
+            run(&required, &d);
+        }
+    }
+    for (min, max) in [(i64::MIN, i64::MAX), (i64::MIN, i64::MIN), (0, i64::MAX), (-5, 1)] {
+        let (out, _) = run(&required, &hpa(min, max));
+        let (m, x) = min_max(&out);
+        assert!(m >= 4 && x >= m, "{min}/{max} -> {m}/{x}");
+        // Recorded originals at the edges too.
+        let mut h = hpa(4, 4);
+        h["metadata"]["annotations"] = json!({
+            "knativeha.dev/original-min-replicas": "0",
+            "knativeha.dev/original-max-replicas": i64::MAX.to_string(),
+            "knativeha.dev/written-min-replicas": min.to_string(),
+            "knativeha.dev/written-max-replicas": max.to_string()});
+        run(&required, &h);
+    }
+}
