@@ -114,6 +114,8 @@ fn example_cases() -> Vec<Case> {
             patch: json!([
                 {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-min-replicas": "1"}},
                 {"op": "add", "path": "/metadata/annotations/knativeha.dev~1original-max-replicas", "value": "20"},
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-min-replicas", "value": "5"},
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-max-replicas", "value": "24"},
                 {"op": "replace", "path": "/spec/minReplicas", "value": 5},
                 {"op": "replace", "path": "/spec/maxReplicas", "value": 24}
             ]),
@@ -129,6 +131,8 @@ fn example_cases() -> Vec<Case> {
             patch: json!([
                 {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-min-replicas": "1"}},
                 {"op": "add", "path": "/metadata/annotations/knativeha.dev~1original-max-replicas", "value": "5"},
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-min-replicas", "value": "3"},
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-max-replicas", "value": "7"},
                 {"op": "replace", "path": "/spec/minReplicas", "value": 3},
                 {"op": "replace", "path": "/spec/maxReplicas", "value": 7}
             ]),
@@ -143,7 +147,10 @@ fn example_cases() -> Vec<Case> {
             object: "activator-pdb",
             patch: json!([
                 {"op": "add", "path": "/spec/maxUnavailable", "value": 1},
-                {"op": "remove", "path": "/spec/minAvailable"}
+                {"op": "remove", "path": "/spec/minAvailable"},
+                // Issue 22: what the engine replaced and wrote, recorded.
+                {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}"}},
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"maxUnavailable\":1}"}
             ]),
             changes: &[
                 "poddisruptionbudget/activator-pdb: spec.maxUnavailable unset -> 1, spec.minAvailable \"80%\" -> removed (policy serving)",
@@ -156,7 +163,10 @@ fn example_cases() -> Vec<Case> {
             object: "webhook-pdb",
             patch: json!([
                 {"op": "add", "path": "/spec/maxUnavailable", "value": 1},
-                {"op": "remove", "path": "/spec/minAvailable"}
+                {"op": "remove", "path": "/spec/minAvailable"},
+                // Issue 22: what the engine replaced and wrote, recorded.
+                {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}"}},
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"maxUnavailable\":1}"}
             ]),
             changes: &[
                 "poddisruptionbudget/webhook-pdb: spec.maxUnavailable unset -> 1, spec.minAvailable \"80%\" -> removed (policy serving)",
@@ -445,6 +455,8 @@ fn hpa_is_never_lowered_and_max_keeps_up() {
         json!([
             {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-min-replicas": "2"}},
             {"op": "add", "path": "/metadata/annotations/knativeha.dev~1original-max-replicas", "value": "2"},
+            {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-min-replicas", "value": "3"},
+            {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-max-replicas", "value": "3"},
             {"op": "replace", "path": "/spec/minReplicas", "value": 3},
             {"op": "replace", "path": "/spec/maxReplicas", "value": 3}
         ])
@@ -459,6 +471,8 @@ fn hpa_is_never_lowered_and_max_keeps_up() {
         json!([
             {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-min-replicas": "1"}},
             {"op": "add", "path": "/metadata/annotations/knativeha.dev~1original-max-replicas", "value": "10"},
+            {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-min-replicas", "value": "3"},
+            {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-max-replicas", "value": "12"},
             {"op": "add", "path": "/spec/minReplicas", "value": 3},
             {"op": "replace", "path": "/spec/maxReplicas", "value": 12}
         ])
@@ -575,7 +589,11 @@ fn pdb_values_keep_their_type() {
     let (patch, changes) = run(&policy, "knative-serving", &pdb);
     assert_eq!(
         patch,
-        json!([{"op": "replace", "path": "/spec/minAvailable", "value": "50%"}])
+        json!([
+            {"op": "replace", "path": "/spec/minAvailable", "value": "50%"},
+            {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}"}},
+            {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"minAvailable\":\"50%\"}"}
+        ])
     );
     assert_eq!(
         changes,

@@ -208,7 +208,7 @@ fn arb_deployment() -> impl Strategy<Value = (Value, Option<&'static str>)> {
     (
         prop::sample::select(NAMES.to_vec()),
         prop::option::of(prop::sample::select(NAMESPACES.to_vec())),
-        prop::option::of(0..6i64),
+        prop::option::of(prop_oneof![4 => 0..6i64, 1 => arb_extreme()]),
         prop::option::of(prop::sample::select(vec![json!({"app": "x"}), json!({"app": "x", "role": "x"}), json!({})])),
         arb_existing_anti_affinity(),
         any::<bool>(),
@@ -269,13 +269,26 @@ fn arb_deployment() -> impl Strategy<Value = (Value, Option<&'static str>)> {
         })
 }
 
+/// Integers at the edges of what the engine may multiply, add or subtract
+/// (issue 22 item 13).
+fn arb_extreme() -> impl Strategy<Value = i64> {
+    prop::sample::select(vec![
+        i64::MAX,
+        i64::MIN,
+        i64::MAX / 25 + 1,
+        i64::from(i32::MAX),
+        i64::from(i32::MIN),
+        -1,
+    ])
+}
+
 fn arb_hpa() -> impl Strategy<Value = (Value, Option<&'static str>)> {
     (
         prop::sample::select(vec!["autoscaling/v2", "autoscaling/v1"]),
         prop::sample::select(NAMES.to_vec()),
         prop::option::of(prop::sample::select(NAMESPACES.to_vec())),
-        prop::option::of(1..8i64),
-        1..30i64,
+        prop::option::of(prop_oneof![4 => 1..8i64, 1 => arb_extreme()]),
+        prop_oneof![4 => 1..30i64, 1 => arb_extreme()],
         prop::sample::select(vec!["Deployment", "StatefulSet"]),
     )
         .prop_map(|(api, name, ns, min, max, kind)| {
@@ -290,7 +303,8 @@ fn arb_hpa() -> impl Strategy<Value = (Value, Option<&'static str>)> {
 fn arb_pdb() -> impl Strategy<Value = (Value, Option<&'static str>)> {
     let v = prop_oneof![
         (0..4i64).prop_map(|n| json!(n)),
-        (0..=100u32).prop_map(|n| json!(format!("{n}%")))
+        (0..=100u32).prop_map(|n| json!(format!("{n}%"))),
+        arb_extreme().prop_map(|n| json!(n)),
     ];
     (
         prop::sample::select(NAMES.to_vec()),
@@ -328,11 +342,20 @@ fn arb_configmap() -> impl Strategy<Value = (Value, Option<&'static str>)> {
                 "lease-duration",
                 "renew-deadline",
                 "retry-period",
+                // The legacy keys Knative still reads (issue 22).
+                "leaseDuration",
+                "renewDeadline",
+                "retryPeriod",
                 "_example",
                 "a/b~c",
             ])
             .prop_map(String::from),
-            prop::sample::select(vec!["1", "5", "60s", "1m", "40s", "10s", "x"])
+            prop::sample::select(vec![
+                "1", "5", "60s", "1m", "40s", "10s", "x", "0",
+                // Durations at the edge of Go's int64 nanoseconds.
+                "9223372036854775807ns", "2562047h47m16.854775807s", "2562048h",
+                "94522879700260684295381835.9h",
+            ])
                 .prop_map(Value::from),
             0..5,
         )),

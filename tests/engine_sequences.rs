@@ -124,3 +124,111 @@ proptest! {
         }
     }
 }
+
+/// A budget setting as policy YAML.
+fn arb_budget() -> impl Strategy<Value = Option<String>> {
+    prop::option::of(prop::sample::select(vec![
+        "{minAvailable: 0}",
+        "{minAvailable: 1}",
+        "{minAvailable: 2}",
+        "{minAvailable: 3}",
+        "{minAvailable: \"50%\"}",
+        "{minAvailable: \"80%\"}",
+        "{maxUnavailable: 1}",
+        "{maxUnavailable: \"25%\"}",
+    ]))
+    .prop_map(|b| b.map(String::from))
+}
+
+/// Policies that raise the HPA-backed Deployments or not, with budgets
+/// globally and for the activator; a policy `check` refuses loses its
+/// budgets (as a user would have to).
+fn arb_budget_policy() -> impl Strategy<Value = Policy> {
+    (
+        prop::option::of(1..=4i32),
+        arb_budget(),
+        prop::option::of((prop::option::of(1..=4i32), arb_budget())),
+    )
+        .prop_map(|(replicas, global, activator)| {
+            let text = |with_budgets: bool| {
+                let mut spec = String::new();
+                if let Some(r) = replicas {
+                    spec.push_str(&format!("  replicas: {r}\n"));
+                }
+                if let Some(b) = global.as_ref().filter(|_| with_budgets) {
+                    spec.push_str(&format!("  podDisruptionBudget: {b}\n"));
+                }
+                if let Some((r, b)) = &activator {
+                    spec.push_str("  workloads:\n  - name: activator\n");
+                    if let Some(r) = r {
+                        spec.push_str(&format!("    replicas: {r}\n"));
+                    }
+                    if let Some(b) = b.as_ref().filter(|_| with_budgets) {
+                        spec.push_str(&format!("    podDisruptionBudget: {b}\n"));
+                    }
+                }
+                format!(
+                    "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: {NS}\n{spec}"
+                )
+            };
+            Policy::from_yaml(&text(true))
+                .or_else(|_| Policy::from_yaml(&text(false)))
+                .expect("generated policy is valid")
+        })
+}
+
+/// The budget fields of a PDB.
+fn budget(pdb: &Value) -> Vec<(String, Value)> {
+    ["minAvailable", "maxUnavailable"]
+        .iter()
+        .filter_map(|f| Some((f.to_string(), pdb["spec"].get(*f)?.clone())))
+        .collect()
+}
+
+/// The disruptions a budget allows with `replicas` pods (percentages round
+/// up, as in Kubernetes' disruption controller).
+fn allowed(budget: &[(String, Value)], replicas: i64) -> i64 {
+    let (field, value) = &budget[0];
+    let resolved = match value {
+        Value::String(s) => {
+            let p: i64 = s.trim_end_matches('%').parse().unwrap();
+            (p * replicas + 99) / 100
+        }
+        v => v.as_i64().unwrap(),
+    };
+    if field == "minAvailable" {
+        replicas - resolved
+    } else {
+        resolved.min(replicas)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Issue 22 item 2: after every policy of a sequence, no budget the
+    /// engine wrote allows zero disruptions at the replicas that really
+    /// run (the HPA's minReplicas, through the same sequence).
+    #[test]
+    fn no_budget_the_engine_wrote_blocks_drains_at_what_runs(
+        policies in prop::collection::vec(arb_budget_policy(), 2..=4),
+        name in prop::sample::select(HPA_BACKED.to_vec()),
+    ) {
+        let mut hpa = support::fixture("HorizontalPodAutoscaler", NS, name);
+        let shipped = support::fixture("PodDisruptionBudget", NS, &format!("{name}-pdb"));
+        let mut pdb = shipped.clone();
+        for (i, p) in policies.iter().enumerate() {
+            hpa = mutate(p, &hpa);
+            pdb = mutate(p, &pdb);
+            let runs = hpa["spec"]["minReplicas"].as_i64().unwrap();
+            let now = budget(&pdb);
+            if now != budget(&shipped) {
+                prop_assert!(
+                    allowed(&now, runs) > 0,
+                    "{name} after policy {i}: {now:?} with {runs} replicas\n{:#?}",
+                    policies.iter().map(|p| &p.spec).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+}

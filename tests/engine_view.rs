@@ -42,6 +42,17 @@ spec:
   exclude: [webhook]
   governOperatorOwned: true
 "#,
+    // Issue 22: a single duration, merged with what the ConfigMap holds
+    // (the legacy keys too); HPAs raised from what someone else set.
+    r#"
+apiVersion: knativeha.dev/v1alpha1
+kind: HighAvailabilityPolicy
+metadata: {name: partial}
+spec:
+  targetNamespace: knative-serving
+  replicas: 2
+  leaderElection: {renewDeadline: 20s}
+"#,
 ];
 
 static POLICIES_PARSED: LazyLock<Vec<Policy>> = LazyLock::new(|| {
@@ -152,6 +163,8 @@ fn arb_object() -> impl Strategy<Value = Value> {
             "activator",
             "config-leader-election",
             "knative-serving",
+            "30s",
+            "true",
             "RollingUpdate",
             "25%",
             "--disable-ha",
@@ -192,6 +205,11 @@ fn arb_object() -> impl Strategy<Value = Value> {
         "data",
         "buckets",
         "lease-duration",
+        "renew-deadline",
+        "retry-period",
+        "leaseDuration",
+        "renewDeadline",
+        "retryPeriod",
         "status",
         "image",
     ]);
@@ -241,4 +259,23 @@ proptest! {
             prop_assert!(same_answer(&object).is_ok(), "{}", same_answer(&object).unwrap_err());
         }
     }
+}
+
+/// Issue 22: what the rules over an object's life read is in the view: the
+/// legacy leader-election keys Knative still reads, the opt-out label.
+#[test]
+fn what_the_lifecycle_rules_read_is_kept() {
+    let mut cm = OBJECTS
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "config-leader-election")
+        .expect("config-leader-election")
+        .clone();
+    cm["data"]["retryPeriod"] = "30s".into();
+    same_answer(&cm).unwrap();
+    cm["data"]["renewDeadline"] = "10s".into();
+    cm["data"]["leaseDuration"] = "15s".into();
+    same_answer(&cm).unwrap();
+    // The opt-out label.
+    cm["metadata"]["labels"]["knativeha.dev/skip"] = "true".into();
+    same_answer(&cm).unwrap();
 }

@@ -86,3 +86,66 @@ fn pod_disruption_budgets_must_allow_a_disruption() {
     assert!(errors("  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n").is_empty());
     assert!(errors("  replicas: 5\n  podDisruptionBudget: {minAvailable: \"80%\"}\n").is_empty());
 }
+
+/// Issue 22 item 2: a budget is judged against the replicas the output
+/// really runs; with no replicas in the policy that is what Knative ships
+/// (the activator and webhook HPAs keep minReplicas 1).
+#[test]
+fn pod_disruption_budgets_are_judged_at_the_replicas_knative_runs_without_a_policy_count() {
+    let shipped = "spec.replicas unset: Knative ships 1, the activator and webhook HPAs' minReplicas";
+    let cases: Vec<(&str, String)> = vec![
+        (
+            "  podDisruptionBudget: {minAvailable: \"99%\"}\n",
+            format!("spec.podDisruptionBudget.minAvailable: \"99%\" (rounds up to 1) with 1 replica ({shipped}) {BLOCKS}; it must stay below 1"),
+        ),
+        (
+            "  podDisruptionBudget: {minAvailable: 1}\n",
+            format!("spec.podDisruptionBudget.minAvailable: 1 with 1 replica ({shipped}) {BLOCKS}; it must stay below 1"),
+        ),
+        (
+            "  workloads:\n  - name: activator\n    podDisruptionBudget: {minAvailable: 2}\n",
+            format!("spec.workloads[0].podDisruptionBudget.minAvailable: 2 with 1 replica (spec.workloads[0].replicas and spec.replicas unset: Knative ships 1 for activator) {BLOCKS}; it must stay below 1"),
+        ),
+        // A workload override without its own budget does not lift the
+        // Deployments the policy leaves at what Knative ships.
+        (
+            "  workloads:\n  - {name: activator, replicas: 5}\n  podDisruptionBudget: {minAvailable: 2}\n",
+            format!("spec.podDisruptionBudget.minAvailable: 2 with 1 replica ({shipped}) {BLOCKS}; it must stay below 1"),
+        ),
+    ];
+    for (spec, want) in cases {
+        assert_eq!(errors(spec), vec![want], "{spec}");
+    }
+    for ok in [
+        "  podDisruptionBudget: {maxUnavailable: 1}\n",
+        "  podDisruptionBudget: {maxUnavailable: \"10%\"}\n",
+        "  podDisruptionBudget: {minAvailable: 0}\n",
+        "  workloads:\n  - name: activator\n    replicas: 3\n    podDisruptionBudget: {minAvailable: 2}\n",
+        "  replicas: 2\n  workloads:\n  - name: activator\n    podDisruptionBudget: {minAvailable: 1}\n",
+    ] {
+        assert_eq!(errors(ok), Vec::<String>::new(), "{ok}");
+    }
+}
+
+/// Issue 22 item 8: eventing-controller scales `pingsource-mt-adapter`
+/// 0 <-> 1, so replicas for it are never applied and a budget sees one pod.
+#[test]
+fn pingsource_mt_adapter_replicas_and_blocking_budgets_are_refused() {
+    let why = "pingsource-mt-adapter runs 0 or 1: eventing-controller scales it on demand, never to the policy's replicas";
+    assert_eq!(
+        errors("  workloads:\n  - {name: pingsource-mt-adapter, replicas: 3}\n"),
+        vec![format!(
+            "spec.workloads[0].replicas: {why}, so this is never applied; remove it, got 3"
+        )]
+    );
+    assert_eq!(
+        errors("  replicas: 3\n  workloads:\n  - name: pingsource-mt-adapter\n    podDisruptionBudget: {minAvailable: 1}\n"),
+        vec![format!(
+            "spec.workloads[0].podDisruptionBudget.minAvailable: 1 with 1 replica ({why}) {BLOCKS}; it must stay below 1"
+        )]
+    );
+    assert!(
+        errors("  replicas: 3\n  workloads:\n  - name: pingsource-mt-adapter\n    podDisruptionBudget: {maxUnavailable: 1}\n")
+            .is_empty()
+    );
+}

@@ -257,3 +257,40 @@ fn names_come_from_the_object_when_the_request_has_none() {
     };
     assert_eq!((&*r.namespace, &*r.name, &*r.uid), ("ns", "web-*", "u\"1"));
 }
+
+/// Issue 22 item 1 at admission: a `config-leader-election` holding the
+/// legacy `retryPeriod` Knative still reads gets no `renew-deadline` that
+/// would stop its leader election, and the answer says why.
+#[test]
+fn legacy_leader_election_keys_hold_the_durations_back_at_admission() {
+    let policy = Policy::from_yaml(
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: p}\nspec:\n  targetNamespace: knative-serving\n  leaderElection: {buckets: 2, renewDeadline: 20s}\n",
+    )
+    .unwrap();
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "config-leader-election", "namespace": "knative-serving"},
+        "data": {"retryPeriod": "30s"}});
+    let reply = review(
+        &Snapshot::from_policies([policy]),
+        &review_json("UPDATE", "knative-serving", cm),
+        &ReviewOptions::default(),
+    );
+    let response = &reply.body["response"];
+    assert_eq!(response["allowed"], true);
+    use base64::Engine as _;
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().expect("buckets are written"))
+        .unwrap();
+    let patch: Value = serde_json::from_slice(&patch).unwrap();
+    assert_eq!(
+        patch,
+        serde_json::json!([{"op": "add", "path": "/data/buckets", "value": "2"}])
+    );
+    let warnings = response["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w.as_str().unwrap().contains(
+            "leader election durations not written: renew-deadline \"20s\" (policy) must be greater than retryPeriod \"30s\" (ConfigMap, legacy key Knative still reads)"
+        )),
+        "{warnings:?}"
+    );
+}

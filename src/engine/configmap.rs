@@ -7,7 +7,10 @@
 //! The policy's durations are merged over the ConfigMap's (Knative's
 //! defaults for keys neither sets) and checked with client-go's rules; when
 //! the merged set would make every leader-elected process exit, no duration
-//! is written and a warning names the rule and the values.
+//! is written and a warning names the rule and the values. The ConfigMap is
+//! read as Knative reads it: the legacy camelCase keys (`leaseDuration`,
+//! `renewDeadline`, `retryPeriod`) count unless the kebab-case key of the
+//! same duration is there.
 
 use std::borrow::Cow;
 
@@ -23,6 +26,8 @@ use crate::policy::{
 };
 
 const TIMING_KEYS: [&str; 3] = ["lease-duration", "renew-deadline", "retry-period"];
+/// The camelCase keys knative.dev/pkg still reads before the kebab ones.
+pub const LEGACY_KEYS: [&str; 3] = ["leaseDuration", "renewDeadline", "retryPeriod"];
 const DEFAULTS: [&str; 3] = [
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,
@@ -43,6 +48,70 @@ fn current<'v>(
     }
 }
 
+/// One duration as Knative will read it once the engine's keys are written:
+/// the key it comes from, its text and where that is.
+struct Read<'v> {
+    key: &'static str,
+    text: &'v str,
+    from: &'static str,
+}
+
+/// Where a legacy key's value comes from, as the warnings show it.
+const LEGACY: &str = "ConfigMap, legacy key Knative still reads";
+
+/// Duration `i` (0 lease, 1 renew, 2 retry) as knative.dev/pkg reads it
+/// (`leaderelection/config.go`): the camelCase legacy key first, then the
+/// kebab-case key, which overrides only the key it names; Knative's default
+/// when neither is there. The policy's value is the kebab key the engine
+/// writes. `Err` says why Knative would refuse the ConfigMap whatever the
+/// engine writes (a legacy value it cannot parse).
+fn knative_reads<'v>(
+    t: &Target<'_>,
+    ours: Option<&'v str>,
+    data: Option<&'v Map<String, Value>>,
+    i: usize,
+) -> Result<Result<(Read<'v>, u128), String>, EngineError> {
+    let legacy = current(t, data, LEGACY_KEYS[i])?;
+    if let Some(text) = legacy
+        && let Err(why) = parse_go_duration(text)
+    {
+        let key = LEGACY_KEYS[i];
+        return Ok(Err(format!(
+            "{key} {text:?} ({LEGACY}) is not a Go duration: {why}"
+        )));
+    }
+    let read = match (ours, current(t, data, TIMING_KEYS[i])?, legacy) {
+        (Some(text), _, _) => Read {
+            key: TIMING_KEYS[i],
+            text,
+            from: "policy",
+        },
+        (None, Some(text), _) => Read {
+            key: TIMING_KEYS[i],
+            text,
+            from: "ConfigMap",
+        },
+        (None, None, Some(text)) => Read {
+            key: LEGACY_KEYS[i],
+            text,
+            from: LEGACY,
+        },
+        (None, None, None) => Read {
+            key: TIMING_KEYS[i],
+            text: DEFAULTS[i],
+            from: "Knative default",
+        },
+    };
+    let (key, text, from) = (read.key, read.text, read.from);
+    Ok(match parse_go_duration(text) {
+        Ok(0) => Err(format!(
+            "{key} {text:?} ({from}) must be greater than zero (client-go leader election refuses to start otherwise)"
+        )),
+        Ok(ns) => Ok((read, ns)),
+        Err(why) => Err(format!("{key} {text:?} ({from}) is not a Go duration: {why}")),
+    })
+}
+
 /// Why the merged durations would stop Knative, or None when they are valid
 /// (or the policy sets no duration).
 fn merged_timing_problem(
@@ -54,32 +123,25 @@ fn merged_timing_problem(
     if ours.iter().all(|v| v.is_none()) {
         return Ok(None);
     }
-    let mut merged = [("", ""); 3];
+    let mut merged = Vec::with_capacity(3);
     let mut ns = [0u128; 3];
     for i in 0..3 {
-        let key = TIMING_KEYS[i];
-        let (text, from) = match (ours[i], current(t, data, key)?) {
-            (Some(v), _) => (v.as_str(), "policy"),
-            (None, Some(v)) => (v, "ConfigMap"),
-            (None, None) => (DEFAULTS[i], "Knative default"),
-        };
-        match parse_go_duration(text) {
-            Ok(v) => ns[i] = v,
-            Err(why) => {
-                return Ok(Some(format!(
-                    "{key} {text:?} ({from}) is not a Go duration: {why}"
-                )));
+        match knative_reads(t, ours[i].as_deref(), data, i)? {
+            Ok((read, v)) => {
+                merged.push(read);
+                ns[i] = v;
             }
+            Err(problem) => return Ok(Some(problem)),
         }
-        merged[i] = (text, from);
     }
     let broken = broken_timing_rules(ns[0], ns[1], ns[2]);
     if broken.is_empty() {
         return Ok(None);
     }
     // Only now, with something to say, are the values written out.
-    let shown: Vec<String> = (0..3)
-        .map(|i| format!("{} {:?} ({})", TIMING_KEYS[i], merged[i].0, merged[i].1))
+    let shown: Vec<String> = merged
+        .iter()
+        .map(|r| format!("{} {:?} ({})", r.key, r.text, r.from))
         .collect();
     Ok(Some(
         broken

@@ -183,9 +183,12 @@ fn rolling_update(
     let current = super::lookup(t.object, MAX_UNAVAILABLE).filter(|v| !v.is_null());
     // Kubernetes rounds a maxUnavailable percentage down.
     let resolved = match current {
-        None => replicas * 25 / 100,
+        // Saturating: the replicas come from the object as they are.
+        None => replicas.saturating_mul(25) / 100,
         Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
-        Some(Value::String(s)) => parse_percent(s).map_or(1, |p| replicas * i64::from(p) / 100),
+        Some(Value::String(s)) => {
+            parse_percent(s).map_or(1, |p| replicas.saturating_mul(i64::from(p)) / 100)
+        }
         Some(_) => 1,
     };
     if resolved > 0 {

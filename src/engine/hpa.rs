@@ -1,11 +1,18 @@
 //! HorizontalPodAutoscalers (autoscaling/v2 and v1): the Knative Operator's
-//! rule, computed from the values the webhook first saw. Those are recorded
-//! once, in the annotations [`ORIGINAL_MIN`] / [`ORIGINAL_MAX`], when the
-//! engine first changes the HPA. With effective replicas N for the target
-//! Deployment and originals (min, max): when `min < N`, `minReplicas = N`
-//! and `maxReplicas = max + (N - min)`; otherwise the originals. So lowering
-//! or removing the policy (or turning leader election off) brings the HPA
-//! back down.
+//! rule, computed from the values the engine did not write itself. With
+//! effective replicas N for the target Deployment and originals (min, max):
+//! when `min < N`, `minReplicas = N` and `maxReplicas = max + (N - min)`;
+//! otherwise the originals. So lowering or removing the policy (or turning
+//! leader election off) brings the HPA back down, never below what others
+//! set.
+//!
+//! The originals are recorded in [`ORIGINAL_MIN`] / [`ORIGINAL_MAX`] when
+//! the engine first changes the HPA, and what it writes in [`WRITTEN_MIN`] /
+//! [`WRITTEN_MAX`]. A value that differs from the engine's last write was
+//! set by someone else since (a release's `kubectl apply`, an admin): it is
+//! that field's new original, as the Operator starts from the current
+//! values. (HPAs an earlier engine changed carry the originals only: values
+//! the rule cannot have produced from them count as set since.)
 
 use serde_json::{Value, json};
 
@@ -16,6 +23,8 @@ const MIN: &[&str] = &["spec", "minReplicas"];
 const MAX: &[&str] = &["spec", "maxReplicas"];
 pub const ORIGINAL_MIN: &str = "knativeha.dev/original-min-replicas";
 pub const ORIGINAL_MAX: &str = "knativeha.dev/original-max-replicas";
+pub const WRITTEN_MIN: &str = "knativeha.dev/written-min-replicas";
+pub const WRITTEN_MAX: &str = "knativeha.dev/written-max-replicas";
 
 fn recorded(t: &Target<'_>, key: &str) -> Result<Option<i64>, EngineError> {
     let annotations = t.object_at(&["metadata", "annotations"])?;
@@ -24,6 +33,56 @@ fn recorded(t: &Target<'_>, key: &str) -> Result<Option<i64>, EngineError> {
         .and_then(Value::as_str)
         .and_then(|s| s.parse::<i64>().ok())
         .filter(|n| *n >= 0))
+}
+
+fn pair(t: &Target<'_>, keys: [&str; 2]) -> Result<Option<(i64, i64)>, EngineError> {
+    Ok(match (recorded(t, keys[0])?, recorded(t, keys[1])?) {
+        (Some(a), Some(b)) => Some((a, b)),
+        _ => None,
+    })
+}
+
+/// The Operator's rule: `(min, max)` from the originals and N.
+fn rule((orig_min, orig_max): (i64, i64), n: Option<i64>) -> (i64, i64) {
+    match n {
+        Some(n) if n > orig_min => (
+            n,
+            orig_max.saturating_add(n.saturating_sub(orig_min)).max(n),
+        ),
+        _ => (orig_min, orig_max),
+    }
+}
+
+/// The originals to start from, and what says why they are not the recorded
+/// ones (the fields set since the engine's last write; empty when none).
+fn originals(t: &Target<'_>, current: (i64, i64)) -> Result<((i64, i64), String), EngineError> {
+    let Some(orig) = pair(t, [ORIGINAL_MIN, ORIGINAL_MAX])? else {
+        return Ok((current, String::new()));
+    };
+    let Some(written) = pair(t, [WRITTEN_MIN, WRITTEN_MAX])? else {
+        // Recorded by an earlier engine: one of its writes, or set since.
+        if current == orig || current == rule(orig, Some(current.0)) {
+            return Ok((orig, String::new()));
+        }
+        let since = format!(
+            "spec.minReplicas {} and spec.maxReplicas {} are not what the engine wrote from {}/{}",
+            current.0, current.1, orig.0, orig.1
+        );
+        return Ok((current, since));
+    };
+    let fields = [
+        ("spec.minReplicas", current.0, written.0, orig.0),
+        ("spec.maxReplicas", current.1, written.1, orig.1),
+    ];
+    let start = fields.map(|(_, now, wrote, orig)| if now == wrote { orig } else { now });
+    let since: Vec<String> = fields
+        .iter()
+        .filter(|(_, now, wrote, _)| now != wrote)
+        .map(|(field, now, wrote, _)| {
+            format!("{field} {now} was set since the engine wrote {wrote}")
+        })
+        .collect();
+    Ok(((start[0], start[1]), since.join("; ")))
 }
 
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
@@ -39,30 +98,26 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         return Err(t.malformed("spec.maxReplicas is required"));
     };
     let min = current_min.unwrap_or(1);
-    let (rec_min, rec_max) = (recorded(t, ORIGINAL_MIN)?, recorded(t, ORIGINAL_MAX)?);
-    let (orig_min, orig_max) = match (rec_min, rec_max) {
-        (Some(a), Some(b)) => (a, b),
-        _ => (min, max),
-    };
+    let (orig, since) = originals(t, (min, max))?;
     let n = if t.ha_disabled() {
         None
     } else {
         t.wanted_replicas(target).map(i64::from)
     };
-    let (want_min, want_max) = match n {
-        Some(n) if n > orig_min => (n, orig_max.saturating_add(n - orig_min).max(n)),
-        _ => (orig_min, orig_max),
-    };
+    let (want_min, want_max) = rule(orig, n);
     if want_min == min && want_max == max {
         return Ok((None, Vec::new()));
     }
     let mut p = Patcher::new(t.object);
-    if rec_min.is_none() || rec_max.is_none() {
-        super::check_parents(t, &["metadata", "annotations", ORIGINAL_MIN])?;
-        for (key, v) in [(ORIGINAL_MIN, orig_min), (ORIGINAL_MAX, orig_max)] {
-            p.set(&["metadata", "annotations", key], json!(v.to_string()))
-                .map_err(|e| t.malformed(e))?;
-        }
+    super::check_parents(t, &["metadata", "annotations", ORIGINAL_MIN])?;
+    for (key, v) in [
+        (ORIGINAL_MIN, orig.0),
+        (ORIGINAL_MAX, orig.1),
+        (WRITTEN_MIN, want_min),
+        (WRITTEN_MAX, want_max),
+    ] {
+        p.set(&["metadata", "annotations", key], json!(v.to_string()))
+            .map_err(|e| t.malformed(e))?;
     }
     let mut parts = Vec::new();
     if want_min != min || current_min.is_none() {
@@ -76,7 +131,11 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         p.set(MAX, json!(want_max)).map_err(|e| t.malformed(e))?;
         parts.push(format!("spec.maxReplicas {max} -> {want_max}"));
     }
-    let from = format!("from the original {orig_min}/{orig_max}");
+    let from = if since.is_empty() {
+        format!("from the original {}/{}", orig.0, orig.1)
+    } else {
+        format!("from {}/{}: {since}", orig.0, orig.1)
+    };
     Ok((
         Some(p),
         vec![t.change(format!("{} ({from})", parts.join(", ")))],

@@ -10,7 +10,8 @@
 //!   ([`deployment`]), `autoscaling/v2` and `autoscaling/v1`
 //!   HorizontalPodAutoscaler ([`hpa`]), `policy/v1` PodDisruptionBudget
 //!   ([`pdb`]) and `v1` ConfigMap `config-leader-election` ([`configmap`]);
-//!   anything else gets an empty mutation without being copied.
+//!   anything else gets an empty mutation without being copied;
+//! - objects labelled [`SKIP_LABEL`] `"true"` get an empty mutation;
 //! - the patch is recorded while a copy of the object is changed
 //!   ([`patch::Patcher`]), so it applies cleanly and mutating the result
 //!   again yields an empty patch.
@@ -80,6 +81,12 @@ pub const LEADER_ELECTED_DEPLOYMENTS: &[&str] = &[
 
 /// The API group of the Knative Operator's resources.
 pub const OPERATOR_API_GROUP: &str = "operator.knative.dev";
+
+/// The opt-out label: an object labelled `knativeha.dev/skip: "true"` is
+/// never changed (the chart's webhook objectSelector keeps it from
+/// admission; the engine itself, so `preview`, `audit` and the reconciler,
+/// leaves it alone too).
+pub const SKIP_LABEL: &str = "knativeha.dev/skip";
 
 /// The flag that turns Knative's leader election off.
 pub const DISABLE_HA_FLAG: &str = "--disable-ha";
@@ -246,6 +253,9 @@ pub fn mutate_governed(
     {
         return Ok(Outcome::default());
     }
+    if skipped(metadata) {
+        return Ok(Outcome::default());
+    }
     let name = metadata
         .and_then(|m| m.get("name").or_else(|| m.get("generateName")))
         .and_then(Value::as_str)
@@ -297,6 +307,13 @@ fn warning_only(changes: Vec<String>) -> Outcome {
         },
         object: None,
     }
+}
+
+/// True when the object carries the opt-out label [`SKIP_LABEL`] `"true"`.
+fn skipped(metadata: Option<&serde_json::Map<String, Value>>) -> bool {
+    metadata
+        .and_then(|m| m.get("labels")?.get(SKIP_LABEL)?.as_str())
+        .is_some_and(|v| v == "true")
 }
 
 /// `Kind/name` of an ownerReference whose apiVersion is the Knative

@@ -4,19 +4,77 @@
 //! or is named `<deployment>-pdb`: PDBs of excluded Deployments are left
 //! alone, and a `workloads[].podDisruptionBudget` replaces the global
 //! setting for the PDB of that workload.
+//!
+//! A budget is judged at the replicas the Deployment runs after the engine
+//! ([`disruption::replicas_of`]: the policy's count, which an HPA's
+//! minReplicas is raised to, else what Knative ships, 1): one that would
+//! allow no voluntary disruption there is not written, with a warning. What
+//! the engine replaces is recorded once in [`ORIGINAL`], what it writes in
+//! [`WRITTEN`]; when the budget it wrote would now block every drain (a
+//! later policy no longer raises the replicas) and no policy setting takes
+//! its place, the original comes back.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::patch::Patcher;
 use super::{EngineError, Handled, Target};
+use crate::policy::disruption::{self, Fewest};
 use crate::policy::schema_check::show;
+
+/// The budget fields the PDB had before the engine first wrote it (JSON).
+pub const ORIGINAL: &str = "knativeha.dev/original-budget";
+/// The budget fields the engine last wrote (JSON).
+pub const WRITTEN: &str = "knativeha.dev/written-budget";
+
+const FIELDS: [&str; 2] = ["minAvailable", "maxUnavailable"];
 
 fn int_or_string(v: &IntOrString) -> Value {
     match v {
         IntOrString::Int(i) => json!(i),
         IntOrString::String(s) => json!(s),
     }
+}
+
+/// The budget fields of `spec` that are set.
+fn budget(spec: Option<&Map<String, Value>>) -> Map<String, Value> {
+    FIELDS
+        .iter()
+        .filter_map(|f| {
+            let v = spec?.get(*f).filter(|v| !v.is_null())?;
+            Some((f.to_string(), v.clone()))
+        })
+        .collect()
+}
+
+/// A budget recorded in annotation `key` (None when absent or unreadable).
+fn recorded(t: &Target<'_>, key: &str) -> Result<Option<Map<String, Value>>, EngineError> {
+    let annotations = t.object_at(&["metadata", "annotations"])?;
+    Ok(annotations
+        .and_then(|a| a.get(key))
+        .and_then(Value::as_str)
+        .and_then(|s| serde_json::from_str::<Map<String, Value>>(s).ok()))
+}
+
+/// The disruptions `fields` allow with `replicas` (None when not readable).
+fn allowed(fields: &Map<String, Value>, replicas: i64) -> Option<i64> {
+    let (field, value) = fields.iter().next()?;
+    let value = match value {
+        Value::Number(n) => IntOrString::Int(i32::try_from(n.as_i64()?).ok()?),
+        Value::String(s) => IntOrString::String(s.clone()),
+        _ => return None,
+    };
+    disruption::disruptions_allowed(field == "minAvailable", &value, replicas)
+}
+
+/// `with 1 replica (spec.replicas unset: ...)`.
+fn at(runs: &Fewest) -> String {
+    let noun = if runs.replicas == 1 {
+        "replica"
+    } else {
+        "replicas"
+    };
+    format!("with {} {noun} ({})", runs.replicas, runs.source)
 }
 
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
@@ -37,36 +95,104 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         .iter()
         .filter(|w| covers(&w.name))
         .find_map(|w| w.pod_disruption_budget.as_ref());
-    let Some(pdb) = own.or(t.policy.spec.pod_disruption_budget.as_ref()) else {
-        return Ok((None, Vec::new()));
+    let setting = own.or(t.policy.spec.pod_disruption_budget.as_ref());
+    let wanted = match setting.map(|p| (&p.min_available, &p.max_unavailable)) {
+        Some((Some(v), _)) => Some(("minAvailable", v)),
+        Some((None, Some(v))) => Some(("maxUnavailable", v)),
+        _ => None,
     };
-    let (field, value, other) = match (&pdb.min_available, &pdb.max_unavailable) {
-        (Some(v), _) => ("minAvailable", int_or_string(v), "maxUnavailable"),
-        (None, Some(v)) => ("maxUnavailable", int_or_string(v), "minAvailable"),
-        (None, None) => return Ok((None, Vec::new())),
+    let deployment = app.or(t.name.strip_suffix("-pdb")).unwrap_or(t.name);
+    let runs = disruption::replicas_of(&t.policy.spec, deployment);
+    let n = i64::from(runs.replicas);
+    let current = budget(t.object_at(&["spec"])?);
+    let mut changes = Vec::new();
+    if let Some((field, value)) = wanted {
+        let allows = disruption::disruptions_allowed(field == "minAvailable", value, n);
+        if allows.is_some_and(|a| a > 0) {
+            let want = Map::from_iter([(field.to_string(), int_or_string(value))]);
+            return write(t, &current, &want, None);
+        }
+        changes.push(t.change(format!(
+            "warning: spec.{field} {} not written: {} it allows no voluntary disruption, so every node drain and cluster upgrade would block",
+            show(&int_or_string(value)),
+            at(&runs)
+        )));
+    }
+    let (Some(original), Some(written)) = (recorded(t, ORIGINAL)?, recorded(t, WRITTEN)?) else {
+        return Ok((None, changes));
     };
-    let spec = t.object_at(&["spec"])?;
-    let current = spec.and_then(|s| s.get(field)).filter(|v| !v.is_null());
-    let current_other = spec.and_then(|s| s.get(other));
-    let mut parts = Vec::new();
-    let mut p: Option<Patcher> = None;
-    if current != Some(&value) {
-        let pt = p.get_or_insert_with(|| Patcher::new(t.object));
-        pt.set(&["spec", field], value.clone())
-            .map_err(|e| t.malformed(e))?;
-        parts.push(format!(
-            "spec.{field} {} -> {}",
-            current.map_or("unset".to_string(), show),
-            show(&value)
-        ));
+    if written != current || allowed(&current, n).is_none_or(|a| a > 0) {
+        // Someone else changed it since, or it still allows a drain.
+        return Ok((None, changes));
     }
-    if let Some(old) = current_other {
-        let pt = p.get_or_insert_with(|| Patcher::new(t.object));
-        pt.remove(&["spec", other]);
-        parts.push(format!("spec.{other} {} -> removed", show(old)));
-    }
+    let why = format!(
+        "restored: the engine's {} allows no voluntary disruption {}",
+        shown(&current),
+        at(&runs)
+    );
+    let (p, mut restored) = write(t, &current, &original, Some(why))?;
+    changes.append(&mut restored);
+    Ok((p, changes))
+}
+
+/// `minAvailable 3` (the one field of a budget, as the user wrote it).
+fn shown(fields: &Map<String, Value>) -> String {
+    let parts: Vec<String> = fields.iter().map(|(k, v)| format!("{k} {}", show(v))).collect();
     if parts.is_empty() {
+        "empty budget".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Makes the budget fields `want` (removing the others). `restore` is the
+/// reason when `want` is the recorded original: the records go then;
+/// otherwise they are kept up to date.
+fn write(
+    t: &Target<'_>,
+    current: &Map<String, Value>,
+    want: &Map<String, Value>,
+    restore: Option<String>,
+) -> Result<Handled, EngineError> {
+    if current == want {
         return Ok((None, Vec::new()));
     }
-    Ok((p, vec![t.change(parts.join(", "))]))
+    let mut p = Patcher::new(t.object);
+    let mut parts = Vec::new();
+    for (field, value) in want {
+        let before = current.get(field);
+        if before != Some(value) {
+            p.set(&["spec", field], value.clone())
+                .map_err(|e| t.malformed(e))?;
+            parts.push(format!(
+                "spec.{field} {} -> {}",
+                before.map_or("unset".to_string(), show),
+                show(value)
+            ));
+        }
+    }
+    for (field, old) in current.iter().filter(|(f, _)| !want.contains_key(*f)) {
+        p.remove(&["spec", field]);
+        parts.push(format!("spec.{field} {} -> removed", show(old)));
+    }
+    super::check_parents(t, &["metadata", "annotations", ORIGINAL])?;
+    let why = match restore {
+        Some(why) => {
+            p.remove(&["metadata", "annotations", ORIGINAL]);
+            p.remove(&["metadata", "annotations", WRITTEN]);
+            format!(" ({why})")
+        }
+        None => {
+            if recorded(t, ORIGINAL)?.is_none() {
+                let text = Value::Object(current.clone()).to_string();
+                p.set(&["metadata", "annotations", ORIGINAL], json!(text))
+                    .map_err(|e| t.malformed(e))?;
+            }
+            let text = Value::Object(want.clone()).to_string();
+            p.set(&["metadata", "annotations", WRITTEN], json!(text))
+                .map_err(|e| t.malformed(e))?;
+            String::new()
+        }
+    };
+    Ok((Some(p), vec![t.change(format!("{}{why}", parts.join(", ")))]))
 }

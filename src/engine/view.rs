@@ -25,8 +25,9 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::hpa::{ORIGINAL_MAX, ORIGINAL_MIN};
+use super::hpa::{ORIGINAL_MAX, ORIGINAL_MIN, WRITTEN_MAX, WRITTEN_MIN};
 use super::leader::HASH_ANNOTATION;
+use super::pdb;
 
 /// What to keep of a JSON node.
 #[derive(Debug)]
@@ -46,10 +47,19 @@ const METADATA: Shape = Object(&[
     ("namespace", Keep),
     ("generateName", Keep),
     ("ownerReferences", Keep),
-    // HorizontalPodAutoscaler: the recorded originals.
+    // The opt-out label.
+    ("labels", Object(&[(super::SKIP_LABEL, Keep)])),
+    // HorizontalPodAutoscaler and PodDisruptionBudget: the records.
     (
         "annotations",
-        Object(&[(ORIGINAL_MIN, Keep), (ORIGINAL_MAX, Keep)]),
+        Object(&[
+            (ORIGINAL_MIN, Keep),
+            (ORIGINAL_MAX, Keep),
+            (WRITTEN_MIN, Keep),
+            (WRITTEN_MAX, Keep),
+            (pdb::ORIGINAL, Keep),
+            (pdb::WRITTEN, Keep),
+        ]),
     ),
 ]);
 
@@ -106,6 +116,10 @@ const OBJECT: Shape = Object(&[
             ("lease-duration", Keep),
             ("renew-deadline", Keep),
             ("retry-period", Keep),
+            // The legacy keys Knative still reads (engine::configmap).
+            ("leaseDuration", Keep),
+            ("renewDeadline", Keep),
+            ("retryPeriod", Keep),
         ]),
     ),
 ]);

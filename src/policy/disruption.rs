@@ -6,6 +6,7 @@
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{HighAvailabilityPolicySpec, PodDisruptionBudgetPolicy, PolicyError};
+use crate::engine::SCALED_ON_DEMAND;
 
 /// The fewest replicas the policy produces for the workloads a budget
 /// covers, with the field it comes from.
@@ -33,29 +34,86 @@ fn disabled(spec: &HighAvailabilityPolicySpec) -> Option<Fewest> {
         })
 }
 
+/// Where the replicas come from when the policy sets none: what Knative
+/// ships (its HPAs' minReplicas 1, its Deployments' spec.replicas 1).
+const SHIPPED: &str = "Knative ships 1";
+
 /// The fewest replicas under `spec.podDisruptionBudget`: the global
-/// replicas and every workload override without its own budget.
+/// replicas (what Knative ships when unset: the HPA-backed Deployments keep
+/// minReplicas 1) and every workload override without its own budget.
 pub fn fewest_for_global(spec: &HighAvailabilityPolicySpec) -> Option<Fewest> {
     disabled(spec).or_else(|| {
-        let global = spec.replicas.map(|n| (n, "spec.replicas".to_string()));
+        let global = match spec.replicas {
+            Some(n) => (n, "spec.replicas".to_string()),
+            None => (
+                1,
+                format!(
+                    "spec.replicas unset: {SHIPPED}, the activator and webhook HPAs' minReplicas"
+                ),
+            ),
+        };
         let overrides = spec.workloads.iter().enumerate().filter_map(|(i, w)| {
             let r = w.replicas.filter(|_| w.pod_disruption_budget.is_none())?;
             Some((r, format!("spec.workloads[{i}].replicas")))
         });
-        fewest(global.into_iter().chain(overrides))
+        fewest(std::iter::once(global).chain(overrides))
     })
 }
 
-/// The replicas of workload `i` (its override, else the global value).
+/// The replicas of workload `i`: [`replicas_of`] its Deployment.
 pub fn fewest_for_workload(spec: &HighAvailabilityPolicySpec, i: usize) -> Option<Fewest> {
-    disabled(spec).or_else(|| {
-        let w = spec.workloads.get(i)?;
-        match w.replicas {
-            Some(n) => Some((n, format!("spec.workloads[{i}].replicas"))),
-            None => spec.replicas.map(|n| (n, "spec.replicas".to_string())),
+    let w = spec.workloads.get(i)?;
+    Some(replicas_at(spec, Some(i), &w.name))
+}
+
+/// The replicas the Deployment `name` runs under the policy, the fewest
+/// when an HPA scales it (the HPA's minReplicas is raised to them, never
+/// lowered): one with leader election off or for a Deployment Knative
+/// scales on demand; else its override, the global value, or what Knative
+/// ships (1).
+pub fn replicas_of(spec: &HighAvailabilityPolicySpec, name: &str) -> Fewest {
+    let i = spec.workloads.iter().position(|w| w.name == name);
+    replicas_at(spec, i, name)
+}
+
+fn replicas_at(spec: &HighAvailabilityPolicySpec, i: Option<usize>, name: &str) -> Fewest {
+    if let Some(off) = disabled(spec) {
+        return off;
+    }
+    let own = i.and_then(|i| Some((i, spec.workloads.get(i)?.replicas?)));
+    let (replicas, source) = match (own, spec.replicas) {
+        _ if SCALED_ON_DEMAND.contains(&name) => (1, on_demand(name)),
+        (Some((i, n)), _) => (n, format!("spec.workloads[{i}].replicas")),
+        (None, Some(n)) => (n, "spec.replicas".to_string()),
+        (None, None) => {
+            let own = i.map_or(String::new(), |i| format!("spec.workloads[{i}].replicas and "));
+            (1, format!("{own}spec.replicas unset: {SHIPPED} for {name}"))
         }
-        .map(|(replicas, source)| Fewest { replicas, source })
+    };
+    Fewest { replicas, source }
+}
+
+/// The voluntary disruptions a budget field allows with `replicas` pods, as
+/// Kubernetes' disruption controller counts them (a percentage rounds up,
+/// for either field); None for a value that is neither an integer nor "N%".
+pub fn disruptions_allowed(min_available: bool, value: &IntOrString, replicas: i64) -> Option<i64> {
+    let resolved = match value {
+        IntOrString::Int(n) => i64::from(*n),
+        IntOrString::String(s) => {
+            let p = i64::from(parse_percent(s)?);
+            (p.saturating_mul(replicas).saturating_add(99)) / 100
+        }
+    };
+    Some(if min_available {
+        replicas.saturating_sub(resolved)
+    } else {
+        resolved.min(replicas)
     })
+}
+
+/// Why a Deployment Knative scales on demand runs at most one replica.
+pub fn on_demand(name: &str) -> String {
+    format!("{name} runs 0 or 1: eventing-controller scales it on demand, never to the policy's replicas")
 }
 
 fn shown(v: &IntOrString) -> String {
@@ -98,6 +156,8 @@ pub fn check(
     }
     if let Some(v) = &pdb.min_available
         && well_formed(&format!("{path}.minAvailable"), v, errors)
+        // With both set the budget is refused above; its replicas are moot.
+        && pdb.max_unavailable.is_none()
     {
         min_available(&format!("{path}.minAvailable"), v, fewest, errors);
     }
@@ -130,10 +190,11 @@ fn min_available(
             IntOrString::Int(_) => String::new(),
             IntOrString::String(_) => format!(" (rounds up to {needed})"),
         };
+        let replicas = if n == 1 { "replica" } else { "replicas" };
         errors.push(PolicyError::invalid(
             path,
             format!(
-                "{}{how} with {n} replicas ({}) {BLOCKS}; it must stay below {n}",
+                "{}{how} with {n} {replicas} ({}) {BLOCKS}; it must stay below {n}",
                 shown(v),
                 f.source
             ),

@@ -72,7 +72,9 @@ pub fn parse_go_duration(text: &str) -> Result<u128, String> {
             if frac_scale == 0 {
                 break;
             }
-            value += u128::from(digit - b'0') * frac_scale;
+            value = value
+                .checked_add(u128::from(digit - b'0') * frac_scale)
+                .ok_or_else(|| "duration too large".to_string())?;
         }
         total = total
             .checked_add(value)
@@ -120,6 +122,8 @@ mod tests {
             "5 s",
             "9999999999h",
             "1h2",
+            // Issue 22 item 13: the fraction's add overflows u128 here.
+            "94522879700260684295381835.9h",
         ] {
             assert!(
                 parse_go_duration(text).is_err(),

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::disruption;
 pub use super::disruption::parse_percent;
 use super::duration::parse_go_duration;
+use crate::engine::SCALED_ON_DEMAND;
 pub use super::timing::{TimingRule, broken_timing_rules, format_ns};
 use super::{
     DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
@@ -255,6 +256,17 @@ impl SpecCheck<'_> {
         self.workload_name(i, &path, &w.name);
         check_replicas(&format!("{path}.replicas"), w.replicas, &mut self.errors);
         self.single_replica(&format!("{path}.replicas"), w.replicas);
+        if let Some(n) = w.replicas
+            && SCALED_ON_DEMAND.contains(&w.name.as_str())
+        {
+            self.errors.push(PolicyError::invalid(
+                format!("{path}.replicas"),
+                format!(
+                    "{}, so this is never applied; remove it, got {n}",
+                    disruption::on_demand(&w.name)
+                ),
+            ));
+        }
         if let Some(aa) = &w.pod_anti_affinity {
             check_anti_affinity(&format!("{path}.podAntiAffinity"), aa, &mut self.errors);
         }

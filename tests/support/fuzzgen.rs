@@ -56,6 +56,17 @@ pub const STRINGS: &[&str] = &[
     "lease-duration",
     "buckets",
     "60s",
+    // Issue 22: the legacy keys, the opt-out label, the engine's records,
+    // durations at the edge of int64 nanoseconds.
+    "leaseDuration",
+    "renewDeadline",
+    "retryPeriod",
+    "knativeha.dev/skip",
+    "true",
+    "knativeha.dev/written-min-replicas",
+    "knativeha.dev/original-budget",
+    "9223372036854775807ns",
+    "94522879700260684295381835.9h",
     "a/b",
     "~0~1",
     "\u{0}",
@@ -64,7 +75,7 @@ pub const STRINGS: &[&str] = &[
 
 /// Numbers at the edges of what the engine may compare or add.
 pub fn edge_number(u: &mut Unstructured<'_>) -> Result<Number> {
-    Ok(match u.int_in_range(0..=9u8)? {
+    Ok(match u.int_in_range(0..=11u8)? {
         0 => Number::from(0),
         1 => Number::from(-1),
         2 => Number::from(1),
@@ -74,6 +85,9 @@ pub fn edge_number(u: &mut Unstructured<'_>) -> Result<Number> {
         6 => Number::from(u64::MAX),
         7 => Number::from_f64(1.5).expect("finite"),
         8 => Number::from_f64(1e308).expect("finite"),
+        // Where `n - min`, `replicas * 25` overflow (issue 22 item 13).
+        9 => Number::from(i64::MIN),
+        10 => Number::from(i64::MAX / 25 + 1),
         _ => Number::from(u.int_in_range(0..=200i64)?),
     })
 }
