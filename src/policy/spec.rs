@@ -237,4 +237,12 @@ pub struct HighAvailabilityPolicyStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    /// The last spec the webhook found valid, as it applies it. While the
+    /// current spec is invalid this one stays in force, across restarts of
+    /// the webhook too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_valid_spec: Option<HighAvailabilityPolicySpec>,
+    /// `metadata.generation` of `lastValidSpec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_valid_generation: Option<i64>,
 }

@@ -46,6 +46,7 @@ pub fn observe(cm: &ConfigMap) -> Observed {
             generation: cm.metadata.generation,
             resource_version: cm.resource_version(),
             last_valid: None,
+            last_valid_generation: None,
             error: None,
         },
         parsed: parse(cm),

@@ -155,7 +155,8 @@ impl State {
                 log_verdict(obj, verdict);
                 self.logged.insert(key.clone(), verdict.clone());
             }
-            let desired = status::desired(verdict, obj.origin, obj.generation);
+            let mut desired = status::desired(verdict, obj.origin, obj.generation);
+            desired.record = status::record(obj);
             let write = match obj.origin {
                 Origin::Resource => self.sent.status_write(t, desired),
                 Origin::ConfigMap => self.sent.event_write(obj, desired),
@@ -276,8 +277,23 @@ fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
         ("not_governed", 0),
     ]
     .into();
-    for v in merged.verdicts.values() {
+    let mut on_last_valid: BTreeMap<Origin, i64> = BTreeMap::new();
+    for ((origin, _), v) in &merged.verdicts {
         *by_state.entry(v.state()).or_default() += 1;
+        if let Verdict::Invalid { kept: true, .. } = v {
+            *on_last_valid.entry(*origin).or_default() += 1;
+        }
+    }
+    for (origin, source) in [
+        (Origin::Resource, Source::Policies),
+        (Origin::ConfigMap, Source::ConfigMaps),
+    ] {
+        metrics
+            .on_last_valid
+            .get_or_create(&SourceLabel {
+                source: source.label().to_string(),
+            })
+            .set(on_last_valid.get(&origin).copied().unwrap_or(0));
     }
     for (state, n) in by_state {
         metrics
@@ -295,10 +311,15 @@ fn log_verdict(obj: &PolicyObject, verdict: &Verdict) {
         Verdict::Valid { namespace } => {
             tracing::info!(policy = %obj.display(), namespace = %namespace, "policy valid")
         }
-        Verdict::Invalid { message, kept } => tracing::warn!(
+        Verdict::Invalid {
+            message,
+            kept,
+            kept_generation,
+        } => tracing::warn!(
             policy = %obj.display(),
             error = %message,
             last_valid_kept = kept,
+            last_valid_generation = kept_generation,
             "policy invalid; not applied"
         ),
         Verdict::Conflict { namespace, winner } => tracing::warn!(
