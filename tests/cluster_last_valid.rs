@@ -13,7 +13,7 @@ mod support;
 
 use std::sync::Arc;
 
-use cluster_harness::Harness;
+use cluster_harness::{Harness, OWN_NS};
 use fakeapi::FakeApi;
 use knative_ha_webhook::engine::{Input, Operation};
 use serde_json::{Value, json};
@@ -184,4 +184,55 @@ async fn an_invalid_policy_without_a_record_governs_nothing_after_a_restart() {
     assert!(obj["status"].get("lastValidSpec").is_none(), "{obj}");
     assert!(!ready_message(&obj).contains("stays in force"), "{obj}");
     assert_eq!(h.controller_replicas(), None);
+}
+
+fn policy_configmap(replicas: i64) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "ha", "namespace": OWN_NS,
+                     "labels": {"knativeha.dev/policy": "true"}},
+        "data": {"policy.yaml": format!(
+            "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata:\n  name: serving\nspec:\n  targetNamespace: {SERVING}\n  replicas: {replicas}\n"
+        )},
+    })
+}
+
+const ANNOTATION: &str = "knativeha.dev/last-valid-policy";
+
+#[tokio::test]
+async fn a_policy_configmap_made_invalid_survives_a_restart_on_its_annotation() {
+    let api = Arc::new(FakeApi::start().await);
+    let first = Harness::synced(api.clone()).await;
+    first.api.create("", "configmaps", policy_configmap(4));
+    let recorded = wait_until("the last-valid annotation", async || {
+        let cm = first.api.get("", "configmaps", OWN_NS, "ha")?;
+        cm["metadata"]["annotations"][ANNOTATION]
+            .as_str()
+            .map(str::to_string)
+    })
+    .await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&recorded).unwrap(),
+        json!({"name": "serving", "spec": {"targetNamespace": SERVING, "replicas": 4}})
+    );
+    first.api.update("", "configmaps", OWN_NS, "ha", |o| {
+        o["data"]["policy.yaml"] = json!("spec: [unclosed");
+    });
+    first
+        .wait_metric(r#"knative_ha_webhook_policies_on_last_valid{source="configmaps"} 1"#)
+        .await;
+    assert_eq!(first.controller_replicas(), Some(json!(4)));
+    drop(first);
+
+    let second = Harness::synced(api).await;
+    assert_eq!(
+        second.controller_replicas(),
+        Some(json!(4)),
+        "the recorded version is in force after the restart"
+    );
+    second
+        .wait_metric(r#"knative_ha_webhook_policies_on_last_valid{source="configmaps"} 1"#)
+        .await;
+    let cm = second.api.get("", "configmaps", OWN_NS, "ha").unwrap();
+    assert_eq!(cm["metadata"]["annotations"][ANNOTATION], recorded.as_str());
 }

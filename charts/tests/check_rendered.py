@@ -39,7 +39,8 @@ EXPECTED_HPA_RULES = [
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["list", "watch"]},
 ]
 EXPECTED_ROLE_RULES = [
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
+    # patch: the knativeha.dev/last-valid-policy annotation on policy ConfigMaps.
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch", "patch"]},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 # `serve --reconcile`: a Role per governed namespace (patch dropped in dry-run mode) and a Lease Role

@@ -37,10 +37,15 @@ pub struct ReadyStatus {
     pub record: Option<LastValid>,
 }
 
-/// `status.lastValidSpec` and `status.lastValidGeneration`.
+/// The record of the last valid version: `status.lastValidSpec` and
+/// `status.lastValidGeneration` of a HighAvailabilityPolicy, or the
+/// annotation [`super::configmaps::LAST_VALID_ANNOTATION`] of a policy
+/// ConfigMap (`{"name": ..., "spec": ...}`; no generation).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LastValid {
     pub generation: Option<i64>,
+    /// The policy's name (ConfigMaps; a HighAvailabilityPolicy is its object's name).
+    pub name: Option<String>,
     /// The spec as the webhook applies it (serialised from the parsed spec).
     pub spec: Value,
 }
@@ -78,6 +83,7 @@ impl ObservedStatus {
                 generation: status
                     .and_then(|s| s.get("lastValidGeneration"))
                     .and_then(Value::as_i64),
+                name: None,
                 spec: spec.clone(),
             });
         ObservedStatus {
@@ -156,16 +162,17 @@ pub fn desired(verdict: &Verdict, kind: Origin, generation: Option<i64>) -> Read
     }
 }
 
-/// The record of the last valid version a HighAvailabilityPolicy's status
-/// should carry: its current generation when that is valid (whether in
-/// force or not), else `None` (the record stays as it is).
+/// The record of the last valid version a policy object should carry: its
+/// current version when that is valid (whether in force or not), else
+/// `None` (the record stays as it is).
 pub fn record(obj: &PolicyObject) -> Option<LastValid> {
     let policy = obj.last_valid.as_ref()?;
-    if obj.origin != Origin::Resource || obj.error.is_some() {
+    if obj.error.is_some() {
         return None;
     }
     Some(LastValid {
-        generation: obj.generation,
+        generation: obj.generation.filter(|_| obj.origin == Origin::Resource),
+        name: (obj.origin == Origin::ConfigMap).then(|| policy.name.clone()),
         spec: serde_json::to_value(&policy.spec).ok()?,
     })
 }
@@ -323,6 +330,7 @@ mod tests {
         let mut d = valid(4);
         d.record = Some(LastValid {
             generation: Some(4),
+            name: None,
             spec: json!({"targetNamespace": "knative-serving", "leaderElection": {"buckets": 3}}),
         });
         let obj = json!({"status": {"observedGeneration": 4,
