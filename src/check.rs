@@ -9,12 +9,9 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use crate::policy::objects::{self, POLICY_LABEL};
 use crate::policy::{Policy, prune};
-use crate::sources::cluster::configmaps::DATA_KEY;
 use crate::yaml;
-
-/// The label that marks a policy ConfigMap (key, value).
-const LABEL: (&str, &str) = ("knativeha.dev/policy", "true");
 
 /// A valid policy and where it came from.
 struct Found {
@@ -39,7 +36,8 @@ fn policy_errors(errors: Vec<crate::policy::PolicyError>, prefix: &str) -> Vec<S
         .collect()
 }
 
-/// A policy ConfigMap: labelled, with a valid policy under `policy.yaml`.
+/// A policy ConfigMap: labelled, with a valid policy under `policy.yaml`
+/// (the messages of [`objects::check_configmap_data`], naming the ConfigMap).
 fn check_configmap(cm: &Value) -> Result<(Policy, String), Vec<String>> {
     let meta = &cm["metadata"];
     let name = meta["name"].as_str().unwrap_or("");
@@ -50,40 +48,17 @@ fn check_configmap(cm: &Value) -> Result<(Policy, String), Vec<String>> {
         format!("{ns}/{name}")
     };
     let mut errors = Vec::new();
-    if meta["labels"][LABEL.0].as_str() != Some(LABEL.1) {
+    if !objects::is_policy_configmap(cm) {
         errors.push(format!(
             "ConfigMap {id}: metadata.labels: missing {}={}; the webhook reads only ConfigMaps with that label",
-            LABEL.0, LABEL.1
+            POLICY_LABEL.0, POLICY_LABEL.1
         ));
     }
-    let Some(text) = cm["data"][DATA_KEY].as_str() else {
-        errors.push(format!(
-            "ConfigMap {id}: data.{DATA_KEY}: missing (the policy document goes there)"
-        ));
-        return Err(errors);
-    };
-    let inner = yaml::YamlDoc {
-        index: 1,
-        line: 1,
-        text: text.to_string(),
-    };
-    let value = match yaml::parse(&inner) {
-        Ok(v) => v,
-        Err(e) => {
-            errors.push(format!(
-                "ConfigMap {id}: data.{DATA_KEY}: invalid YAML: {e} (of the {DATA_KEY} value)"
-            ));
-            return Err(errors);
-        }
-    };
-    match prune::check_all(&value) {
+    match objects::check_configmap_data(cm) {
         Ok(policy) if errors.is_empty() => Ok((policy, id)),
         Ok(_) => Err(errors),
-        Err(e) => {
-            errors.extend(policy_errors(
-                e,
-                &format!("ConfigMap {id}: data.{DATA_KEY}: "),
-            ));
+        Err(lines) => {
+            errors.extend(lines.into_iter().map(|l| format!("ConfigMap {id}: {l}")));
             Err(errors)
         }
     }

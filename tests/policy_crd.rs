@@ -252,3 +252,60 @@ fn example_policies_satisfy_the_schema_and_bad_values_do_not() {
         assert!(!out.is_empty(), "{name} passed the schema");
     }
 }
+
+/// The rules the schema can express are enforced by the API server itself
+/// (CEL `x-kubernetes-validations`, O(1) each: no list walks, so the
+/// CRD's cost estimate stays within the API server's budget); the rest
+/// by `POST /validate`.
+#[test]
+fn schema_carries_the_cel_rules() {
+    let spec = &schema()["properties"]["spec"];
+    let rules = |node: &Value| -> Vec<String> {
+        node["x-kubernetes-validations"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .map(|v| v["rule"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for pdb in [
+        &spec["properties"]["podDisruptionBudget"],
+        &spec["properties"]["workloads"]["items"]["properties"]["podDisruptionBudget"],
+    ] {
+        assert_eq!(
+            rules(pdb),
+            ["has(self.minAvailable) != has(self.maxUnavailable)"],
+            "{pdb}"
+        );
+    }
+    let spec_rules = rules(spec);
+    assert_eq!(spec_rules.len(), 1, "{spec_rules:?}");
+    assert!(
+        spec_rules[0].contains("self.replicas == 1"),
+        "{spec_rules:?}"
+    );
+    for spread in [
+        &spec["properties"]["topologySpreadConstraints"],
+        &spec["properties"]["workloads"]["items"]["properties"]["topologySpreadConstraints"],
+    ] {
+        assert_eq!(spread["minItems"], 1, "{spread}");
+    }
+}
+
+/// `status.lastValidSpec` (the record a restarted webhook reads back) has
+/// the spec's own schema: a structural schema would prune anything else.
+#[test]
+fn status_schema_holds_the_last_valid_spec() {
+    let status = &schema()["properties"]["status"]["properties"];
+    let mut recorded = status["lastValidSpec"].clone();
+    let mut spec = schema()["properties"]["spec"].clone();
+    for node in [&mut recorded, &mut spec] {
+        let obj = node.as_object_mut().unwrap();
+        obj.remove("description");
+        obj.remove("nullable");
+    }
+    assert_eq!(recorded, spec);
+    assert_eq!(status["lastValidGeneration"]["type"], "integer");
+}

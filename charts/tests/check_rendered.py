@@ -39,7 +39,8 @@ EXPECTED_HPA_RULES = [
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["list", "watch"]},
 ]
 EXPECTED_ROLE_RULES = [
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
+    # patch: the knativeha.dev/last-valid-policy annotation on policy ConfigMaps.
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch", "patch"]},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 # `serve --reconcile`: a Role per governed namespace (patch dropped in dry-run mode) and a Lease Role
@@ -72,6 +73,16 @@ EXPECTED_WEBHOOK_RESOURCES = {
 }
 EXPECTED_OPERATIONS = ["CREATE", "UPDATE"]
 MUTATE_PATH = "/mutate"
+VALIDATE_PATH = "/validate"
+# The ValidatingWebhookConfiguration: webhook name -> its one rule (policy objects only).
+EXPECTED_VALIDATING_RULES = {
+    "validate-policies.knativeha.dev": {
+        "apiGroups": ["knativeha.dev"], "apiVersions": ["v1alpha1"],
+        "resources": ["highavailabilitypolicies"], "operations": ["CREATE", "UPDATE"], "scope": "Cluster"},
+    "validate-policy-configmaps.knativeha.dev": {
+        "apiGroups": [""], "apiVersions": ["v1"],
+        "resources": ["configmaps"], "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"},
+}
 LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/readyz"
 NONROOT_UID = 65532
@@ -79,7 +90,7 @@ KHW_CMD: list[str] = []  # how to run knative-ha-webhook (set from --khw-cmd)
 
 CLUSTER_SCOPED = {
     "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "HighAvailabilityPolicy",
-    "CustomResourceDefinition",
+    "CustomResourceDefinition", "ValidatingWebhookConfiguration",
 }
 CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
 CUSTOM_KINDS = CERT_MANAGER_KINDS | {"ServiceMonitor", "PrometheusRule", "HighAvailabilityPolicy"}
@@ -586,6 +597,39 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
     mode = "cert-manager" if v["certManager"]["enabled"] else "existing Secret + caBundle"
     rep.check(f"{label}: TLS via {mode} (inject-ca-from names the rendered serving Certificate, SANs)", tls)
 
+    def validating():
+        vwcs = r.of_kind("ValidatingWebhookConfiguration")
+        if not v["webhook"]["validation"]["enabled"]:
+            eq(vwcs, [], "ValidatingWebhookConfigurations (webhook.validation.enabled=false)")
+            return
+        eq(len(vwcs), 1, "ValidatingWebhookConfigurations")
+        cfg, mutating = vwcs[0], r.webhook_config
+        eq(cfg["metadata"]["name"], mutating["metadata"]["name"], "name (as the MutatingWebhookConfiguration)")
+        eq(cfg["metadata"].get("annotations"), mutating["metadata"].get("annotations"),
+           "annotations (cert-manager inject-ca-from, webhook.annotations) as on the MutatingWebhookConfiguration")
+        hooks = {h["name"]: h for h in cfg["webhooks"]}
+        eq(sorted(hooks), sorted(EXPECTED_VALIDATING_RULES), "validating webhook names")
+        want_client = dict(mutating["webhooks"][0]["clientConfig"])
+        want_client["service"] = dict(want_client["service"], path=VALIDATE_PATH)
+        for name, h in hooks.items():
+            eq(h["rules"], [EXPECTED_VALIDATING_RULES[name]], f"{name} rules")
+            eq(h["clientConfig"], want_client, f"{name} clientConfig (the mutating one's, path {VALIDATE_PATH})")
+            eq(h["failurePolicy"], v["webhook"]["validation"]["failurePolicy"], f"{name} failurePolicy")
+            eq(h["admissionReviewVersions"], ["v1"], f"{name} admissionReviewVersions")
+            eq(h["sideEffects"], "None", f"{name} sideEffects")
+            eq(h["matchPolicy"], "Equivalent", f"{name} matchPolicy")
+            eq(h["timeoutSeconds"], v["webhook"]["timeoutSeconds"], f"{name} timeoutSeconds")
+        cms = hooks["validate-policy-configmaps.knativeha.dev"]
+        eq(cms.get("namespaceSelector"), {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+           "policy ConfigMaps: the release namespace only")
+        eq(cms.get("objectSelector"), {"matchLabels": {"knativeha.dev/policy": "true"}},
+           "policy ConfigMaps: the labelled ones only")
+        haps_hook = hooks["validate-policies.knativeha.dev"]
+        expect("namespaceSelector" not in haps_hook and "objectSelector" not in haps_hook,
+               "every HighAvailabilityPolicy is validated")
+    rep.check(f"{label}: ValidatingWebhookConfiguration (policies and labelled ConfigMaps, POST {VALIDATE_PATH}, "
+              "failurePolicy webhook.validation.failurePolicy, TLS as the mutating one)", validating)
+
     haps = r.of_kind("HighAvailabilityPolicy")
     if v.get("defaultPolicy", {}).get("enabled"):
         def policy():
@@ -679,6 +723,10 @@ def check_defaults(r: Rendered, app_version: str) -> None:
     eq(h["failurePolicy"], "Ignore", "default failurePolicy")
     eq(h["timeoutSeconds"], 5, "default timeoutSeconds")
     eq(h["reinvocationPolicy"], "IfNeeded", "default reinvocationPolicy")
+    # Ignore, as the mutating one: with the last valid version kept across restarts, an invalid
+    # policy admitted while the webhook is down does not ungovern its namespace.
+    vwc = r.one("ValidatingWebhookConfiguration")
+    eq([vh["failurePolicy"] for vh in vwc["webhooks"]], ["Ignore", "Ignore"], "default validation failurePolicy")
     eq(h["namespaceSelector"]["matchExpressions"][0]["values"], ["knative-serving"], "default governed namespaces")
     eq(h["clientConfig"]["service"]["port"], 443, "default Service port")
     eq(r.deployment["spec"]["replicas"], 2, "default replicas")
@@ -778,7 +826,8 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
                             "spec": {"targetNamespace": "kourier-system", "replicas": 2,
                                      "workloads": [{"name": "3scale-kourier-gateway", "replicas": 4}],
                                      "exclude": ["net-kourier-controller"]}}}),
-        ("reconcile-off", "khw", "khw-system", {"reconcile": {"enabled": False}}),
+        ("reconcile-off", "khw", "khw-system",
+         {"reconcile": {"enabled": False}, "webhook": {"validation": {"enabled": False}}}),
         ("reconcile-dry-run", "khw", "khw-system",
          {"governedNamespaces": ["knative-serving", "kourier-system"],
           "reconcile": {"dryRun": True, "podTemplates": False, "interval": "5m", "rate": 2.5}}),
@@ -791,7 +840,8 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
                      "onError": "deny", "extraEnv": [{"name": "RUST_LOG", "value": "debug"}]},
           "terminationGracePeriodSeconds": 45,
           "webhook": {"failurePolicy": "Fail", "timeoutSeconds": 3, "reinvocationPolicy": "Never",
-                      "honorSkipLabel": False, "annotations": {"team": "platform"}},
+                      "honorSkipLabel": False, "annotations": {"team": "platform"},
+                      "validation": {"failurePolicy": "Fail"}},
           "service": {"metricsPort": 8080},
           "commonLabels": {"team": "platform"}, "podLabels": {"tier": "control"},
           "podAnnotations": {"prometheus.io/scrape": "true"},
@@ -813,6 +863,8 @@ REJECTIONS = [
     ("unknown top-level key", "khw-system", ["replicas=3"], "replicas"),
     ("unknown nested key", "khw-system", ["webhook.timeout=3"], "timeout"),
     ("failurePolicy not Ignore/Fail", "khw-system", ["webhook.failurePolicy=Allow"], "failurePolicy"),
+    ("validation.failurePolicy not Ignore/Fail", "khw-system", ["webhook.validation.failurePolicy=Allow"],
+     "failurePolicy"),
     ("release namespace in governedNamespaces", "knative-serving", [], "must not contain the release namespace"),
     ("release namespace among several governed", "kourier-system",
      ["governedNamespaces={knative-serving,kourier-system}"], "must not contain the release namespace"),
@@ -900,7 +952,8 @@ def main() -> int:
         builtin = [d for d in r.docs if d["kind"] not in CUSTOM_KINDS]
         unexpected = {d["kind"] for d in r.docs} - CUSTOM_KINDS - {
             "Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-            "RoleBinding", "PodDisruptionBudget", "MutatingWebhookConfiguration"}
+            "RoleBinding", "PodDisruptionBudget", "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration"}
         rep.check(f"{label}: only known kinds rendered", lambda: expect(not unexpected, f"unexpected kinds {unexpected}"))
         path = out_dir / f"{label}.builtin.yaml"
         path.write_text(yaml.safe_dump_all(builtin, sort_keys=False))

@@ -1,4 +1,5 @@
-//! AdmissionReview wire protocol: the pure core of `POST /mutate`.
+//! AdmissionReview wire protocol: the pure core of `POST /mutate` (and,
+//! in [`validate`], of `POST /validate`).
 //!
 //! [`review`] turns request bytes and a policy snapshot into an
 //! [`Answer`]: [`Reviewed`] (the AdmissionReview answer as JSON bytes, its
@@ -17,6 +18,7 @@
 
 mod names;
 mod request;
+mod validate;
 
 use std::borrow::Cow;
 
@@ -26,6 +28,7 @@ use serde_json::Value;
 
 use request::ObjectIn;
 pub use request::{ECHO_BYTES, MAX_UID_BYTES};
+pub use validate::validate;
 
 use crate::engine::{self, Operation};
 use crate::store::Snapshot;
@@ -71,6 +74,10 @@ pub enum Outcome {
     ErrorDenied,
     /// The body was not a usable AdmissionReview ([`Answer::BadRequest`]).
     BadRequest,
+    /// `POST /validate`: a valid policy object, allowed.
+    Accepted,
+    /// `POST /validate`: an invalid policy object, refused.
+    Refused,
 }
 
 impl Outcome {
@@ -83,6 +90,8 @@ impl Outcome {
             Outcome::ErrorAllowed => "error_allowed",
             Outcome::ErrorDenied => "error_denied",
             Outcome::BadRequest => "bad_request",
+            Outcome::Accepted => "accepted",
+            Outcome::Refused => "refused",
         }
     }
 }
@@ -112,7 +121,7 @@ pub struct Reviewed<'a> {
     pub body: Vec<u8>,
     pub outcome: Outcome,
     /// Bounded label: `Deployment`, `ConfigMap`, `HorizontalPodAutoscaler`,
-    /// `PodDisruptionBudget` or `other`.
+    /// `PodDisruptionBudget`, `HighAvailabilityPolicy` (`/validate`) or `other`.
     pub kind: &'static str,
     /// Bounded label: `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
     pub operation: &'static str,
@@ -161,6 +170,8 @@ struct ResponseOut<'a> {
 struct StatusOut {
     status: &'static str,
     code: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
     message: String,
 }
 
@@ -177,6 +188,7 @@ fn kind_label(kind: &str) -> &'static str {
         "ConfigMap" => "ConfigMap",
         "HorizontalPodAutoscaler" => "HorizontalPodAutoscaler",
         "PodDisruptionBudget" => "PodDisruptionBudget",
+        crate::policy::KIND => crate::policy::KIND,
         _ => "other",
     }
 }
@@ -367,6 +379,7 @@ fn engine_failed(
             response.status = Some(StatusOut {
                 status: "Failure",
                 code: 500,
+                reason: None,
                 message: format!(
                     "knative-ha-webhook refused {what}: could not compute the HA patch: {message}"
                 ),

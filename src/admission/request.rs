@@ -122,6 +122,8 @@ impl<'de> Visitor<'de> for RequestSeed<'_> {
 #[derive(Deserialize)]
 pub(crate) struct GvkIn<'a> {
     #[serde(default, borrow)]
+    pub group: Text<'a>,
+    #[serde(default, borrow)]
     pub kind: Text<'a>,
 }
 

@@ -14,6 +14,7 @@
 
 pub mod disruption;
 pub mod duration;
+pub mod objects;
 mod parse;
 pub mod prune;
 pub mod schema_check;

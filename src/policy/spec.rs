@@ -27,6 +27,10 @@ const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!(has(self.leaderElection) && has(self.leaderElection.enabled) && !self.leaderElection.enabled) || !has(self.replicas) || self.replicas == 1",
+    "message": "replicas must be 1 (or unset) when leaderElection.enabled is false"
+}]))]
 pub struct HighAvailabilityPolicySpec {
     /// The namespace this policy governs (a DNS-1123 label).
     #[schemars(length(min = 1, max = 63), pattern(DNS_LABEL_PATTERN))]
@@ -45,6 +49,7 @@ pub struct HighAvailabilityPolicySpec {
     /// Topology spread constraints for every governed Deployment (replaces
     /// the pod template's list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub topology_spread_constraints: Option<Vec<TopologySpread>>,
     /// Settings for every PodDisruptionBudget in the namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,6 +155,10 @@ fn int_or_percent_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema 
 /// PodDisruptionBudget settings: exactly one of the two fields.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.minAvailable) != has(self.maxUnavailable)",
+    "message": "set exactly one of minAvailable and maxUnavailable"
+}]))]
 pub struct PodDisruptionBudgetPolicy {
     /// An integer >= 0 or a percentage "0%".."100%".
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -177,6 +186,7 @@ pub struct WorkloadOverride {
     pub pod_anti_affinity: Option<PodAntiAffinity>,
     /// Topology spread constraints for this Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub topology_spread_constraints: Option<Vec<TopologySpread>>,
     /// Settings for the PodDisruptionBudget selecting this Deployment's pods
     /// (replaces spec.podDisruptionBudget for it).
@@ -237,4 +247,12 @@ pub struct HighAvailabilityPolicyStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    /// The last spec the webhook found valid, as it applies it. While the
+    /// current spec is invalid this one stays in force, across restarts of
+    /// the webhook too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_valid_spec: Option<HighAvailabilityPolicySpec>,
+    /// `metadata.generation` of `lastValidSpec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_valid_generation: Option<i64>,
 }

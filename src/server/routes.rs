@@ -1,6 +1,8 @@
 //! HTTPS routes: `POST /mutate` (a thin wrapper around
-//! [`crate::admission::review`]) and JSON answers for everything else.
-//! Every HTTP status is chosen here ([`http_answer`] for reviews).
+//! [`crate::admission::review`]), `POST /validate` (around
+//! [`crate::admission::validate`]: policy objects; same limits, budget and
+//! deadline) and JSON answers for everything else. Every HTTP status is
+//! chosen here ([`http_answer`] for reviews).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +18,7 @@ use http_body_util::BodyExt;
 
 use super::budget::{Budget, Charge};
 use crate::admission::{self, Answer, MAX_BODY_BYTES, Outcome, ReviewOptions};
-use crate::store::PolicyStore;
+use crate::store::{PolicyStore, Snapshot};
 use crate::telemetry::{KindLabels, Metrics, RequestLabels, clip, loggable};
 
 /// Reading a request body must finish within this time (the API server
@@ -34,8 +36,8 @@ pub struct AppState {
     pub options: ReviewOptions,
 }
 
-/// The HTTPS router: `POST /mutate`; 405 for other methods on it, 404
-/// elsewhere; every answer has a JSON body.
+/// The HTTPS router: `POST /mutate` and `POST /validate`; 405 for other
+/// methods on them, 404 elsewhere; every answer has a JSON body.
 pub fn router(state: AppState) -> Router {
     router_with_budget(state, Budget::default())
 }
@@ -45,6 +47,7 @@ pub fn router(state: AppState) -> Router {
 pub fn router_with_budget(state: AppState, budget: Budget) -> Router {
     Router::new()
         .route("/mutate", post(mutate).fallback(method_not_allowed))
+        .route("/validate", post(validate).fallback(method_not_allowed))
         .fallback(not_found)
         .layer(Extension(budget))
         .with_state(Arc::new(state))
@@ -78,7 +81,7 @@ async fn not_found(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> 
         StatusCode::NOT_FOUND,
         "NotFound",
         &format!(
-            "no such path {}; the webhook serves POST /mutate",
+            "no such path {}; the webhook serves POST /mutate and POST /validate",
             clip(uri.path(), 256)
         ),
     )
@@ -87,12 +90,13 @@ async fn not_found(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> 
 async fn method_not_allowed(
     State(state): State<Arc<AppState>>,
     method: axum::http::Method,
+    uri: axum::http::Uri,
 ) -> Response {
     state.metrics.http_error("method_not_allowed");
     let mut resp = json_error(
         StatusCode::METHOD_NOT_ALLOWED,
         "MethodNotAllowed",
-        &format!("method {method} not allowed on /mutate; use POST"),
+        &format!("method {method} not allowed on {}; use POST", uri.path()),
     );
     resp.headers_mut()
         .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
@@ -188,10 +192,37 @@ fn over_budget(metrics: &Metrics) -> Response {
     resp
 }
 
+/// What a review route answers: [`admission::review`] or
+/// [`admission::validate`] over the snapshot, the body and the options.
+type Review = for<'a> fn(&Snapshot, &'a [u8], &ReviewOptions) -> Answer<'a>;
+
+fn validate_review<'a>(_: &Snapshot, body: &'a [u8], _: &ReviewOptions) -> Answer<'a> {
+    admission::validate(body)
+}
+
 async fn mutate(
     State(state): State<Arc<AppState>>,
     Extension(budget): Extension<Budget>,
     request: Request,
+) -> Response {
+    answer_review(&state, budget, request, admission::review).await
+}
+
+async fn validate(
+    State(state): State<Arc<AppState>>,
+    Extension(budget): Extension<Budget>,
+    request: Request,
+) -> Response {
+    answer_review(&state, budget, request, validate_review).await
+}
+
+/// Reads the body within the limits and answers it with `review` (on the
+/// blocking pool when large).
+async fn answer_review(
+    state: &AppState,
+    budget: Budget,
+    request: Request,
+    review: Review,
 ) -> Response {
     let started = Instant::now();
     let metrics = &state.metrics;
@@ -207,20 +238,20 @@ async fn mutate(
     let snapshot = state.store.load();
     let options = state.options;
     if bytes.len() <= LARGE_BODY_BYTES {
-        let answer = admission::review(&snapshot, &bytes, &options);
+        let answer = review(&snapshot, &bytes, &options);
         return respond(metrics, answer, started);
     }
     // Parsing megabytes of JSON would stall an async worker. The charge
     // stays with the review, even if this request is abandoned.
     let turn = budget.large_review().await;
     let metrics = metrics.clone();
-    let review = move || {
-        let answer = admission::review(&snapshot, &bytes, &options);
+    let task = move || {
+        let answer = review(&snapshot, &bytes, &options);
         let response = respond(&metrics, answer, started);
         drop((bytes, charge, turn));
         response
     };
-    match tokio::task::spawn_blocking(review).await {
+    match tokio::task::spawn_blocking(task).await {
         Ok(response) => response,
         Err(e) => {
             state.metrics.http_error("internal");
@@ -292,6 +323,11 @@ fn respond(metrics: &Metrics, answer: Answer<'_>, started: Instant) -> Response 
                     uid = %uid, kind, namespace = %namespace, name = %name,
                     operation, outcome = outcome.as_str(), patch_ops,
                     duration_ms, error = %loggable(err, 1024), "review failed"
+                ),
+                (Outcome::Refused, Some(err)) => tracing::warn!(
+                    uid = %uid, kind, namespace = %namespace, name = %name,
+                    operation, outcome = outcome.as_str(),
+                    duration_ms, error = %loggable(err, 4096), "invalid policy refused"
                 ),
                 _ if r.changes.is_empty() => tracing::info!(
                     uid = %uid, kind, namespace = %namespace, name = %name,

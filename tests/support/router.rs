@@ -1,4 +1,4 @@
-//! `POST /mutate` through the HTTPS router in process (`router.oneshot`, no
+//! `POST /mutate` (and `/validate`) through the HTTPS router in process (`router.oneshot`, no
 //! socket, no TLS): the least powerful way to test what the webhook answers.
 //! Pulled with `#[path = "support/router.rs"] mod router;` next to
 //! `mod support;`.
@@ -64,7 +64,12 @@ impl Mutate {
 
     /// `POST /mutate` with `review` as JSON: the status and the JSON body.
     pub async fn post(&self, review: &Value) -> (u16, Value) {
-        let req = axum::http::Request::post("/mutate")
+        self.post_to("/mutate", review).await
+    }
+
+    /// `POST path` with `review` as JSON: the status and the JSON body.
+    pub async fn post_to(&self, path: &str, review: &Value) -> (u16, Value) {
+        let req = axum::http::Request::post(path)
             .header("content-type", "application/json")
             .body(Body::from(review.to_string()))
             .unwrap();

@@ -1,18 +1,30 @@
 //! Policy ConfigMaps: label `knativeha.dev/policy: "true"` in the webhook's
 //! namespace, one policy document under the data key `policy.yaml`.
+//!
+//! The last valid version is recorded in the annotation
+//! [`LAST_VALID_ANNOTATION`] (`{"name": ..., "spec": ...}`, compact JSON,
+//! written by the webhook whenever the current document is valid) and read
+//! back when the current document is invalid, so a restarted webhook keeps
+//! applying it.
+
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::ResourceExt;
+use serde_json::{Value, json};
 
 use super::Observed;
 use super::merge::{Origin, PolicyObject};
-use super::status::ObservedStatus;
-use crate::policy::Policy;
+use super::status::{LastValid, ObservedStatus};
+use crate::policy::{Policy, objects};
+
+/// The annotation holding the last valid version of a policy ConfigMap.
+pub const LAST_VALID_ANNOTATION: &str = "knativeha.dev/last-valid-policy";
 
 /// The label that marks a policy ConfigMap.
 pub const LABEL_SELECTOR: &str = "knativeha.dev/policy=true";
 /// The data key holding the policy document.
-pub const DATA_KEY: &str = "policy.yaml";
+pub use crate::policy::objects::DATA_KEY;
 
 /// The key the source tracks a ConfigMap by (uid, or namespace/name).
 pub fn key(cm: &ConfigMap) -> String {
@@ -34,8 +46,41 @@ pub fn parse(cm: &ConfigMap) -> Result<Policy, String> {
     Ok(policy)
 }
 
-/// Validates one ConfigMap as the watcher delivered it.
+/// The record in [`LAST_VALID_ANNOTATION`], if any and readable.
+pub fn recorded(cm: &ConfigMap) -> Option<LastValid> {
+    let text = cm.annotations().get(LAST_VALID_ANNOTATION)?;
+    let value: Value = serde_json::from_str(text).ok()?;
+    Some(LastValid {
+        generation: None,
+        name: Some(value.get("name")?.as_str()?.to_string()),
+        spec: value.get("spec").filter(|s| s.is_object())?.clone(),
+    })
+}
+
+/// The annotation value of a record.
+pub fn annotation(record: &LastValid) -> String {
+    json!({"name": record.name, "spec": record.spec}).to_string()
+}
+
+/// Validates one ConfigMap as the watcher delivered it; when its document
+/// is invalid, the recorded last valid version is read back.
 pub fn observe(cm: &ConfigMap) -> Observed {
+    let record = recorded(cm);
+    let (parsed, last_valid) = match (parse(cm), &record) {
+        (Ok(policy), _) => (Ok(policy), None),
+        (Err(message), None) => (Err(message), None),
+        (Err(message), Some(r)) => {
+            match objects::recorded(r.name.as_deref().unwrap_or_default(), &r.spec) {
+                Ok(policy) => (Err(message), Some(Arc::new(policy))),
+                Err(e) => (
+                    Err(format!(
+                        "{message} (the last valid version recorded in annotation {LAST_VALID_ANNOTATION} is refused by this release: {e})"
+                    )),
+                    None,
+                ),
+            }
+        }
+    };
     Observed {
         object: PolicyObject {
             origin: Origin::ConfigMap,
@@ -45,11 +90,15 @@ pub fn observe(cm: &ConfigMap) -> Observed {
             created: cm.metadata.creation_timestamp.as_ref().map(|t| t.0),
             generation: cm.metadata.generation,
             resource_version: cm.resource_version(),
-            last_valid: None,
+            last_valid,
+            last_valid_generation: None,
             error: None,
         },
-        parsed: parse(cm),
-        status: ObservedStatus::default(),
+        parsed,
+        status: ObservedStatus {
+            last_valid: record,
+            ..ObservedStatus::default()
+        },
     }
 }
 
@@ -93,6 +142,26 @@ mod tests {
     fn missing_key_names_the_key() {
         let err = parse(&cm(json!({"other": "x"}))).unwrap_err();
         assert!(err.starts_with("data.policy.yaml: missing"), "{err}");
+    }
+
+    #[test]
+    fn an_invalid_document_reads_back_the_recorded_version() {
+        let mut configmap = cm(json!({"policy.yaml": "spec: [unclosed"}));
+        let record = LastValid {
+            generation: None,
+            name: Some("serving".into()),
+            spec: json!({"targetNamespace": "knative-serving", "replicas": 4}),
+        };
+        configmap.metadata.annotations =
+            Some([(LAST_VALID_ANNOTATION.to_string(), annotation(&record))].into());
+        let o = observe(&configmap);
+        assert!(o.parsed.is_err());
+        let kept = o.object.last_valid.expect("the record is read back");
+        assert_eq!(
+            (kept.name.as_str(), kept.spec.replicas),
+            ("serving", Some(4))
+        );
+        assert_eq!(o.status.last_valid, Some(record));
     }
 
     #[test]

@@ -46,8 +46,11 @@ pub struct PolicyObject {
     pub created: Option<Timestamp>,
     pub generation: Option<i64>,
     pub resource_version: Option<String>,
-    /// The last valid version of this object, if it ever had one.
+    /// The last valid version of this object, if it ever had one (seen by
+    /// this process, or recorded in the object by an earlier one).
     pub last_valid: Option<Arc<Policy>>,
+    /// `metadata.generation` of `last_valid` (HighAvailabilityPolicy only).
+    pub last_valid_generation: Option<i64>,
     /// Why the current version is invalid (None when it is valid).
     pub error: Option<String>,
 }
@@ -65,8 +68,13 @@ pub enum Verdict {
     /// Valid and in force for its target namespace.
     Valid { namespace: String },
     /// The current version is invalid (the last valid version, if any, may
-    /// still be in force: see `kept`).
-    Invalid { message: String, kept: bool },
+    /// still be in force: see `kept`, and `kept_generation` for its
+    /// generation when known).
+    Invalid {
+        message: String,
+        kept: bool,
+        kept_generation: Option<i64>,
+    },
     /// Valid, but another object governs the same namespace.
     Conflict { namespace: String, winner: String },
     /// Valid, but its namespace is not in `--governed-namespaces`.
@@ -132,6 +140,7 @@ pub fn merge_governed<'a>(
                 Verdict::Invalid {
                     message,
                     kept: false,
+                    kept_generation: None,
                 },
             );
             continue;
@@ -142,6 +151,7 @@ pub fn merge_governed<'a>(
                 Some(message) => Verdict::Invalid {
                     message: message.clone(),
                     kept: false,
+                    kept_generation: None,
                 },
                 None => Verdict::NotGoverned {
                     namespace,
@@ -163,6 +173,7 @@ pub fn merge_governed<'a>(
             (Some(message), _) => Verdict::Invalid {
                 message: message.clone(),
                 kept: in_force,
+                kept_generation: obj.last_valid_generation.filter(|_| in_force),
             },
             (None, None) => Verdict::Valid { namespace },
             (None, Some((_, winner))) => Verdict::Conflict { namespace, winner },
@@ -202,6 +213,7 @@ mod tests {
             generation: Some(1),
             resource_version: Some("1".into()),
             last_valid: Some(policy(name, ns, replicas)),
+            last_valid_generation: Some(1),
             error: None,
         }
     }
@@ -295,7 +307,8 @@ mod tests {
             verdict(&m, Origin::Resource, "a"),
             &Verdict::Invalid {
                 message: "spec.replicas: must be 1..=100".into(),
-                kept: true
+                kept: true,
+                kept_generation: Some(1),
             }
         );
     }
@@ -330,7 +343,8 @@ mod tests {
             verdict(&m, Origin::Resource, "a"),
             &Verdict::Invalid {
                 message: "spec.targetNamespace: missing".into(),
-                kept: false
+                kept: false,
+                kept_generation: None,
             }
         );
     }

@@ -30,6 +30,9 @@ pub struct ClusterMetrics {
     pub policies: Family<SourceLabel, Gauge>,
     /// `knative_ha_webhook_policy_status{state}`: policy objects per verdict.
     pub policy_status: Family<StateLabel, Gauge>,
+    /// `knative_ha_webhook_policies_on_last_valid{source}`: policies in
+    /// force whose object is invalid now, so its last valid version applies.
+    pub on_last_valid: Family<SourceLabel, Gauge>,
     /// `knative_ha_webhook_cluster_synced`: 1 once every first list completed.
     pub synced: Gauge,
     /// `knative_ha_webhook_status_write_errors_total`: failed status
@@ -65,6 +68,11 @@ impl ClusterMetrics {
             "knative_ha_webhook_policy_status",
             "Policy objects in the cluster, by state (valid, invalid, conflict)",
             m.policy_status.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_policies_on_last_valid",
+            "Policies in force on their last valid version (the object itself is invalid now), by source",
+            m.on_last_valid.clone(),
         );
         registry.register(
             "knative_ha_webhook_cluster_synced",

@@ -177,7 +177,14 @@ pub async fn run(
         Box::new(spawner),
         config.governed.clone(),
     );
-    let writer = writer::run(crs.clone(), recorder, write_rx, tx.clone(), metrics.clone());
+    let writer = writer::run(
+        crs.clone(),
+        cms.clone(),
+        recorder,
+        write_rx,
+        tx.clone(),
+        metrics.clone(),
+    );
     let watch_crs = watch::Watch {
         source: Source::Policies,
         scope: "cluster",

@@ -1,6 +1,10 @@
 //! HighAvailabilityPolicy resources, watched as dynamic objects so that one
 //! invalid object never breaks the stream: each is validated on its own
-//! with [`Policy::from_json`].
+//! with [`Policy::from_json`]. When the current spec is invalid, the last
+//! valid one recorded in `status.lastValidSpec` (by this or an earlier
+//! process) is read back as the object's last valid version.
+
+use std::sync::Arc;
 
 use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject};
@@ -9,7 +13,7 @@ use serde_json::{Value, json};
 use super::Observed;
 use super::merge::{Origin, PolicyObject};
 use super::status::ObservedStatus;
-use crate::policy::{API_VERSION, HighAvailabilityPolicy, KIND, Policy};
+use crate::policy::{API_VERSION, HighAvailabilityPolicy, KIND, Policy, objects};
 
 /// `knativeha.dev/v1alpha1` `highavailabilitypolicies` (cluster-scoped).
 pub fn api_resource() -> ApiResource {
@@ -40,6 +44,7 @@ pub fn policy_document(obj: &DynamicObject) -> Value {
 /// Validates one resource as the watcher delivered it.
 pub fn observe(obj: &DynamicObject) -> Observed {
     let name = obj.name_any();
+    let status = ObservedStatus::from_object(&obj.data);
     let parsed = Policy::from_json(&policy_document(obj))
         .map(|mut p| {
             if p.name.is_empty() {
@@ -48,6 +53,25 @@ pub fn observe(obj: &DynamicObject) -> Observed {
             p
         })
         .map_err(|e| e.to_string());
+    let (parsed, last_valid, last_valid_generation) = match parsed {
+        Ok(policy) => (Ok(policy), None, obj.metadata.generation),
+        Err(message) => match &status.last_valid {
+            None => (Err(message), None, None),
+            Some(record) => match objects::recorded(&name, &record.spec) {
+                Ok(policy) => (Err(message), Some(Arc::new(policy)), record.generation),
+                Err(e) => (
+                    Err(format!(
+                        "{message} (the last valid version recorded in status, generation {}, is refused by this release: {e})",
+                        record
+                            .generation
+                            .map_or("unknown".to_string(), |g| g.to_string())
+                    )),
+                    None,
+                    None,
+                ),
+            },
+        },
+    };
     Observed {
         object: PolicyObject {
             origin: Origin::Resource,
@@ -57,11 +81,12 @@ pub fn observe(obj: &DynamicObject) -> Observed {
             created: obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
             generation: obj.metadata.generation,
             resource_version: obj.resource_version(),
-            last_valid: None,
+            last_valid,
+            last_valid_generation,
             error: None,
         },
         parsed,
-        status: ObservedStatus::from_object(&obj.data),
+        status,
     }
 }
 
@@ -90,6 +115,35 @@ mod tests {
         assert_eq!(o.object.generation, Some(2));
         assert!(o.object.created.is_some());
         assert_eq!(o.status.observed_generation, Some(1));
+    }
+
+    #[test]
+    fn an_invalid_spec_reads_back_the_recorded_last_valid_one() {
+        let mut value = json!({
+            "apiVersion": "knativeha.dev/v1alpha1", "kind": "HighAvailabilityPolicy",
+            "metadata": {"name": "serving", "uid": "u1", "generation": 5},
+            "spec": {"targetNamespace": "knative-serving", "replicas": 4,
+                     "leaderElection": {"renewDeadline": "11s", "retryPeriod": "10s"}},
+            "status": {"lastValidGeneration": 3,
+                       "lastValidSpec": {"targetNamespace": "knative-serving", "replicas": 4}}
+        });
+        let o = observe(&dynamic(value.clone()));
+        assert!(o.parsed.unwrap_err().contains("renewDeadline"));
+        let kept = o.object.last_valid.expect("the record is read back");
+        assert_eq!(
+            (kept.name.as_str(), kept.spec.replicas),
+            ("serving", Some(4))
+        );
+        assert_eq!(o.object.last_valid_generation, Some(3));
+        // A record this release refuses is not taken, and the message says so.
+        value["status"]["lastValidSpec"]["replicas"] = json!(0);
+        let o = observe(&dynamic(value));
+        assert!(o.object.last_valid.is_none());
+        let err = o.parsed.unwrap_err();
+        assert!(
+            err.contains("generation 3, is refused by this release: spec.replicas"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,7 +17,8 @@ pub(crate) struct Tracked {
 }
 
 /// Folds a newly observed version into the object's state: a valid version
-/// replaces the last valid one; an invalid one keeps it.
+/// replaces the last valid one; an invalid one keeps the one this process
+/// saw, else the one recorded in the object (already in `obs`).
 pub(crate) fn fold(prev: Option<&Tracked>, obs: Observed) -> Tracked {
     let Observed {
         mut object,
@@ -30,7 +31,10 @@ pub(crate) fn fold(prev: Option<&Tracked>, obs: Observed) -> Tracked {
             object.error = None;
         }
         Err(message) => {
-            object.last_valid = prev.and_then(|p| p.object.last_valid.clone());
+            if let Some(prev) = prev.filter(|p| p.object.last_valid.is_some()) {
+                object.last_valid = prev.object.last_valid.clone();
+                object.last_valid_generation = prev.object.last_valid_generation;
+            }
             object.error = Some(message);
         }
     }

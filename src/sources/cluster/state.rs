@@ -89,6 +89,7 @@ impl State {
             }
             Msg::WriteFailed(uid) => {
                 self.sent.status.remove(&uid);
+                self.sent.annotation.remove(&uid);
                 self.sent.failed.insert(uid);
                 false
             }
@@ -155,12 +156,19 @@ impl State {
                 log_verdict(obj, verdict);
                 self.logged.insert(key.clone(), verdict.clone());
             }
-            let desired = status::desired(verdict, obj.origin, obj.generation);
+            let mut desired = status::desired(verdict, obj.origin, obj.generation);
+            desired.record = status::record(obj);
             let write = match obj.origin {
-                Origin::Resource => self.sent.status_write(t, desired),
-                Origin::ConfigMap => self.sent.event_write(obj, desired),
+                Origin::Resource => [self.sent.status_write(t, desired), None],
+                Origin::ConfigMap => {
+                    let record = desired.record.take();
+                    [
+                        self.sent.annotation_write(t, record),
+                        self.sent.event_write(obj, desired),
+                    ]
+                }
             };
-            if let Some(req) = write {
+            for req in write.into_iter().flatten() {
                 writes
                     .send(req)
                     .map_err(|_| ClusterError::ChannelClosed("write"))?;
@@ -183,6 +191,8 @@ struct Sent {
     failed: HashSet<String>,
     /// The last Event written per ConfigMap uid.
     event: HashMap<String, ReadyStatus>,
+    /// Last-valid annotations sent and not yet seen, per ConfigMap uid.
+    annotation: HashMap<String, status::LastValid>,
 }
 
 impl Sent {
@@ -208,6 +218,32 @@ impl Sent {
         })
     }
 
+    /// The last-valid annotation a policy ConfigMap needs, if any: none
+    /// when it already carries `record` (or there is none to write), when
+    /// the same was sent, or when its last write failed.
+    fn annotation_write(
+        &mut self,
+        t: &Tracked,
+        record: Option<status::LastValid>,
+    ) -> Option<WriteReq> {
+        let obj = &t.object;
+        let record = record?;
+        if t.status.last_valid.as_ref() == Some(&record) {
+            self.annotation.remove(&obj.uid);
+            self.failed.remove(&obj.uid);
+            return None;
+        }
+        if self.failed.contains(&obj.uid) || self.annotation.get(&obj.uid) == Some(&record) {
+            return None;
+        }
+        self.annotation.insert(obj.uid.clone(), record.clone());
+        Some(WriteReq::Annotation {
+            uid: obj.uid.clone(),
+            name: obj.name.clone(),
+            value: configmaps::annotation(&record),
+        })
+    }
+
     /// The Event a policy ConfigMap needs, if it differs from the last one.
     fn event_write(&mut self, obj: &PolicyObject, desired: ReadyStatus) -> Option<WriteReq> {
         if self.event.get(&obj.uid) == Some(&desired) {
@@ -225,9 +261,13 @@ impl Sent {
     fn forget_gone(&mut self, live: &BTreeMap<(Origin, String), Verdict>) {
         self.status
             .retain(|uid, _| live.contains_key(&(Origin::Resource, uid.clone())));
-        self.failed
-            .retain(|uid| live.contains_key(&(Origin::Resource, uid.clone())));
+        self.failed.retain(|uid| {
+            live.contains_key(&(Origin::Resource, uid.clone()))
+                || live.contains_key(&(Origin::ConfigMap, uid.clone()))
+        });
         self.event
+            .retain(|uid, _| live.contains_key(&(Origin::ConfigMap, uid.clone())));
+        self.annotation
             .retain(|uid, _| live.contains_key(&(Origin::ConfigMap, uid.clone())));
     }
 }
@@ -276,8 +316,23 @@ fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
         ("not_governed", 0),
     ]
     .into();
-    for v in merged.verdicts.values() {
+    let mut on_last_valid: BTreeMap<Origin, i64> = BTreeMap::new();
+    for ((origin, _), v) in &merged.verdicts {
         *by_state.entry(v.state()).or_default() += 1;
+        if let Verdict::Invalid { kept: true, .. } = v {
+            *on_last_valid.entry(*origin).or_default() += 1;
+        }
+    }
+    for (origin, source) in [
+        (Origin::Resource, Source::Policies),
+        (Origin::ConfigMap, Source::ConfigMaps),
+    ] {
+        metrics
+            .on_last_valid
+            .get_or_create(&SourceLabel {
+                source: source.label().to_string(),
+            })
+            .set(on_last_valid.get(&origin).copied().unwrap_or(0));
     }
     for (state, n) in by_state {
         metrics
@@ -295,10 +350,15 @@ fn log_verdict(obj: &PolicyObject, verdict: &Verdict) {
         Verdict::Valid { namespace } => {
             tracing::info!(policy = %obj.display(), namespace = %namespace, "policy valid")
         }
-        Verdict::Invalid { message, kept } => tracing::warn!(
+        Verdict::Invalid {
+            message,
+            kept,
+            kept_generation,
+        } => tracing::warn!(
             policy = %obj.display(),
             error = %message,
             last_valid_kept = kept,
+            last_valid_generation = kept_generation,
             "policy invalid; not applied"
         ),
         Verdict::Conflict { namespace, winner } => tracing::warn!(

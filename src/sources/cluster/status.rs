@@ -5,12 +5,18 @@
 //! Writes happen only when the desired status differs from what the object
 //! already carries, so a status write (which the watcher sees as a
 //! MODIFIED event) never triggers another write.
+//!
+//! With the condition goes the record of the last valid version
+//! (`status.lastValidSpec`, `status.lastValidGeneration`), written whenever
+//! the current generation is valid and left as it is otherwise: a restarted
+//! webhook reads it back when the current spec is invalid and keeps
+//! applying it ([`ObservedStatus::last_valid`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::merge::{Origin, Verdict};
+use super::merge::{Origin, PolicyObject, Verdict};
 
 /// The `Ready` condition type.
 pub const READY: &str = "Ready";
@@ -25,6 +31,23 @@ pub struct ReadyStatus {
     pub reason: &'static str,
     pub message: String,
     pub observed_generation: Option<i64>,
+    /// The record of the last valid version to write with the condition
+    /// (the current generation, when it is valid); `None` leaves the
+    /// object's record as it is.
+    pub record: Option<LastValid>,
+}
+
+/// The record of the last valid version: `status.lastValidSpec` and
+/// `status.lastValidGeneration` of a HighAvailabilityPolicy, or the
+/// annotation [`super::configmaps::LAST_VALID_ANNOTATION`] of a policy
+/// ConfigMap (`{"name": ..., "spec": ...}`; no generation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LastValid {
+    pub generation: Option<i64>,
+    /// The policy's name (ConfigMaps; a HighAvailabilityPolicy is its object's name).
+    pub name: Option<String>,
+    /// The spec as the webhook applies it (serialised from the parsed spec).
+    pub spec: Value,
 }
 
 /// What a HighAvailabilityPolicy currently carries in `status`.
@@ -32,6 +55,8 @@ pub struct ReadyStatus {
 pub struct ObservedStatus {
     pub observed_generation: Option<i64>,
     pub ready: Option<Condition>,
+    /// The record of the last valid version, if any.
+    pub last_valid: Option<LastValid>,
 }
 
 impl ObservedStatus {
@@ -51,9 +76,20 @@ impl ObservedStatus {
                     .find(|c| c.get("type").and_then(Value::as_str) == Some(READY))
             })
             .and_then(|c| serde_json::from_value::<Condition>(c.clone()).ok());
+        let last_valid = status
+            .and_then(|s| s.get("lastValidSpec"))
+            .filter(|spec| spec.is_object())
+            .map(|spec| LastValid {
+                generation: status
+                    .and_then(|s| s.get("lastValidGeneration"))
+                    .and_then(Value::as_i64),
+                name: None,
+                spec: spec.clone(),
+            });
         ObservedStatus {
             observed_generation,
             ready,
+            last_valid,
         }
     }
 
@@ -67,6 +103,7 @@ impl ObservedStatus {
             && ready.status == desired.status
             && ready.reason == desired.reason
             && ready.message == desired.message
+            && (desired.record.is_none() || self.last_valid == desired.record)
     }
 }
 
@@ -78,13 +115,19 @@ pub fn desired(verdict: &Verdict, kind: Origin, generation: Option<i64>) -> Read
             "Valid",
             format!("policy in force for namespace {namespace}"),
         ),
-        Verdict::Invalid { message, kept } => (
+        Verdict::Invalid {
+            message,
+            kept,
+            kept_generation,
+        } => (
             "False",
             "Invalid",
-            if *kept {
-                format!("{message} (the last valid version stays in force)")
-            } else {
-                message.clone()
+            match (kept, kept_generation) {
+                (true, Some(g)) => {
+                    format!("{message} (the last valid version, generation {g}, stays in force)")
+                }
+                (true, None) => format!("{message} (the last valid version stays in force)"),
+                (false, _) => message.clone(),
             },
         ),
         Verdict::Conflict { namespace, winner } => (
@@ -115,11 +158,29 @@ pub fn desired(verdict: &Verdict, kind: Origin, generation: Option<i64>) -> Read
         reason,
         message,
         observed_generation: generation,
+        record: None,
     }
 }
 
+/// The record of the last valid version a policy object should carry: its
+/// current version when that is valid (whether in force or not), else
+/// `None` (the record stays as it is).
+pub fn record(obj: &PolicyObject) -> Option<LastValid> {
+    let policy = obj.last_valid.as_ref()?;
+    if obj.error.is_some() {
+        return None;
+    }
+    Some(LastValid {
+        generation: obj.generation.filter(|_| obj.origin == Origin::Resource),
+        name: (obj.origin == Origin::ConfigMap).then(|| policy.name.clone()),
+        spec: serde_json::to_value(&policy.spec).ok()?,
+    })
+}
+
 /// The merge patch for `/status`: the `Ready` condition, with
-/// `lastTransitionTime` kept unless `status` changes.
+/// `lastTransitionTime` kept unless `status` changes, and the record of the
+/// last valid version when there is one to write (fields of the old record
+/// the new one lacks are removed: a merge patch would keep them).
 pub fn status_patch(desired: &ReadyStatus, observed: &ObservedStatus, now: Timestamp) -> Value {
     let last_transition_time = match &observed.ready {
         Some(prev) if prev.status == desired.status => prev.last_transition_time.clone(),
@@ -133,12 +194,38 @@ pub fn status_patch(desired: &ReadyStatus, observed: &ObservedStatus, now: Times
         observed_generation: desired.observed_generation,
         last_transition_time,
     };
-    json!({
+    let mut patch = json!({
         "status": {
             "observedGeneration": desired.observed_generation,
             "conditions": [condition],
         }
-    })
+    });
+    if let Some(record) = &desired.record {
+        let old = observed.last_valid.as_ref().map(|l| &l.spec);
+        patch["status"]["lastValidSpec"] = replacing(old.unwrap_or(&Value::Null), &record.spec);
+        patch["status"]["lastValidGeneration"] = json!(record.generation);
+    }
+    patch
+}
+
+/// The merge patch that turns `old` into `new` (RFC 7396): `new`, with a
+/// `null` for every member of `old` that `new` lacks, at every depth.
+fn replacing(old: &Value, new: &Value) -> Value {
+    let (Value::Object(old), Value::Object(new)) = (old, new) else {
+        return new.clone();
+    };
+    let mut out = serde_json::Map::new();
+    for (key, value) in new {
+        let merged = match old.get(key) {
+            Some(prev) => replacing(prev, value),
+            None => value.clone(),
+        };
+        out.insert(key.clone(), merged);
+    }
+    for key in old.keys().filter(|k| !new.contains_key(*k)) {
+        out.insert(key.clone(), Value::Null);
+    }
+    Value::Object(out)
 }
 
 #[cfg(test)]
@@ -207,6 +294,7 @@ mod tests {
             &Verdict::Invalid {
                 message: "spec.replicas: must be between 1 and 100".into(),
                 kept: true,
+                kept_generation: Some(2),
             },
             Origin::Resource,
             Some(3),
@@ -221,11 +309,46 @@ mod tests {
         let c = &patch["status"]["conditions"][0];
         assert_eq!(c["status"], "False");
         assert_eq!(c["reason"], "Invalid");
-        assert!(c["message"].as_str().unwrap().contains("spec.replicas"));
+        let message = c["message"].as_str().unwrap();
+        assert!(message.contains("spec.replicas"), "{message}");
+        assert!(
+            message.ends_with("(the last valid version, generation 2, stays in force)"),
+            "{message}"
+        );
+        assert!(
+            patch["status"].get("lastValidSpec").is_none(),
+            "record kept as it is"
+        );
         assert_eq!(
             c["lastTransitionTime"],
             json!(Timestamp::from_second(9_000).unwrap().to_string())
         );
+    }
+
+    #[test]
+    fn the_record_is_written_whole_and_read_back() {
+        let mut d = valid(4);
+        d.record = Some(LastValid {
+            generation: Some(4),
+            name: None,
+            spec: json!({"targetNamespace": "knative-serving", "leaderElection": {"buckets": 3}}),
+        });
+        let obj = json!({"status": {"observedGeneration": 4,
+            "conditions": [cond("True", "Valid", &d.message, 4, 1_000)],
+            "lastValidGeneration": 3,
+            "lastValidSpec": {"targetNamespace": "knative-serving", "replicas": 3,
+                              "leaderElection": {"buckets": 2, "leaseDuration": "60s"}}}});
+        let observed = ObservedStatus::from_object(&obj);
+        assert_eq!(observed.last_valid.as_ref().unwrap().generation, Some(3));
+        assert!(!observed.matches(&d), "an older record is rewritten");
+        let patch = status_patch(&d, &observed, Timestamp::from_second(9_000).unwrap());
+        assert_eq!(patch["status"]["lastValidGeneration"], 4);
+        let mut stored = obj["status"]["lastValidSpec"].clone();
+        json_patch::merge(&mut stored, &patch["status"]["lastValidSpec"]);
+        assert_eq!(stored, d.record.as_ref().unwrap().spec);
+        let mut written = obj.clone();
+        json_patch::merge(&mut written, &patch);
+        assert!(ObservedStatus::from_object(&written).matches(&d));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Writes what the state decided to report: merge patches of
-//! HighAvailabilityPolicy `/status` and Events on policy ConfigMaps.
+//! HighAvailabilityPolicy `/status`, Events on policy ConfigMaps and their
+//! last-valid annotation.
 //! Runs apart from the watchers so a slow API server never delays policy
 //! updates.
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
@@ -25,10 +26,17 @@ pub(crate) enum WriteReq {
         reference: ObjectReference,
         desired: ReadyStatus,
     },
+    /// The last-valid annotation of a policy ConfigMap (its value).
+    Annotation {
+        uid: String,
+        name: String,
+        value: String,
+    },
 }
 
 pub(crate) async fn run(
     crs: Api<DynamicObject>,
+    cms: Api<ConfigMap>,
     recorder: Recorder,
     mut rx: UnboundedReceiver<WriteReq>,
     tx: UnboundedSender<Msg>,
@@ -65,6 +73,23 @@ pub(crate) async fn run(
                         } else {
                             tracing::debug!(policy = %name, error = %err, "status write still failing");
                         }
+                        tx.send(Msg::WriteFailed(uid))
+                            .map_err(|_| ClusterError::ChannelClosed("watch"))?;
+                    }
+                }
+            }
+            WriteReq::Annotation { uid, name, value } => {
+                let patch = serde_json::json!({"metadata": {"annotations": {
+                    super::configmaps::LAST_VALID_ANNOTATION: value,
+                }}});
+                match cms
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => tracing::debug!(configmap = %name, "last valid version recorded"),
+                    Err(err) => {
+                        metrics.write_errors.inc();
+                        tracing::warn!(configmap = %name, error = %err, "recording the last valid version failed; will retry");
                         tx.send(Msg::WriteFailed(uid))
                             .map_err(|_| ClusterError::ChannelClosed("watch"))?;
                     }

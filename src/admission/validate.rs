@@ -1,0 +1,146 @@
+//! The pure core of `POST /validate`: the validating admission review of
+//! policy objects. A CREATE or UPDATE of a HighAvailabilityPolicy, or of a
+//! ConfigMap labelled `knativeha.dev/policy: "true"`, is refused
+//! (`allowed: false`, code 422, reason `Invalid`) with every error `check`
+//! reports for it ([`crate::policy::objects`]); anything else is allowed.
+//! Same wire format, parse and answers as [`super::review`].
+
+use serde_json::Value;
+
+use super::request::{self, ObjectIn};
+use super::{
+    Answer, ECHO_BYTES, Outcome, ResponseOut, ReviewOut, Reviewed, StatusOut, bad_request,
+    kind_label, names, parse_operation,
+};
+use crate::engine::Operation;
+use crate::policy::{self, objects};
+use crate::telemetry::clip;
+
+/// What a validated object is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Resource,
+    ConfigMap,
+}
+
+fn target(group: &str, kind: &str) -> Option<Target> {
+    match (group, kind) {
+        (policy::GROUP, policy::KIND) => Some(Target::Resource),
+        ("", "ConfigMap") => Some(Target::ConfigMap),
+        _ => None,
+    }
+}
+
+/// Every error of the object, as lines; `None` when the object is not a
+/// policy object (a ConfigMap without the label).
+fn errors_of(target: Target, object: &Value) -> Option<Vec<String>> {
+    let lines = match target {
+        Target::Resource => objects::check_resource(object)
+            .err()
+            .map(|errors| {
+                errors
+                    .iter()
+                    .flat_map(policy::PolicyError::flatten)
+                    .map(|e| e.to_string())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        Target::ConfigMap if objects::is_policy_configmap(object) => {
+            objects::check_configmap_data(object)
+                .err()
+                .unwrap_or_default()
+        }
+        Target::ConfigMap => return None,
+    };
+    Some(lines)
+}
+
+/// Answers one validating AdmissionReview given as raw bytes.
+pub fn validate(body: &[u8]) -> Answer<'_> {
+    let parsed = match request::parse_review(body, &|_, _| false) {
+        Ok(parsed) => parsed,
+        Err(message) => return bad_request(message),
+    };
+    let request = parsed.request;
+    let Some((operation, op_label)) = parse_operation(&request.operation.0) else {
+        return bad_request(format!(
+            "AdmissionReview request.operation: unknown operation {:?}",
+            clip(&request.operation.0, ECHO_BYTES)
+        ));
+    };
+    let (group, kind) = request
+        .kind
+        .as_ref()
+        .map_or(("", ""), |k| (k.group.0.as_ref(), k.kind.0.as_ref()));
+    let target = target(group, kind);
+    let (namespace, name) = names(
+        request.namespace.map(|t| t.0),
+        request.name.map(|t| t.0),
+        request.object.as_ref(),
+    );
+    let mut reply = Reviewed {
+        body: Vec::new(),
+        outcome: Outcome::Skipped,
+        kind: kind_label(kind),
+        operation: op_label,
+        uid: request.uid.0,
+        namespace,
+        name,
+        patch_ops: 0,
+        changes: Vec::new(),
+        error: None,
+    };
+    let mut response = ResponseOut {
+        uid: "",
+        allowed: true,
+        patch_type: None,
+        patch: None,
+        warnings: Vec::new(),
+        status: None,
+    };
+    let checked = match (operation, target, &request.object) {
+        (Operation::Create | Operation::Update, Some(target), Some(ObjectIn::Raw(raw))) => {
+            match serde_json::from_str::<Value>(raw.get()) {
+                Ok(object) => errors_of(target, &object),
+                Err(e) => return bad_request(format!("AdmissionReview request.object: {e}")),
+            }
+        }
+        _ => None,
+    };
+    match checked {
+        None => {}
+        Some(errors) if errors.is_empty() => reply.outcome = Outcome::Accepted,
+        Some(errors) => refuse(&mut reply, &mut response, &errors),
+    }
+    response.uid = &reply.uid;
+    let out = ReviewOut {
+        api_version: &parsed.api_version,
+        kind: &parsed.kind,
+        response,
+    };
+    // Plain data (strings, booleans, numbers): serialising it cannot fail.
+    reply.body = serde_json::to_vec(&out).unwrap_or_default();
+    Answer::Reviewed(reply)
+}
+
+/// Writes the refusal: every error in the message (the log line gets it
+/// too, as the review's error).
+fn refuse(reply: &mut Reviewed<'_>, response: &mut ResponseOut<'_>, errors: &[String]) {
+    let what = match reply.kind {
+        "ConfigMap" => format!("policy ConfigMap {}/{}", reply.namespace, reply.name),
+        kind => format!("{kind} {}", reply.name),
+    };
+    let message = format!(
+        "knative-ha-webhook: {what} is invalid: {}",
+        errors.join("; ")
+    );
+    reply.outcome = Outcome::Refused;
+    reply.error = Some(errors.join("; "));
+    response.allowed = false;
+    response.status = Some(StatusOut {
+        status: "Failure",
+        code: 422,
+        reason: Some("Invalid"),
+        message,
+    });
+}
