@@ -12,7 +12,7 @@ use crate::policy::Policy;
 /// The label that marks a policy ConfigMap.
 pub const LABEL_SELECTOR: &str = "knativeha.dev/policy=true";
 /// The data key holding the policy document.
-pub const DATA_KEY: &str = "policy.yaml";
+pub const DATA_KEY: &str = crate::policy::wrapped::DATA_KEY;
 
 /// The key the source tracks a ConfigMap by (uid, or namespace/name).
 pub fn key(cm: &ConfigMap) -> String {
