@@ -325,5 +325,17 @@ else
 fi
 # --- end cluster source scale / governed namespaces --------------------------------------------
 
+# --- docs name the rendered webhook (issue 23 item 1) -------------------------------------------
+# The API server labels its admission metrics with the webhook's name: troubleshooting greps that.
+hook_name=$("$HELM" template khw "$CHART" --namespace khw-system --set image.repository=registry.test/khw 2>&1 |
+  "$PY" -c 'import sys, yaml
+print([d for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "MutatingWebhookConfiguration"][0]["webhooks"][0]["name"])')
+if [ -n "$hook_name" ] && grep -qF "grep 'name=\"$hook_name\"'" docs/operations.md; then
+  pass "docs/operations.md troubleshooting greps the API server's metrics for name=\"$hook_name\""
+else
+  fail "docs/operations.md troubleshooting does not grep for the rendered webhook name" "$hook_name"
+fi
+# --- end docs name the rendered webhook ---------------------------------------------------------
+
 echo "chart: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
