@@ -298,6 +298,14 @@ PYEOF
 else
   fail "image: documented helm install without --set image.repository" "$out"
 fi
+# The release pipeline's chart (scripts/release-chart) renders with its defaults, on the image it pushed.
+if HELM=$HELM scripts/release-chart 9.8.7 Some-Owner "$work/release" >/dev/null \
+  && img=$("$HELM" template khw "$work/release/knative-ha-webhook-9.8.7.tgz" --namespace khw-system 2>&1 | grep -m1 ' image: ') \
+  && [ "$img" = '          image: "ghcr.io/some-owner/knative-ha-webhook:9.8.7"' ]; then
+  pass "image: the release pipeline's chart (scripts/release-chart) defaults to the image it pushed"
+else
+  fail "image: scripts/release-chart" "${img:-no rendering}"
+fi
 # --- end image ---------------------------------------------------------------------------------
 
 # --- cluster source scale / governed namespaces (issue 11 part 1, issue 12 point 4) ------------
