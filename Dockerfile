@@ -28,6 +28,12 @@ RUN mkdir -p src benches \
  && cargo build --release --locked \
  && rm -rf src benches
 
+# The revision goes into the binary (`knative_ha_webhook_build_info{revision}`): the build reads
+# KHW_GIT_REVISION at compile time. Empty (the default) leaves the label out. Declared after the
+# dependency layer, so a new revision rebuilds only the crate.
+ARG REVISION=
+ENV KHW_GIT_REVISION=${REVISION}
+
 # The real sources. Touch them so cargo rebuilds the crate (not the cached dependencies).
 COPY src ./src
 COPY benches ./benches

@@ -298,6 +298,14 @@ PYEOF
 else
   fail "image: documented helm install without --set image.repository" "$out"
 fi
+# The release pipeline's chart (scripts/release-chart) renders with its defaults, on the image it pushed.
+if HELM=$HELM scripts/release-chart 9.8.7 Some-Owner "$work/release" >/dev/null \
+  && img=$("$HELM" template khw "$work/release/knative-ha-webhook-9.8.7.tgz" --namespace khw-system 2>&1 | grep -m1 ' image: ') \
+  && [ "$img" = '          image: "ghcr.io/some-owner/knative-ha-webhook:9.8.7"' ]; then
+  pass "image: the release pipeline's chart (scripts/release-chart) defaults to the image it pushed"
+else
+  fail "image: scripts/release-chart" "${img:-no rendering}"
+fi
 # --- end image ---------------------------------------------------------------------------------
 
 # --- cluster source scale / governed namespaces (issue 11 part 1, issue 12 point 4) ------------
@@ -324,6 +332,18 @@ else
   fail "governedNamespaces rendering" "$(printf '%s' "$gov_out" | head -c 300)"
 fi
 # --- end cluster source scale / governed namespaces --------------------------------------------
+
+# --- docs name the rendered webhook (issue 23 item 1) -------------------------------------------
+# The API server labels its admission metrics with the webhook's name: troubleshooting greps that.
+hook_name=$("$HELM" template khw "$CHART" --namespace khw-system --set image.repository=registry.test/khw 2>&1 |
+  "$PY" -c 'import sys, yaml
+print([d for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "MutatingWebhookConfiguration"][0]["webhooks"][0]["name"])')
+if [ -n "$hook_name" ] && grep -qF "grep 'name=\"$hook_name\"'" docs/operations.md; then
+  pass "docs/operations.md troubleshooting greps the API server's metrics for name=\"$hook_name\""
+else
+  fail "docs/operations.md troubleshooting does not grep for the rendered webhook name" "$hook_name"
+fi
+# --- end docs name the rendered webhook ---------------------------------------------------------
 
 echo "chart: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,119 +1,132 @@
-//! `knative-ha-webhook check FILE...`: validates policy files in either
-//! form a user writes them (a HighAvailabilityPolicy document, or a policy
-//! ConfigMap with the document under data key `policy.yaml`) and reports
-//! every error of every file in one run, each naming the file and the
-//! document. Exit 0 when all are valid, 1 otherwise (`cmd::check`).
+//! `knative-ha-webhook check FILE...`: validates policy files in every form
+//! a user writes or gets them (a HighAvailabilityPolicy document, a policy
+//! ConfigMap with the document under data key `policy.yaml`, or a list of
+//! them as `kubectl get -o yaml` prints it; see [`crate::policy::wrapped`])
+//! and reports every error of every file in one run, each naming the file,
+//! the document and the list item. Workload and exclude names that are not
+//! Knative Deployments get a warning. Exit 0 when all are valid, 1
+//! otherwise (`cmd::check`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde_json::Value;
-
-use crate::policy::objects::{self, POLICY_LABEL};
-use crate::policy::{Policy, prune};
+use crate::policy::names::{self, Unmatched};
+use crate::policy::wrapped::{self, Found};
+use crate::policy::{Policy, PolicyError, prune};
 use crate::yaml;
 
 /// A valid policy and where it came from.
-struct Found {
+struct Valid {
     policy: Policy,
     place: String,
+    item: bool,
     configmap: Option<String>,
 }
 
-/// The outcome of one document: its policy, or its errors (each a line).
-type Checked = Result<Found, Vec<String>>;
+/// The outcome of one policy document: its policy, or its errors (each a line).
+type Checked = Result<Valid, Vec<String>>;
 
-fn is_configmap(value: &Value) -> bool {
-    value.get("apiVersion").and_then(Value::as_str) == Some("v1")
-        && value.get("kind").and_then(Value::as_str) == Some("ConfigMap")
+/// One line of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Line {
+    /// A valid document (standard output).
+    Valid(String),
+    /// A warning that does not make the file invalid (standard error).
+    Warning(String),
+    /// An error (standard error; the files are invalid).
+    Error(String),
 }
 
-fn policy_errors(errors: Vec<crate::policy::PolicyError>, prefix: &str) -> Vec<String> {
+fn lines(errors: Vec<PolicyError>, place: &str) -> Vec<String> {
     errors
         .iter()
         .flat_map(|e| e.flatten())
-        .map(|e| format!("{prefix}{e}"))
+        .map(|e| format!("{place}: {e}"))
         .collect()
 }
 
-/// A policy ConfigMap: labelled, with a valid policy under `policy.yaml`
-/// (the messages of [`objects::check_configmap_data`], naming the ConfigMap).
-fn check_configmap(cm: &Value) -> Result<(Policy, String), Vec<String>> {
-    let meta = &cm["metadata"];
-    let name = meta["name"].as_str().unwrap_or("");
-    let ns = meta["namespace"].as_str().unwrap_or("");
-    let id = if ns.is_empty() {
-        name.to_string()
-    } else {
-        format!("{ns}/{name}")
+/// One policy document found in document `index` of `file`.
+fn check_found(file: &str, index: usize, found: Found) -> Checked {
+    let place = match found.item {
+        Some(item) => format!("{file}: document {index}, item {item}"),
+        None => format!("{file}: document {index}"),
     };
-    let mut errors = Vec::new();
-    if !objects::is_policy_configmap(cm) {
-        errors.push(format!(
-            "ConfigMap {id}: metadata.labels: missing {}={}; the webhook reads only ConfigMaps with that label",
-            POLICY_LABEL.0, POLICY_LABEL.1
-        ));
-    }
-    match objects::check_configmap_data(cm) {
-        Ok(policy) if errors.is_empty() => Ok((policy, id)),
+    let mut errors = lines(found.errors.clone(), &place);
+    let Some(document) = &found.document else {
+        return Err(errors);
+    };
+    match prune::check_all(document) {
+        Ok(policy) if errors.is_empty() => Ok(Valid {
+            policy,
+            place,
+            item: found.item.is_some(),
+            configmap: found.configmap,
+        }),
         Ok(_) => Err(errors),
-        Err(lines) => {
-            errors.extend(lines.into_iter().map(|l| format!("ConfigMap {id}: {l}")));
+        Err(e) => {
+            let placed = e.into_iter().map(|e| found.in_configmap(e)).collect();
+            errors.extend(lines(placed, &place));
             Err(errors)
         }
     }
 }
 
-/// Every document of one file.
+/// Every policy document of one file.
 fn check_text(file: &str, text: &str) -> Vec<Checked> {
     let docs = yaml::documents(text);
-    if docs.is_empty() {
-        return vec![Err(vec![format!("{file}: no policy document found")])];
-    }
-    docs.iter()
-        .map(|doc| {
-            let place = format!("{file}: document {}", doc.index);
-            let value =
-                yaml::parse(doc).map_err(|e| vec![format!("{place}: invalid YAML: {e}")])?;
-            let prefix = format!("{place}: ");
-            if is_configmap(&value) {
-                let (policy, id) = check_configmap(&value).map_err(|e| {
-                    e.into_iter()
-                        .map(|l| format!("{prefix}{l}"))
-                        .collect::<Vec<_>>()
-                })?;
-                return Ok(Found {
-                    policy,
-                    place,
-                    configmap: Some(id),
-                });
+    let mut out = Vec::new();
+    let mut empty_list = None;
+    for doc in &docs {
+        let value = match yaml::parse(doc) {
+            Ok(value) => value,
+            Err(e) => {
+                let place = format!("{file}: document {}", doc.index);
+                out.push(Err(vec![format!("{place}: invalid YAML: {e}")]));
+                continue;
             }
-            let policy = prune::check_all(&value).map_err(|e| policy_errors(e, &prefix))?;
-            Ok(Found {
-                policy,
-                place,
-                configmap: None,
-            })
-        })
-        .collect()
+        };
+        if wrapped::is_empty_list(&value) {
+            empty_list.get_or_insert(doc.index);
+        }
+        out.extend(
+            wrapped::unwrap(value)
+                .into_iter()
+                .map(|found| check_found(file, doc.index, found)),
+        );
+    }
+    if out.is_empty() {
+        let why = empty_list
+            .map(|i| format!(" (document {i} is an empty List)"))
+            .unwrap_or_default();
+        out.push(Err(vec![format!("{file}: no policy document found{why}")]));
+    }
+    out
 }
 
-/// One line of the report: `Ok` for a valid document (standard output),
-/// `Err` for an error (standard error).
-pub type Line = Result<String, String>;
+fn warning(place: &str, u: &Unmatched) -> Line {
+    let hint = u
+        .suggestion
+        .as_ref()
+        .map(|s| format!(" (did you mean {s:?}?)"))
+        .unwrap_or_default();
+    Line::Warning(format!(
+        "{place}: warning: {}: {:?} is not the name of a Knative Deployment{hint}",
+        u.path, u.name
+    ))
+}
 
 /// Checks every document of every file (`-`: standard input), in order,
 /// across files too (one policy per target namespace). The files are
 /// valid when no line is an error.
 pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
-    let mut lines = Vec::new();
+    let mut out = Vec::new();
     // target namespace -> (policy name, place), across every file
     let mut governed: BTreeMap<String, (String, String)> = BTreeMap::new();
     for path in files {
         let (name, text) = match crate::manifest::read_input(path) {
             Ok(input) => input,
             Err(e) => {
-                lines.push(Err(e.to_string()));
+                out.push(Line::Error(e.to_string()));
                 continue;
             }
         };
@@ -121,13 +134,13 @@ pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
             let found = match checked {
                 Ok(found) => found,
                 Err(errors) => {
-                    lines.extend(errors.into_iter().map(Err));
+                    out.extend(errors.into_iter().map(Line::Error));
                     continue;
                 }
             };
             let ns = &found.policy.spec.target_namespace;
             if let Some((other, other_place)) = governed.get(ns) {
-                lines.push(Err(format!(
+                out.push(Line::Error(format!(
                     "{}: spec.targetNamespace: {ns:?} is already governed by policy {other:?} ({other_place}); one policy per namespace",
                     found.place
                 )));
@@ -138,11 +151,18 @@ pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
                 .configmap
                 .map(|id| format!(", ConfigMap {id}"))
                 .unwrap_or_default();
-            lines.push(Ok(format!(
-                "{name}: valid (policy {} for namespace {ns}{from})",
+            let shown = if found.item { &found.place } else { &name };
+            out.push(Line::Valid(format!(
+                "{shown}: valid (policy {} for namespace {ns}{from})",
                 found.policy.name
             )));
+            let known = names::knative_deployments();
+            out.extend(
+                names::unmatched(&found.policy.spec, &known)
+                    .iter()
+                    .map(|u| warning(&found.place, u)),
+            );
         }
     }
-    lines
+    out
 }

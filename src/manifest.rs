@@ -5,7 +5,6 @@
 use std::io::Read;
 use std::path::Path;
 
-use anyhow::Context as _;
 use serde_json::Value;
 
 use crate::yaml::{self, YamlError};
@@ -49,19 +48,74 @@ pub enum ManifestError {
 /// The result of this module's fallible functions.
 pub type Result<T, E = ManifestError> = std::result::Result<T, E>;
 
+/// Why an input file could not be read, in the user's words.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    #[error("no such file")]
+    NotFound,
+    #[error("it is a directory")]
+    Directory,
+    #[error("permission denied")]
+    PermissionDenied,
+    #[error("not UTF-8 (an invalid byte at line {line}, column {column})")]
+    NotUtf8 { line: usize, column: usize },
+    #[error("{0}")]
+    Io(std::io::Error),
+}
+
+/// An input file (or standard input) that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("<stdin>: cannot read standard input: {0}")]
+    Stdin(Unreadable),
+    #[error("{file}: cannot read file: {reason}")]
+    File { file: String, reason: Unreadable },
+}
+
+impl From<std::io::Error> for Unreadable {
+    fn from(error: std::io::Error) -> Unreadable {
+        match error.kind() {
+            std::io::ErrorKind::NotFound => Unreadable::NotFound,
+            std::io::ErrorKind::IsADirectory => Unreadable::Directory,
+            std::io::ErrorKind::PermissionDenied => Unreadable::PermissionDenied,
+            _ => Unreadable::Io(error),
+        }
+    }
+}
+
+/// The bytes as text, or where the first byte that is not UTF-8 is
+/// (1-based line and byte column).
+fn utf8(bytes: Vec<u8>) -> std::result::Result<String, Unreadable> {
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line_start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        Unreadable::NotUtf8 {
+            line: valid.iter().filter(|&&b| b == b'\n').count() + 1,
+            column: valid.len() - line_start + 1,
+        }
+    })
+}
+
 /// Reads a file, or standard input for `-`: `(name for messages, text)`.
-pub fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
+pub fn read_input(path: &Path) -> std::result::Result<(String, String), ReadError> {
     if path.as_os_str() == "-" {
-        let mut text = String::new();
+        let mut bytes = Vec::new();
         std::io::stdin()
-            .read_to_string(&mut text)
-            .context("<stdin>: cannot read standard input")?;
+            .read_to_end(&mut bytes)
+            .map_err(|e| ReadError::Stdin(e.into()))?;
+        let text = utf8(bytes).map_err(ReadError::Stdin)?;
         return Ok(("<stdin>".to_string(), text));
     }
-    let name = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("{name}: cannot read file"))?;
-    Ok((name, text))
+    let file = path.display().to_string();
+    let read = if path.is_dir() {
+        Err(Unreadable::Directory)
+    } else {
+        std::fs::read(path).map_err(Unreadable::from).and_then(utf8)
+    };
+    match read {
+        Ok(text) => Ok((file, text)),
+        Err(reason) => Err(ReadError::File { file, reason }),
+    }
 }
 
 fn is_object(value: &Value) -> bool {
@@ -70,7 +124,7 @@ fn is_object(value: &Value) -> bool {
 }
 
 /// `List`, `DeploymentList`, ...: a kind ending in `List` with an `items` array.
-fn is_list(value: &Value) -> bool {
+pub(crate) fn is_list(value: &Value) -> bool {
     value
         .get("kind")
         .and_then(Value::as_str)
@@ -81,7 +135,7 @@ fn is_list(value: &Value) -> bool {
 /// The items of a list; items of a typed list (`DeploymentList`) get the
 /// list's apiVersion and the item kind when they lack them, as the API
 /// server omits them there.
-fn list_items(list: &Value) -> Vec<Value> {
+pub(crate) fn list_items(list: &Value) -> Vec<Value> {
     let kind = list["kind"].as_str().unwrap_or("");
     let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
     let api_version = list.get("apiVersion").cloned();

@@ -74,6 +74,33 @@ pub fn hpa_targets(docs: &[Document]) -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
+/// Workload and exclude names of each policy that match no Deployment of
+/// its namespace in `docs` and no Knative Deployment, one line each.
+pub fn name_warnings(policies: &BTreeMap<String, Policy>, docs: &[Document]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (ns, policy) in policies {
+        let mut known = policy::names::knative_deployments();
+        known.extend(
+            docs.iter()
+                .filter(|d| Kind::of(&d.value) == Some(Kind::Deployment))
+                .filter(|d| namespace_of(&d.value) == ns)
+                .filter_map(|d| d.value.pointer("/metadata/name").and_then(Value::as_str))
+                .map(str::to_string),
+        );
+        for u in policy::names::unmatched(&policy.spec, &known) {
+            let hint = u
+                .suggestion
+                .map(|s| format!(" (did you mean {s:?}?)"))
+                .unwrap_or_default();
+            out.push(format!(
+                "policy {}: {}: {:?} matches no Deployment in namespace {ns} of the manifests and is not the name of a Knative Deployment{hint}",
+                policy.name, u.path, u.name
+            ));
+        }
+    }
+    out
+}
+
 /// One previewed document: the (possibly mutated) object and its mutation.
 pub struct Previewed {
     pub doc: Document,

@@ -97,7 +97,10 @@ fn check_errors(text: &str) -> Vec<String> {
     let lines = knative_ha_webhook::check::check_files(&[file.path().to_path_buf()]);
     let errors: Vec<String> = lines
         .into_iter()
-        .filter_map(Result::err)
+        .filter_map(|line| match line {
+            knative_ha_webhook::check::Line::Error(e) => Some(e),
+            _ => None,
+        })
         .map(|e| e.strip_prefix(&prefix).unwrap_or(&e).to_string())
         .collect();
     assert!(!errors.is_empty(), "check finds the document invalid");

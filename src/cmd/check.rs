@@ -2,16 +2,18 @@
 
 use std::process::ExitCode;
 
+use crate::check::Line;
 use crate::config::CheckArgs;
 
-/// Prints every valid document (stdout) and every error (stderr); exit 1
-/// when there is an error.
+/// Prints every valid document (stdout), every warning and every error
+/// (stderr); exit 1 when there is an error.
 pub fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let mut failed = false;
     for line in crate::check::check_files(&args.files) {
         match line {
-            Ok(valid) => println!("{valid}"),
-            Err(error) => {
+            Line::Valid(valid) => println!("{valid}"),
+            Line::Warning(warning) => eprintln!("{warning}"),
+            Line::Error(error) => {
                 eprintln!("{error}");
                 failed = true;
             }

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use serde_json::{Value, json};
 
 use crate::config::{OutputFormat, PreviewArgs};
-use crate::preview::{Previewed, load_policies, parse_manifests, patch_line, preview_documents};
+use crate::preview::{
+    Previewed, load_policies, name_warnings, parse_manifests, patch_line, preview_documents,
+};
 
 /// Runs the engine over the manifests and prints what comes out.
 pub fn preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
@@ -21,6 +23,9 @@ pub fn preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
     for path in &inputs {
         let (name, text) = crate::manifest::read_input(path)?;
         docs.extend(parse_manifests(&name, &text)?);
+    }
+    for warning in name_warnings(&policies, &docs) {
+        eprintln!("warning: {warning}");
     }
     let previewed = preview_documents(&policies, docs)?;
     let text = render(&previewed, args.output)?;

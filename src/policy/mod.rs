@@ -14,6 +14,7 @@
 
 pub mod disruption;
 pub mod duration;
+pub mod names;
 pub mod objects;
 mod parse;
 pub mod prune;
@@ -21,6 +22,7 @@ pub mod schema_check;
 mod spec;
 mod timing;
 pub mod validate;
+pub mod wrapped;
 
 pub use parse::{parse_policies, split_documents};
 pub use spec::{
@@ -68,11 +70,28 @@ pub enum PolicyError {
     #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
     Many(Vec<PolicyError>),
     /// An error in one document of a multi-document file (1-based index).
-    #[error("document {index}: {error}")]
+    #[error("{}", in_document(*index, error))]
     Document {
         index: usize,
         error: Box<PolicyError>,
     },
+    /// An error in one item of a list (1-based index).
+    #[error("item {item}: {error}")]
+    Item {
+        item: usize,
+        error: Box<PolicyError>,
+    },
+    /// An error in the policy document a ConfigMap holds (`id`: `NAMESPACE/NAME`).
+    #[error("ConfigMap {id}: data.{}: {error}", wrapped::DATA_KEY)]
+    InConfigMap { id: String, error: Box<PolicyError> },
+}
+
+/// `document N: ...`, or `document N, item M: ...` for an error in a list item.
+fn in_document(index: usize, error: &PolicyError) -> String {
+    match error {
+        PolicyError::Item { item, error } => format!("document {index}, item {item}: {error}"),
+        other => format!("document {index}: {other}"),
+    }
 }
 
 /// Result of loading a policy.
@@ -86,19 +105,29 @@ impl PolicyError {
         }
     }
 
-    /// Flattens into single errors (`Many` expanded; `Document` kept whole
-    /// but with its inner errors expanded and re-wrapped).
+    /// Flattens into single errors (`Many` expanded; `Document`, `Item` and
+    /// `InConfigMap` kept whole but with their inner errors expanded and
+    /// re-wrapped).
     pub fn flatten(&self) -> Vec<PolicyError> {
+        let rewrap = |error: &PolicyError, wrap: &dyn Fn(PolicyError) -> PolicyError| {
+            error.flatten().into_iter().map(wrap).collect()
+        };
         match self {
             PolicyError::Many(errors) => errors.iter().flat_map(|e| e.flatten()).collect(),
-            PolicyError::Document { index, error } => error
-                .flatten()
-                .into_iter()
-                .map(|e| PolicyError::Document {
-                    index: *index,
+            PolicyError::Document { index, error } => rewrap(error, &|e| PolicyError::Document {
+                index: *index,
+                error: Box::new(e),
+            }),
+            PolicyError::Item { item, error } => rewrap(error, &|e| PolicyError::Item {
+                item: *item,
+                error: Box::new(e),
+            }),
+            PolicyError::InConfigMap { id, error } => {
+                rewrap(error, &|e| PolicyError::InConfigMap {
+                    id: id.clone(),
                     error: Box::new(e),
                 })
-                .collect(),
+            }
             other => vec![other.clone()],
         }
     }

@@ -1,7 +1,7 @@
 //! Loading policies: one document (JSON value or YAML text) through the
 //! schema check and the semantic rules, and multi-document files.
 
-use super::{HighAvailabilityPolicy, Policy, PolicyError, Result, schema_check, validate};
+use super::{HighAvailabilityPolicy, Policy, PolicyError, Result, schema_check, validate, wrapped};
 
 impl Policy {
     /// Validates a parsed resource: every semantic rule, all errors collected.
@@ -54,36 +54,54 @@ pub fn split_documents(text: &str) -> Vec<(usize, String)> {
 }
 
 /// Parses a multi-document policy file: every non-empty document must be a
-/// valid policy. Errors name the (1-based) document index. Two policies for
-/// the same target namespace are an error.
+/// valid policy, a policy ConfigMap or a list of them (see [`wrapped`]).
+/// Errors name the (1-based) document index, the list item and the
+/// ConfigMap. Two policies for the same target namespace are an error.
 pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
     let mut policies: Vec<Policy> = Vec::new();
     let mut errors = Vec::new();
     for (index, doc) in split_documents(text) {
-        match Policy::from_yaml(&doc) {
-            Ok(policy) => {
-                if let Some(other) = policies
-                    .iter()
-                    .find(|p| p.spec.target_namespace == policy.spec.target_namespace)
-                {
-                    errors.push(PolicyError::Document {
-                        index,
-                        error: Box::new(PolicyError::invalid(
-                            "spec.targetNamespace",
-                            format!(
-                                "{:?} is already governed by policy {:?}; one policy per namespace",
-                                policy.spec.target_namespace, other.name
-                            ),
-                        )),
-                    });
-                } else {
-                    policies.push(policy);
-                }
+        let in_doc = |error| PolicyError::Document {
+            index,
+            error: Box::new(error),
+        };
+        let value: serde_json::Value = match serde_saphyr::from_str(&doc) {
+            Ok(value) => value,
+            Err(e) => {
+                errors.push(in_doc(PolicyError::Parse(e.to_string())));
+                continue;
             }
-            Err(error) => errors.push(PolicyError::Document {
-                index,
-                error: Box::new(error),
-            }),
+        };
+        for found in wrapped::unwrap(value) {
+            errors.extend(
+                found
+                    .errors
+                    .iter()
+                    .cloned()
+                    .map(|e| in_doc(found.at_item(e))),
+            );
+            let Some(document) = &found.document else {
+                continue;
+            };
+            let policy = match Policy::from_json(document) {
+                Ok(policy) if found.errors.is_empty() => policy,
+                Ok(_) => continue,
+                Err(e) => {
+                    errors.push(in_doc(found.in_document(e)));
+                    continue;
+                }
+            };
+            let target = &policy.spec.target_namespace;
+            match policies.iter().find(|p| &p.spec.target_namespace == target) {
+                Some(other) => errors.push(in_doc(found.in_document(PolicyError::invalid(
+                    "spec.targetNamespace",
+                    format!(
+                        "{target:?} is already governed by policy {:?}; one policy per namespace",
+                        other.name
+                    ),
+                )))),
+                None => policies.push(policy),
+            }
         }
     }
     if !errors.is_empty() {

@@ -65,7 +65,8 @@ ServiceAccount name.
 {{/*
 Image reference: repository@digest when a digest is set, else repository:tag (tag defaults to appVersion).
 No image is published: rendering fails while image.repository is empty, the never-published
-ghcr.io default, or a documentation placeholder (REGISTRY, <...>, example.com), instead of
+ghcr.io default (unless the chart is the release pipeline's, annotated knativeha.dev/image-published
+"true"), or a documentation placeholder (REGISTRY, <...>, example.com), instead of
 installing pods that can never pull their image (with failurePolicy Ignore, nothing would say so).
 */}}
 {{- define "knative-ha-webhook.image" -}}
@@ -74,7 +75,8 @@ installing pods that can never pull their image (with failurePolicy Ignore, noth
 {{- if not $repo }}
 {{- fail (printf "image.repository is required: no knative-ha-webhook image is published; %s" $how) }}
 {{- end }}
-{{- $placeholder := or (eq $repo "ghcr.io/knative-ha-webhook/knative-ha-webhook") (hasPrefix "/" $repo) (contains "REGISTRY" $repo) (contains "<" $repo) (contains ">" $repo) (contains "example.com" $repo) (contains "example.org" $repo) (contains "example.net" $repo) }}
+{{- $published := eq (index (.Chart.Annotations | default dict) "knativeha.dev/image-published" | toString) "true" }}
+{{- $placeholder := or (and (not $published) (eq $repo "ghcr.io/knative-ha-webhook/knative-ha-webhook")) (hasPrefix "/" $repo) (contains "REGISTRY" $repo) (contains "<" $repo) (contains ">" $repo) (contains "example.com" $repo) (contains "example.org" $repo) (contains "example.net" $repo) }}
 {{- if $placeholder }}
 {{- fail (printf "image.repository %q is a placeholder or the never-published default, not an image your cluster can pull; %s" $repo $how) }}
 {{- end }}

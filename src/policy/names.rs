@@ -1,0 +1,165 @@
+//! Workload and exclude names that name nothing: a policy's
+//! `workloads[].name` and `exclude[]` are Deployment names, and one that
+//! matches no Deployment (a typo such as `activtor`) silently applies to
+//! nothing. [`unmatched`] finds them, with the nearest known name.
+
+use std::collections::BTreeSet;
+
+use super::HighAvailabilityPolicySpec;
+
+/// The Deployments of Knative's releases: Serving (core, HPA, domain
+/// mapping), its networking layers (net-kourier, net-istio, net-contour,
+/// net-gateway-api, net-certmanager), Eventing (core, in-memory channel,
+/// MT broker, job sink) and eventing-kafka's Deployments.
+pub const KNATIVE_DEPLOYMENTS: &[&str] = &[
+    "activator",
+    "autoscaler",
+    "autoscaler-hpa",
+    "controller",
+    "webhook",
+    "domain-mapping",
+    "domainmapping-webhook",
+    "net-kourier-controller",
+    "3scale-kourier-gateway",
+    "net-istio-controller",
+    "net-istio-webhook",
+    "net-contour-controller",
+    "net-gateway-api-controller",
+    "net-gateway-api-webhook",
+    "net-certmanager-controller",
+    "net-certmanager-webhook",
+    "eventing-controller",
+    "eventing-webhook",
+    "imc-controller",
+    "imc-dispatcher",
+    "mt-broker-controller",
+    "mt-broker-filter",
+    "mt-broker-ingress",
+    "pingsource-mt-adapter",
+    "job-sink",
+    "kafka-controller",
+    "kafka-webhook-eventing",
+    "kafka-broker-receiver",
+    "kafka-channel-receiver",
+    "kafka-sink-receiver",
+];
+
+/// [`KNATIVE_DEPLOYMENTS`] as a set.
+pub fn knative_deployments() -> BTreeSet<String> {
+    KNATIVE_DEPLOYMENTS.iter().map(|s| s.to_string()).collect()
+}
+
+/// A workload or exclude name that is not among the known names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unmatched {
+    /// `spec.workloads[I].name` or `spec.exclude[I]`.
+    pub path: String,
+    pub name: String,
+    /// The nearest known name, when it is close (at most 2 edits, fewer than
+    /// half the name's length).
+    pub suggestion: Option<String>,
+}
+
+/// The workload and exclude names of `spec` that are not in `known`, in
+/// the policy's order.
+pub fn unmatched(spec: &HighAvailabilityPolicySpec, known: &BTreeSet<String>) -> Vec<Unmatched> {
+    let workloads = spec
+        .workloads
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (format!("spec.workloads[{i}].name"), &w.name));
+    let excluded = spec
+        .exclude
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (format!("spec.exclude[{i}]"), name));
+    workloads
+        .chain(excluded)
+        .filter(|(_, name)| !known.contains(*name))
+        .map(|(path, name)| Unmatched {
+            path,
+            name: name.clone(),
+            suggestion: nearest(name, known),
+        })
+        .collect()
+}
+
+/// The known name closest to `name` by edit distance, when it is close.
+fn nearest(name: &str, known: &BTreeSet<String>) -> Option<String> {
+    let limit = 2.min(name.chars().count().saturating_sub(1) / 2);
+    known
+        .iter()
+        .map(|k| (distance(name, k), k))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k.clone())
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions) over chars.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(workloads: &[&str], exclude: &[&str]) -> HighAvailabilityPolicySpec {
+        let workloads: Vec<serde_json::Value> = workloads
+            .iter()
+            .map(|n| serde_json::json!({ "name": n }))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "targetNamespace": "knative-serving",
+            "workloads": workloads,
+            "exclude": exclude,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn typos_get_the_near_name_and_other_names_none() {
+        let got = unmatched(
+            &spec(
+                &["activtor", "controller"],
+                &["autoscaler-hpa", "mine", "webhok"],
+            ),
+            &knative_deployments(),
+        );
+        let shown: Vec<(&str, &str, Option<&str>)> = got
+            .iter()
+            .map(|u| (u.path.as_str(), u.name.as_str(), u.suggestion.as_deref()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("spec.workloads[0].name", "activtor", Some("activator")),
+                ("spec.exclude[1]", "mine", None),
+                ("spec.exclude[2]", "webhok", Some("webhook")),
+            ]
+        );
+    }
+
+    #[test]
+    fn distance_counts_edits() {
+        assert_eq!(distance("activtor", "activator"), 1);
+        assert_eq!(distance("", "abc"), 3);
+        assert_eq!(distance("kitten", "sitting"), 3);
+        assert_eq!(nearest("ab", &knative_deployments()), None);
+    }
+}

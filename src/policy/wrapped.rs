@@ -1,0 +1,215 @@
+//! The forms a policy document comes in besides the resource itself: a
+//! policy ConfigMap (labelled `knativeha.dev/policy: "true"`, the document
+//! under the data key `policy.yaml`) and a `kind: List` or
+//! `HighAvailabilityPolicyList` of either (what `kubectl get -o yaml`
+//! prints). Every command that reads a policy file (`check`, `preview`,
+//! `audit --policy-file`, `serve --policy-file`) unwraps them the same way.
+
+use serde_json::Value;
+
+use super::PolicyError;
+
+pub use super::objects::{DATA_KEY, POLICY_LABEL as LABEL};
+
+/// One policy document found in a YAML document, before validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    /// 1-based index in the document's `items` when the document is a list.
+    pub item: Option<usize>,
+    /// `NAMESPACE/NAME` of the policy ConfigMap the document came in.
+    pub configmap: Option<String>,
+    /// The HighAvailabilityPolicy document; `None` when the ConfigMap holds
+    /// none that parses.
+    pub document: Option<Value>,
+    /// What is wrong with the ConfigMap around the document (reported next
+    /// to the document's own errors).
+    pub errors: Vec<PolicyError>,
+}
+
+impl Found {
+    /// `error` at this list item (unchanged outside a list).
+    pub fn at_item(&self, error: PolicyError) -> PolicyError {
+        match self.item {
+            Some(item) => PolicyError::Item {
+                item,
+                error: Box::new(error),
+            },
+            None => error,
+        }
+    }
+
+    /// An error of the document, placed in its ConfigMap's data key
+    /// (unchanged for a document that is not in a ConfigMap).
+    pub fn in_configmap(&self, error: PolicyError) -> PolicyError {
+        match &self.configmap {
+            Some(id) => PolicyError::InConfigMap {
+                id: id.clone(),
+                error: Box::new(error),
+            },
+            None => error,
+        }
+    }
+
+    /// An error of the document where it was found: ConfigMap, then item.
+    pub fn in_document(&self, error: PolicyError) -> PolicyError {
+        self.at_item(self.in_configmap(error))
+    }
+}
+
+/// A `v1` ConfigMap.
+pub fn is_configmap(value: &Value) -> bool {
+    value.get("apiVersion").and_then(Value::as_str) == Some("v1")
+        && value.get("kind").and_then(Value::as_str) == Some("ConfigMap")
+}
+
+/// A list with no items (`kubectl get` of nothing).
+pub fn is_empty_list(value: &Value) -> bool {
+    crate::manifest::is_list(value) && crate::manifest::list_items(value).is_empty()
+}
+
+/// The policy documents of one YAML document, in order: the document itself,
+/// the policy of a ConfigMap, or those of a list's items.
+pub fn unwrap(value: Value) -> Vec<Found> {
+    if crate::manifest::is_list(&value) {
+        return crate::manifest::list_items(&value)
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| Found {
+                item: Some(i + 1),
+                ..one(item)
+            })
+            .collect();
+    }
+    vec![one(value)]
+}
+
+fn one(value: Value) -> Found {
+    if is_configmap(&value) {
+        return configmap(&value);
+    }
+    Found {
+        item: None,
+        configmap: None,
+        document: Some(value),
+        errors: Vec::new(),
+    }
+}
+
+/// A policy ConfigMap: labelled, with a policy document under `policy.yaml`.
+fn configmap(cm: &Value) -> Found {
+    let meta = &cm["metadata"];
+    let name = meta["name"].as_str().unwrap_or("");
+    let id = match meta["namespace"].as_str().unwrap_or("") {
+        "" => name.to_string(),
+        ns => format!("{ns}/{name}"),
+    };
+    let mut errors = Vec::new();
+    if meta["labels"][LABEL.0].as_str() != Some(LABEL.1) {
+        errors.push(PolicyError::invalid(
+            format!("ConfigMap {id}: metadata.labels"),
+            format!(
+                "missing {}={}; the webhook reads only ConfigMaps with that label",
+                LABEL.0, LABEL.1
+            ),
+        ));
+    }
+    let field = format!("ConfigMap {id}: data.{DATA_KEY}");
+    let document = match cm["data"][DATA_KEY].as_str() {
+        None => {
+            errors.push(PolicyError::invalid(
+                field,
+                "missing (the policy document goes there)",
+            ));
+            None
+        }
+        Some(text) => {
+            let inner = crate::yaml::YamlDoc {
+                index: 1,
+                line: 1,
+                text: text.to_string(),
+            };
+            match crate::yaml::parse(&inner) {
+                Ok(value) => Some(value),
+                Err(e) => {
+                    errors.push(PolicyError::invalid(
+                        field,
+                        format!("invalid YAML: {e} (of the {DATA_KEY} value)"),
+                    ));
+                    None
+                }
+            }
+        }
+    };
+    Found {
+        item: None,
+        configmap: Some(id),
+        document,
+        errors,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cm(labels: Value, data: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "ha", "namespace": "khw", "labels": labels}, "data": data})
+    }
+
+    #[test]
+    fn a_configmap_yields_its_document_and_what_is_wrong_around_it() {
+        let found = unwrap(cm(
+            json!({"knativeha.dev/policy": "true"}),
+            json!({"policy.yaml": "kind: HighAvailabilityPolicy\n"}),
+        ));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].configmap.as_deref(), Some("khw/ha"));
+        assert_eq!(
+            found[0].document,
+            Some(json!({"kind": "HighAvailabilityPolicy"}))
+        );
+        assert!(found[0].errors.is_empty());
+
+        let found = unwrap(cm(json!({}), json!({})));
+        let shown: Vec<String> = found[0].errors.iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            shown,
+            [
+                "ConfigMap khw/ha: metadata.labels: missing knativeha.dev/policy=true; the webhook reads only ConfigMaps with that label",
+                "ConfigMap khw/ha: data.policy.yaml: missing (the policy document goes there)",
+            ]
+        );
+        assert_eq!(found[0].document, None);
+    }
+
+    #[test]
+    fn list_items_are_numbered_and_errors_are_placed() {
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "knativeha.dev/v1alpha1", "kind": "HighAvailabilityPolicy"},
+            cm(json!({"knativeha.dev/policy": "true"}), json!({"policy.yaml": "a: 1"})),
+        ]});
+        let found = unwrap(list);
+        assert_eq!(
+            found.iter().map(|f| f.item).collect::<Vec<_>>(),
+            [Some(1), Some(2)]
+        );
+        let e = found[1].in_document(PolicyError::invalid("spec.replicas", "bad"));
+        assert_eq!(
+            e.to_string(),
+            "item 2: ConfigMap khw/ha: data.policy.yaml: spec.replicas: bad"
+        );
+        let doc = PolicyError::Document {
+            index: 3,
+            error: Box::new(e),
+        };
+        assert_eq!(
+            doc.to_string(),
+            "document 3, item 2: ConfigMap khw/ha: data.policy.yaml: spec.replicas: bad"
+        );
+        assert!(is_empty_list(
+            &json!({"apiVersion": "v1", "kind": "List", "items": []})
+        ));
+    }
+}
