@@ -322,3 +322,38 @@ fn p11_operator_owned_objects_are_left_alone_with_a_warning() {
     let opt_in = policy("  replicas: 3\n  governOperatorOwned: true\n");
     assert_eq!(run(&opt_in, &d).0["spec"]["replicas"], 3);
 }
+
+/// Issue 22 item 10: `kubectl scale` goes through the `deployments/scale`
+/// subresource, which carries no pod template, so the rule of p2 cannot
+/// remove `--disable-ha`: the Scale of a Deployment the policy runs with the
+/// flag is held at one replica, with a warning naming the way to scale it.
+#[test]
+fn p10_scale_subresource_keeps_disable_ha_deployments_at_one_replica() {
+    let scale = |name: &str, replicas: i64| {
+        json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+               "metadata": {"name": name, "namespace": NS},
+               "spec": {"replicas": replicas}, "status": {"replicas": 1}})
+    };
+    let off = policy("  leaderElection: {enabled: false}\n");
+    for name in ["autoscaler-hpa", "net-kourier-controller"] {
+        let (out, changes) = run(&off, &scale(name, 3));
+        assert_eq!(out["spec"]["replicas"], 1, "{name}: {changes:?}");
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert!(
+            changes[0].starts_with(&format!(
+                "deployment/{name}: spec.replicas 3 -> 1 through the scale subresource: it runs --disable-ha"
+            )),
+            "{changes:?}"
+        );
+        // Scaling to one, or down, passes.
+        assert!(run(&off, &scale(name, 1)).1.is_empty());
+    }
+    // Without --disable-ha (leader election on, an HPA-backed or a
+    // leader-elected binary that does not take the flag) a Scale passes.
+    let on = policy("  leaderElection: {enabled: true}\n");
+    assert!(run(&on, &scale("autoscaler-hpa", 3)).1.is_empty());
+    for name in ["webhook", "controller"] {
+        let (out, changes) = run(&off, &scale(name, 3));
+        assert_eq!(out["spec"]["replicas"], 3, "{name}: {changes:?}");
+    }
+}

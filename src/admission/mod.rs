@@ -188,6 +188,7 @@ fn kind_label(kind: &str) -> &'static str {
         "ConfigMap" => "ConfigMap",
         "HorizontalPodAutoscaler" => "HorizontalPodAutoscaler",
         "PodDisruptionBudget" => "PodDisruptionBudget",
+        "Scale" => "Scale",
         crate::policy::KIND => crate::policy::KIND,
         _ => "other",
     }

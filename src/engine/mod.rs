@@ -23,6 +23,7 @@ pub mod hpa;
 pub mod leader;
 pub mod patch;
 pub mod pdb;
+pub mod scale;
 mod target;
 pub mod view;
 
@@ -169,6 +170,8 @@ pub enum Kind {
     ConfigMap,
     HorizontalPodAutoscaler,
     PodDisruptionBudget,
+    /// A Deployment's `scale` subresource (`kubectl scale`).
+    Scale,
 }
 
 impl Kind {
@@ -183,6 +186,7 @@ impl Kind {
                 Some(Kind::HorizontalPodAutoscaler)
             }
             ("policy/v1", "PodDisruptionBudget") => Some(Kind::PodDisruptionBudget),
+            ("autoscaling/v1", "Scale") => Some(Kind::Scale),
             _ => None,
         }
     }
@@ -193,6 +197,7 @@ impl Kind {
             Kind::ConfigMap => "ConfigMap",
             Kind::HorizontalPodAutoscaler => "HorizontalPodAutoscaler",
             Kind::PodDisruptionBudget => "PodDisruptionBudget",
+            Kind::Scale => "Scale",
         }
     }
 
@@ -203,6 +208,8 @@ impl Kind {
             Kind::ConfigMap => "configmap",
             Kind::HorizontalPodAutoscaler => "horizontalpodautoscaler",
             Kind::PodDisruptionBudget => "poddisruptionbudget",
+            // A Scale's change lines name the Deployment it scales.
+            Kind::Scale => "deployment",
         }
     }
 }
@@ -273,6 +280,7 @@ pub fn mutate_governed(
         Kind::HorizontalPodAutoscaler => hpa::mutate(&target)?,
         Kind::PodDisruptionBudget => pdb::mutate(&target)?,
         Kind::ConfigMap => configmap::mutate(&target)?,
+        Kind::Scale => scale::mutate(&target)?,
     };
     match patcher {
         Some(p) if !p.ops.is_empty() => {

@@ -14,10 +14,12 @@ use serde_json::Value;
 use super::error::{ReconcileError, Result};
 use crate::engine::{Kind, LEADER_ELECTION_CONFIGMAP};
 
-/// The API resource a governed kind is read and written as.
+/// The API resource a governed kind is read and written as. The reconciler
+/// lists the four kinds; a `Scale` is the Deployment's subresource, seen only
+/// at admission (its Deployment is what is read and written).
 pub fn api_resource(kind: Kind) -> ApiResource {
     match kind {
-        Kind::Deployment => ApiResource::erase::<Deployment>(&()),
+        Kind::Deployment | Kind::Scale => ApiResource::erase::<Deployment>(&()),
         Kind::HorizontalPodAutoscaler => ApiResource::erase::<HorizontalPodAutoscaler>(&()),
         Kind::PodDisruptionBudget => ApiResource::erase::<PodDisruptionBudget>(&()),
         Kind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),

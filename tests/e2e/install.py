@@ -135,11 +135,17 @@ class Install:
 
         return wait_for(cond, f"policy {name} Ready={status} {reason or ''}", limit_s)
 
-    def apply_knative(self, *files: Path, server_side: bool = False) -> tuple[Path, ...]:
-        """kubectl apply of release manifests (default: Serving v1.23.0 core, its HPA, Kourier)."""
+    def knative_files(self, *files: Path) -> list[Path]:
+        """The release manifests the suite applies (default: Serving v1.23.0 core, its HPA, Kourier),
+        without what Knative's own webhook must admit."""
         files = files or (SERVING_CORE, SERVING_HPA, KOURIER)
+        return [without_knative_webhook_objects(f, self.dir / "knative" / f.parent.name) for f in files]
+
+    def apply_knative(self, *files: Path, server_side: bool = False) -> list[Path]:
+        """kubectl apply of release manifests ([`knative_files`])."""
         extra = ("--server-side", "--force-conflicts") if server_side else ()
-        for f in (without_knative_webhook_objects(f, self.dir / "knative" / f.parent.name) for f in files):
+        files = self.knative_files(*files)
+        for f in files:
             if self.kubectl.apply(str(f), *extra, check=False).returncode != 0:
                 # The CRDs of a file may not be established at its first pass; once more, as users do.
                 self.kubectl.apply(str(f), *extra)

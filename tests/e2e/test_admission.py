@@ -90,14 +90,21 @@ class Admission(ClusterCase):
 
     def test_configmap_policy_and_its_event(self):
         self.install_chart()
-        self.start_server()
+        server = self.start_server()
         self.assertEqual(self.probe_replicas(), 1, "no policy yet: the probe is admitted unchanged")
         bad = "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: cm}\n" \
               "spec: {targetNamespace: knative-serving, replcas: 3}\n"
         cm = {"apiVersion": "v1", "kind": "ConfigMap",
               "metadata": {"name": "serving-policy", "namespace": NAMESPACE, "labels": {"knativeha.dev/policy": "true"}},
               "data": {"policy.yaml": bad}}
+        # The validating webhook refuses it with check's message ...
+        r = self.kubectl.apply(json.dumps(cm) + "\n", check=False)
+        self.assertNotEqual(r.returncode, 0, "an invalid policy ConfigMap was admitted")
+        self.assertIn("replcas", r.stderr)
+        # ... and one that got in while the webhook was down gets its Invalid Event.
+        server.stop()
         self.kubectl.apply(json.dumps(cm) + "\n")
+        self.start_server("webhook-1")
 
         def invalid_event():
             events = self.kubectl.json("-n", NAMESPACE, "events.events.k8s.io")["items"]

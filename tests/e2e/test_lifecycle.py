@@ -13,7 +13,7 @@ import unittest
 
 from base import GOVERNED, ClusterCase, wait_for
 from cluster import free_port
-from install import CHART, NAMESPACE, POLICY, RELEASE, SERVING_CORE, SERVING_HPA, KOURIER
+from install import CHART, NAMESPACE, POLICY, RELEASE, SERVING_CORE, SERVING_HPA
 
 LEASE = "knative-ha-webhook-reconcile"
 
@@ -110,8 +110,8 @@ class Lifecycle(ClusterCase):
             self.assertIn("renewDeadline", c["message"])
         self.assertEqual(self.probe_replicas(), 3, "the last valid policy still governs")
 
-    @pins("item 4")
     def test_restart_after_an_invalid_edit_keeps_governing(self):
+        """Issue 22 item 4 (was pinned: the restarted server governed nothing)."""
         server = self.governed_install()
         server.stop()  # the edit lands while the webhook is down (or was made invalid by a stricter release)
         self.assertTrue(self.edit_invalid(), "with the webhook down, only the CRD's own rules apply")
@@ -127,15 +127,15 @@ class Lifecycle(ClusterCase):
         self.install.helm("uninstall", RELEASE, "--namespace", NAMESPACE)
         self.install.stop_servers()
         self.kubectl.run("delete", "crd", "highavailabilitypolicies.knativeha.dev")
-        for f in (SERVING_CORE, SERVING_HPA, KOURIER):
+        for f in self.install.knative_files():
             r = self.kubectl.apply(str(f), check=False)
             self.assertEqual(r.returncode, 0, f"kubectl apply -f {f.name} after uninstall: {r.stderr}")
         pdb = self.kubectl.json("-n", GOVERNED, "pdb", "activator-pdb")["spec"]
         self.assertEqual(pdb.get("minAvailable"), "80%")
         self.assertNotIn("maxUnavailable", pdb)
 
-    @pins("item 6")
     def test_opt_out_label_is_honoured_everywhere(self):
+        """Issue 22 item 6 (was pinned: preview patched it, the reconciler scaled it back)."""
         server = self.governed_install("reconcile.interval=3s", "reconcile.dryRun=false")
         self.kubectl.run("-n", GOVERNED, "label", "deployment", "controller", "knativeha.dev/skip=true")
         self.kubectl.run("-n", GOVERNED, "scale", "deployment", "controller", "--replicas=1")
@@ -146,6 +146,19 @@ class Lifecycle(ClusterCase):
         self.wait_reconcile_run(server)
         self.wait_reconcile_run(server)
         self.assertEqual(self.replicas("controller"), 1, "the reconciler wrote an opted-out Deployment")
+
+    def test_kubectl_scale_keeps_a_disable_ha_deployment_at_one_replica(self):
+        """Issue 22 item 10: the scale subresource carries no pod template."""
+        self.install_chart()
+        self.start_server()
+        self.apply_policy("apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: serving}\n"
+                          "spec: {targetNamespace: knative-serving, leaderElection: {enabled: false}}\n")
+        self.apply_knative(SERVING_CORE, SERVING_HPA)
+        args = self.kubectl.json("-n", GOVERNED, "deployment", "autoscaler-hpa")["spec"]["template"]["spec"]["containers"][0]["args"]
+        self.assertIn("--disable-ha", args)
+        r = self.kubectl.run("-n", GOVERNED, "scale", "deployment", "autoscaler-hpa", "--replicas=3")
+        self.assertIn("through the scale subresource", r.stderr)
+        self.assertEqual(self.replicas("autoscaler-hpa"), 1, "three replicas without a leader")
 
     @pins("item 11")
     def test_install_before_knative(self):
