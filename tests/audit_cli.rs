@@ -112,6 +112,7 @@ async fn reconcile_all(api: &FakeApi, policy: &Policy) {
         &mut RateLimiter::new(1000.0),
         &ReconcileMetrics::default(),
         &|| true,
+        None,
     )
     .await;
     assert!(report.ok(), "{report:?}");

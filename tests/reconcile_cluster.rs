@@ -368,6 +368,25 @@ async fn policy_appears_each_drifting_object_is_written_once() {
         needed.iter().filter(|k| k.0 == "Deployment").count()
     );
     assert_eq!(drift_gauge(m, "Deployment"), 0);
+    // Every written object gets an Event saying what changed and why
+    // (issue 23 item 2); the others none.
+    for key in env.serving_keys() {
+        let events: Vec<Value> = env
+            .api
+            .events_for(&key.2)
+            .into_iter()
+            .filter(|e| e["reason"] == "HighAvailabilityApplied" && e["regarding"]["kind"] == key.0)
+            .collect();
+        if needed.contains(&key) {
+            assert_eq!(events.len(), 1, "{key:?}: {events:?}");
+            let note = events[0]["note"].as_str().unwrap_or_default();
+            assert!(note.contains("(policy serving)"), "{key:?}: {note}");
+            assert_eq!(events[0]["action"], "Reconcile");
+            assert_eq!(events[0]["type"], "Normal");
+        } else {
+            assert!(events.is_empty(), "{key:?} was not written: {events:?}");
+        }
+    }
     assert_eq!(
         env.api
             .get(
@@ -396,6 +415,7 @@ async fn policy_appears_each_drifting_object_is_written_once() {
         &mut limiter,
         &metrics,
         &|| true,
+        None,
     )
     .await;
     assert!(report.ok(), "{report:?}");
@@ -594,6 +614,9 @@ async fn dry_run_writes_nothing_and_reports_drift() {
     }
     assert!(drift_gauge(m, "Deployment") > 0);
     assert_eq!(total_writes(m), 0);
+    for key in env.serving_keys() {
+        assert!(env.api.events_for(&key.2).is_empty(), "a dry run writes no Event on {key:?}");
+    }
     for (k, n) in env.patch_counts() {
         assert_eq!(n, 0, "PATCH requests for {k:?}");
         assert_eq!(current(&env.api, &k), before[&k], "{k:?} unchanged");

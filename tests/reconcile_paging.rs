@@ -53,6 +53,7 @@ async fn a_namespace_larger_than_one_page_is_listed_in_pages() {
         &mut RateLimiter::new(1000.0),
         &ReconcileMetrics::default(),
         &|| false,
+        None,
     )
     .await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);

@@ -56,7 +56,10 @@ def expected_reconcile_rules(dry_run: bool) -> list[dict]:
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": verbs},
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["config-leader-election"],
          "verbs": ["get"] if dry_run else ["get", "patch"]},
-    ]
+    ] + ([] if dry_run else [
+        # an Event on each written object (src/reconcile/events.rs)
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ])
 
 
 EXPECTED_LEASE_RULES = [

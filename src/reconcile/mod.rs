@@ -25,6 +25,7 @@
 
 pub mod audit;
 mod error;
+pub mod events;
 pub mod lease;
 pub mod metrics;
 pub mod objects;

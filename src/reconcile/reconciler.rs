@@ -20,6 +20,8 @@ pub struct Reconciler {
     config: ReconcileConfig,
     store: PolicyStore,
     metrics: ReconcileMetrics,
+    /// Events on the objects it writes ([`super::events`]).
+    events: kube::runtime::events::Recorder,
 }
 
 /// A reconciler running in the background (see [`Reconciler::spawn`]).
@@ -43,11 +45,13 @@ impl Reconciler {
         store: PolicyStore,
         metrics: ReconcileMetrics,
     ) -> Reconciler {
+        let events = super::events::recorder(client.clone(), &config.lease.identity);
         Reconciler {
             client,
             config,
             store,
             metrics,
+            events,
         }
     }
 
@@ -170,6 +174,7 @@ impl Reconciler {
             limiter,
             &self.metrics,
             may_write,
+            Some(&self.events),
         )
         .await;
         tracing::info!(

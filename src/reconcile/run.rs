@@ -17,6 +17,7 @@ use super::report::{ObjectResult, RunReport};
 use crate::engine::{Context, Kind};
 use crate::policy::Policy;
 use crate::store::Snapshot;
+use kube::runtime::events::Recorder;
 
 /// Attempts per object: the first write plus retries after conflicts.
 pub const MAX_ATTEMPTS: u32 = 4;
@@ -40,7 +41,9 @@ impl<F: Fn() -> bool + Send + Sync> MayWrite for F {
 }
 
 /// Reconciles the given namespaces of `snapshot` once (every governed
-/// namespace when `namespaces` is None).
+/// namespace when `namespaces` is None). With `events`, every written object
+/// gets an Event saying what changed and why ([`super::events`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn reconcile_once(
     client: &kube::Client,
     snapshot: &Snapshot,
@@ -49,6 +52,7 @@ pub async fn reconcile_once(
     limiter: &mut RateLimiter,
     metrics: &ReconcileMetrics,
     may_write: &dyn MayWrite,
+    events: Option<&Recorder>,
 ) -> RunReport {
     let run = Run {
         client,
@@ -56,6 +60,7 @@ pub async fn reconcile_once(
         limiter,
         metrics,
         may_write,
+        events,
         report: RunReport::default(),
     };
     run.over(snapshot, namespaces).await
@@ -69,6 +74,7 @@ struct Run<'a> {
     limiter: &'a mut RateLimiter,
     metrics: &'a ReconcileMetrics,
     may_write: &'a dyn MayWrite,
+    events: Option<&'a Recorder>,
     report: RunReport,
 }
 
@@ -259,7 +265,7 @@ impl Run<'_> {
         if !self.may_write.may_write() {
             return Attempt::Done(Outcome::drifting(ObjectResult::Abandoned));
         }
-        self.write(t, &patch, &drift, &changes, attempt).await
+        self.write(t, current, &patch, &drift, &changes, attempt).await
     }
 
     /// How `current` differs from its policy; an outcome when it does not
@@ -316,6 +322,7 @@ impl Run<'_> {
     async fn write(
         &self,
         t: &Target<'_>,
+        current: &Value,
         patch: &Patch,
         drift: &Drift,
         changes: &str,
@@ -328,6 +335,9 @@ impl Run<'_> {
                 tracing::info!(kind, namespace, name, changes = %changes,
                     attempts = attempt, pod_template_ops_left_out = drift.held_back,
                     "reconcile: written");
+                if let Some(recorder) = self.events {
+                    super::events::written(recorder, current, changes).await;
+                }
                 Attempt::Done(Outcome {
                     result: ObjectResult::Written { attempts: attempt },
                     drift_left: drift.held_back > 0,
