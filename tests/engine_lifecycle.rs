@@ -357,3 +357,27 @@ fn extreme_integers_are_answered_without_overflow() {
         run(&required, &h);
     }
 }
+
+/// Item 7: Eventing's imc-dispatcher and the Contour and Gateway API
+/// net-* Deployments run sharedmain's leader election too: they roll with
+/// the others when the buckets change (their lease names do).
+#[test]
+fn every_leader_elected_deployment_gets_the_settings_hash() {
+    let p = policy_in("knative-eventing", "  leaderElection: {buckets: 2}\n");
+    let q = policy("  leaderElection: {buckets: 2}\n");
+    for (ns, name, p) in [
+        ("knative-eventing", "imc-dispatcher", &p),
+        (NS, "net-contour-controller", &q),
+        (NS, "net-gateway-api-controller", &q),
+        (NS, "net-gateway-api-webhook", &q),
+    ] {
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "controller", "image": "img"}]}}}});
+        let (out, changes) = run_ns(p, ns, &d);
+        let hash = &out["spec"]["template"]["metadata"]["annotations"]["knativeha.dev/leader-election-hash"];
+        assert!(hash.is_string(), "{name}: {changes:?}");
+    }
+}
