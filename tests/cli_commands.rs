@@ -366,7 +366,10 @@ fn preview_shows_warning_only_outcomes() {
         let out = run_stdin(&["preview", "--policy", p, "-o", format], manifest);
         assert!(out.status.success(), "{}", stderr(&out));
         let err = stderr(&out);
-        assert!(err.contains(operator) && err.contains(held), "{format}: {err}");
+        assert!(
+            err.contains(operator) && err.contains(held),
+            "{format}: {err}"
+        );
     }
     let out = run_stdin(&["preview", "--policy", p, "-o", "patches"], manifest);
     let lines: Vec<Value> = stdout(&out)
@@ -376,6 +379,9 @@ fn preview_shows_warning_only_outcomes() {
     assert_eq!(lines.len(), 2, "{}", stdout(&out));
     for (line, want) in lines.iter().zip([operator, held]) {
         assert_eq!(line["patch"], serde_json::json!([]), "{line}");
-        assert!(line["changes"][0].as_str().unwrap().starts_with(want), "{line}");
+        assert!(
+            line["changes"][0].as_str().unwrap().starts_with(want),
+            "{line}"
+        );
     }
 }
