@@ -345,3 +345,43 @@ fn bad_input_names_the_file_and_the_document() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("missing.yaml"));
 }
+
+/// Issue 22 item 9: outcomes with only warnings (an Operator-owned
+/// Deployment, durations held back) are shown as the server returns them:
+/// on stderr, and as a line with an empty patch in `-o patches`.
+#[test]
+fn preview_shows_warning_only_outcomes() {
+    let manifest = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: controller\n  namespace: knative-serving\n  ownerReferences:\n  - {apiVersion: operator.knative.dev/v1beta1, kind: KnativeServing, name: ks, uid: u}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: controller}}\n  template:\n    metadata: {labels: {app: controller}}\n    spec:\n      containers: [{name: controller, image: img}]\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: config-leader-election, namespace: knative-serving}\ndata: {retryPeriod: 30s, buckets: \"5\"}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let policy_path = dir.path().join("p.yaml");
+    std::fs::write(
+        &policy_path,
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: p}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n  leaderElection: {buckets: 5, renewDeadline: 20s}\n",
+    )
+    .unwrap();
+    let p = policy_path.to_str().unwrap();
+    let operator = "deployment/controller: warning: left unchanged: owned by the Knative Operator's KnativeServing/ks";
+    let held = "configmap/config-leader-election: warning: leader election durations not written: renew-deadline \"20s\" (policy) must be greater than retryPeriod \"30s\"";
+    for format in ["yaml", "patches"] {
+        let out = run_stdin(&["preview", "--policy", p, "-o", format], manifest);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(operator) && err.contains(held),
+            "{format}: {err}"
+        );
+    }
+    let out = run_stdin(&["preview", "--policy", p, "-o", "patches"], manifest);
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", stdout(&out));
+    for (line, want) in lines.iter().zip([operator, held]) {
+        assert_eq!(line["patch"], serde_json::json!([]), "{line}");
+        assert!(
+            line["changes"][0].as_str().unwrap().starts_with(want),
+            "{line}"
+        );
+    }
+}

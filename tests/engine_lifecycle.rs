@@ -79,7 +79,11 @@ fn legacy_camel_case_keys_count_in_the_merged_check() {
         let cm = leader_cm(data.clone());
         let (out, changes) = run(&policy(spec), &cm);
         for key in ["lease-duration", "renew-deadline", "retry-period"] {
-            assert_eq!(out["data"].get(key), cm["data"].get(key), "{spec} {data}: {key}");
+            assert_eq!(
+                out["data"].get(key),
+                cm["data"].get(key),
+                "{spec} {data}: {key}"
+            );
         }
         assert_eq!(
             warning(&changes),
@@ -136,8 +140,10 @@ fn legacy_camel_case_keys_count_in_the_merged_check() {
 #[test]
 fn legacy_keys_that_keep_the_rules_let_the_durations_through() {
     // The kebab keys the policy writes override the legacy ones they name.
-    let cm = leader_cm(json!({"leaseDuration": "15s", "renewDeadline": "10s", "retryPeriod": "2s"}));
-    let p = policy("  leaderElection: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 10s}\n");
+    let cm =
+        leader_cm(json!({"leaseDuration": "15s", "renewDeadline": "10s", "retryPeriod": "2s"}));
+    let p =
+        policy("  leaderElection: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 10s}\n");
     let (out, changes) = run(&p, &cm);
     assert_eq!(warning(&changes), None, "{changes:?}");
     assert_eq!(out["data"]["lease-duration"], "60s");
@@ -199,10 +205,16 @@ fn a_budget_the_engine_wrote_comes_back_when_it_would_block_every_drain() {
     assert_eq!(written["spec"]["minAvailable"], 3);
     let (back, changes) = run_ns(&later, ns, &written);
     assert_eq!(back["spec"], shipped["spec"], "the release's budget");
-    assert_eq!(back["metadata"]["annotations"], json!({}), "no records left");
+    assert_eq!(
+        back["metadata"]["annotations"],
+        json!({}),
+        "no records left"
+    );
     assert_eq!(
         changes,
-        ["poddisruptionbudget/eventing-webhook: spec.minAvailable 3 -> \"80%\" (restored: the engine's minAvailable 3 allows no voluntary disruption with 1 replica (spec.replicas unset: Knative ships 1 for eventing-webhook)) (policy p)"]
+        [
+            "poddisruptionbudget/eventing-webhook: spec.minAvailable 3 -> \"80%\" (restored: the engine's minAvailable 3 allows no voluntary disruption with 1 replica (spec.replicas unset: Knative ships 1 for eventing-webhook)) (policy p)"
+        ]
     );
     assert_eq!(run_ns(&later, ns, &back).1, Vec::<String>::new());
     // A policy that still runs 4 replicas keeps it; so does a budget someone
@@ -220,7 +232,10 @@ fn a_budget_the_engine_wrote_comes_back_when_it_would_block_every_drain() {
 #[test]
 fn a_budget_that_would_block_at_what_runs_is_not_written() {
     let ns = "knative-eventing";
-    let p = policy_in(ns, "  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n");
+    let p = policy_in(
+        ns,
+        "  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n",
+    );
     let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "pingsource-mt-adapter", "namespace": ns},
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "pingsource-mt-adapter"}}}});
@@ -228,7 +243,9 @@ fn a_budget_that_would_block_at_what_runs_is_not_written() {
     assert_eq!(out, pdb);
     assert_eq!(
         changes,
-        ["poddisruptionbudget/pingsource-mt-adapter: warning: spec.minAvailable 2 not written: with 1 replica (pingsource-mt-adapter runs 0 or 1: eventing-controller scales it on demand, never to the policy's replicas) it allows no voluntary disruption, so every node drain and cluster upgrade would block (policy p)"]
+        [
+            "poddisruptionbudget/pingsource-mt-adapter: warning: spec.minAvailable 2 not written: with 1 replica (pingsource-mt-adapter runs 0 or 1: eventing-controller scales it on demand, never to the policy's replicas) it allows no voluntary disruption, so every node drain and cluster upgrade would block (policy p)"
+        ]
     );
 }
 
@@ -264,10 +281,16 @@ fn hpa_values_someone_else_set_since_the_engine_wrote_are_the_new_start() {
     assert_eq!(min_max(&out), (1, 30), "{changes:?}");
     assert_eq!(
         changes,
-        ["horizontalpodautoscaler/activator: spec.minReplicas 3 -> 1 (from 1/30: spec.maxReplicas 30 was set since the engine wrote 22) (policy p)"]
+        [
+            "horizontalpodautoscaler/activator: spec.minReplicas 3 -> 1 (from 1/30: spec.maxReplicas 30 was set since the engine wrote 22) (policy p)"
+        ]
     );
     let (out, _) = run(&three, &released);
-    assert_eq!(min_max(&out), (3, 32), "the Operator's rule on the release's 1/30");
+    assert_eq!(
+        min_max(&out),
+        (3, 32),
+        "the Operator's rule on the release's 1/30"
+    );
     // An admin's minReplicas 3 is not lowered by replicas: 2.
     let (at2, _) = run(&two, &hpa(1, 20));
     assert_eq!(min_max(&at2), (2, 21));
@@ -336,14 +359,20 @@ fn extreme_integers_are_answered_without_overflow() {
             let mut d = support::fixture("Deployment", NS, "activator");
             d["spec"]["replicas"] = json!(replicas);
             if let Some(m) = &max_unavailable {
-                d["spec"]["strategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": m}});
+                d["spec"]["strategy"] =
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": m}});
             } else {
                 d["spec"].as_object_mut().unwrap().remove("strategy");
             }
             run(&required, &d);
         }
     }
-    for (min, max) in [(i64::MIN, i64::MAX), (i64::MIN, i64::MIN), (0, i64::MAX), (-5, 1)] {
+    for (min, max) in [
+        (i64::MIN, i64::MAX),
+        (i64::MIN, i64::MIN),
+        (0, i64::MAX),
+        (-5, 1),
+    ] {
         let (out, _) = run(&required, &hpa(min, max));
         let (m, x) = min_max(&out);
         assert!(m >= 4 && x >= m, "{min}/{max} -> {m}/{x}");
@@ -355,5 +384,29 @@ fn extreme_integers_are_answered_without_overflow() {
             "knativeha.dev/written-min-replicas": min.to_string(),
             "knativeha.dev/written-max-replicas": max.to_string()});
         run(&required, &h);
+    }
+}
+
+/// Item 7: Eventing's imc-dispatcher and the Contour and Gateway API
+/// net-* Deployments run sharedmain's leader election too: they roll with
+/// the others when the buckets change (their lease names do).
+#[test]
+fn every_leader_elected_deployment_gets_the_settings_hash() {
+    let p = policy_in("knative-eventing", "  leaderElection: {buckets: 2}\n");
+    let q = policy("  leaderElection: {buckets: 2}\n");
+    for (ns, name, p) in [
+        ("knative-eventing", "imc-dispatcher", &p),
+        (NS, "net-contour-controller", &q),
+        (NS, "net-gateway-api-controller", &q),
+        (NS, "net-gateway-api-webhook", &q),
+    ] {
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "controller", "image": "img"}]}}}});
+        let (out, changes) = run_ns(p, ns, &d);
+        let hash = &out["spec"]["template"]["metadata"]["annotations"]["knativeha.dev/leader-election-hash"];
+        assert!(hash.is_string(), "{name}: {changes:?}");
     }
 }

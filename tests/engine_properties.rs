@@ -351,12 +351,21 @@ fn arb_configmap() -> impl Strategy<Value = (Value, Option<&'static str>)> {
             ])
             .prop_map(String::from),
             prop::sample::select(vec![
-                "1", "5", "60s", "1m", "40s", "10s", "x", "0",
+                "1",
+                "5",
+                "60s",
+                "1m",
+                "40s",
+                "10s",
+                "x",
+                "0",
                 // Durations at the edge of Go's int64 nanoseconds.
-                "9223372036854775807ns", "2562047h47m16.854775807s", "2562048h",
+                "9223372036854775807ns",
+                "2562047h47m16.854775807s",
+                "2562048h",
                 "94522879700260684295381835.9h",
             ])
-                .prop_map(Value::from),
+            .prop_map(Value::from),
             0..5,
         )),
     )

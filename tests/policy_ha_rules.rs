@@ -92,25 +92,34 @@ fn pod_disruption_budgets_must_allow_a_disruption() {
 /// (the activator and webhook HPAs keep minReplicas 1).
 #[test]
 fn pod_disruption_budgets_are_judged_at_the_replicas_knative_runs_without_a_policy_count() {
-    let shipped = "spec.replicas unset: Knative ships 1, the activator and webhook HPAs' minReplicas";
+    let shipped =
+        "spec.replicas unset: Knative ships 1, the activator and webhook HPAs' minReplicas";
     let cases: Vec<(&str, String)> = vec![
         (
             "  podDisruptionBudget: {minAvailable: \"99%\"}\n",
-            format!("spec.podDisruptionBudget.minAvailable: \"99%\" (rounds up to 1) with 1 replica ({shipped}) {BLOCKS}; it must stay below 1"),
+            format!(
+                "spec.podDisruptionBudget.minAvailable: \"99%\" (rounds up to 1) with 1 replica ({shipped}) {BLOCKS}; it must stay below 1"
+            ),
         ),
         (
             "  podDisruptionBudget: {minAvailable: 1}\n",
-            format!("spec.podDisruptionBudget.minAvailable: 1 with 1 replica ({shipped}) {BLOCKS}; it must stay below 1"),
+            format!(
+                "spec.podDisruptionBudget.minAvailable: 1 with 1 replica ({shipped}) {BLOCKS}; it must stay below 1"
+            ),
         ),
         (
             "  workloads:\n  - name: activator\n    podDisruptionBudget: {minAvailable: 2}\n",
-            format!("spec.workloads[0].podDisruptionBudget.minAvailable: 2 with 1 replica (spec.workloads[0].replicas and spec.replicas unset: Knative ships 1 for activator) {BLOCKS}; it must stay below 1"),
+            format!(
+                "spec.workloads[0].podDisruptionBudget.minAvailable: 2 with 1 replica (spec.workloads[0].replicas and spec.replicas unset: Knative ships 1 for activator) {BLOCKS}; it must stay below 1"
+            ),
         ),
         // A workload override without its own budget does not lift the
         // Deployments the policy leaves at what Knative ships.
         (
             "  workloads:\n  - {name: activator, replicas: 5}\n  podDisruptionBudget: {minAvailable: 2}\n",
-            format!("spec.podDisruptionBudget.minAvailable: 2 with 1 replica ({shipped}) {BLOCKS}; it must stay below 1"),
+            format!(
+                "spec.podDisruptionBudget.minAvailable: 2 with 1 replica ({shipped}) {BLOCKS}; it must stay below 1"
+            ),
         ),
     ];
     for (spec, want) in cases {
@@ -139,7 +148,9 @@ fn pingsource_mt_adapter_replicas_and_blocking_budgets_are_refused() {
         )]
     );
     assert_eq!(
-        errors("  replicas: 3\n  workloads:\n  - name: pingsource-mt-adapter\n    podDisruptionBudget: {minAvailable: 1}\n"),
+        errors(
+            "  replicas: 3\n  workloads:\n  - name: pingsource-mt-adapter\n    podDisruptionBudget: {minAvailable: 1}\n"
+        ),
         vec![format!(
             "spec.workloads[0].podDisruptionBudget.minAvailable: 1 with 1 replica ({why}) {BLOCKS}; it must stay below 1"
         )]

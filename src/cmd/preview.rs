@@ -28,6 +28,15 @@ pub fn preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
         eprintln!("warning: {warning}");
     }
     let previewed = preview_documents(&policies, docs)?;
+    // What the server returns as admission warnings, whatever the format.
+    let warnings = previewed
+        .iter()
+        .flat_map(|p| &p.mutation.changes)
+        .filter(|c| c.contains(": warning: "));
+    let mut stderr = std::io::stderr().lock();
+    for w in warnings {
+        writeln!(stderr, "{w}")?;
+    }
     let text = render(&previewed, args.output)?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
@@ -54,7 +63,9 @@ fn render(previewed: &[Previewed], format: OutputFormat) -> anyhow::Result<Strin
         }
         OutputFormat::Patches => {
             let mut out = String::new();
-            for p in previewed.iter().filter(|p| !p.mutation.is_empty()) {
+            // Changed documents, and those with warnings only (empty patch).
+            let shown = |p: &&Previewed| !p.mutation.is_empty() || !p.mutation.changes.is_empty();
+            for p in previewed.iter().filter(shown) {
                 out.push_str(&serde_json::to_string(&patch_line(p))?);
                 out.push('\n');
             }

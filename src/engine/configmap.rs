@@ -108,7 +108,9 @@ fn knative_reads<'v>(
             "{key} {text:?} ({from}) must be greater than zero (client-go leader election refuses to start otherwise)"
         )),
         Ok(ns) => Ok((read, ns)),
-        Err(why) => Err(format!("{key} {text:?} ({from}) is not a Go duration: {why}")),
+        Err(why) => Err(format!(
+            "{key} {text:?} ({from}) is not a Go duration: {why}"
+        )),
     })
 }
 

@@ -65,6 +65,8 @@ pub const SCALED_ON_DEMAND: &[&str] = &["pingsource-mt-adapter"];
 /// Deployments whose Knative processes run leader election (knative.dev/pkg
 /// sharedmain with `config-leader-election`). They roll together when the
 /// policy's leader election settings change. The activator is not one.
+/// (Named, not derived: nothing in a Deployment says its binary runs
+/// sharedmain's leader election.)
 pub const LEADER_ELECTED_DEPLOYMENTS: &[&str] = &[
     "controller",
     "autoscaler",
@@ -74,9 +76,13 @@ pub const LEADER_ELECTED_DEPLOYMENTS: &[&str] = &[
     "net-istio-controller",
     "net-istio-webhook",
     "net-certmanager-controller",
+    "net-contour-controller",
+    "net-gateway-api-controller",
+    "net-gateway-api-webhook",
     "eventing-controller",
     "eventing-webhook",
     "imc-controller",
+    "imc-dispatcher",
     "mt-broker-controller",
 ];
 

@@ -137,7 +137,10 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
 
 /// `minAvailable 3` (the one field of a budget, as the user wrote it).
 fn shown(fields: &Map<String, Value>) -> String {
-    let parts: Vec<String> = fields.iter().map(|(k, v)| format!("{k} {}", show(v))).collect();
+    let parts: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("{k} {}", show(v)))
+        .collect();
     if parts.is_empty() {
         "empty budget".to_string()
     } else {
@@ -194,5 +197,8 @@ fn write(
             String::new()
         }
     };
-    Ok((Some(p), vec![t.change(format!("{}{why}", parts.join(", ")))]))
+    Ok((
+        Some(p),
+        vec![t.change(format!("{}{why}", parts.join(", ")))],
+    ))
 }

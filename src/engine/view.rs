@@ -294,7 +294,7 @@ mod tests {
             view,
             json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": "c", "annotations": {}},
+                "metadata": {"name": "c", "labels": {}, "annotations": {}},
                 "spec": {"replicas": 1, "template": {"spec": {
                     "containers": [{"name": "c", "args": ["-v"]}, {"name": "d"}]}}}
             })

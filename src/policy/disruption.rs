@@ -86,7 +86,9 @@ fn replicas_at(spec: &HighAvailabilityPolicySpec, i: Option<usize>, name: &str) 
         (Some((i, n)), _) => (n, format!("spec.workloads[{i}].replicas")),
         (None, Some(n)) => (n, "spec.replicas".to_string()),
         (None, None) => {
-            let own = i.map_or(String::new(), |i| format!("spec.workloads[{i}].replicas and "));
+            let own = i.map_or(String::new(), |i| {
+                format!("spec.workloads[{i}].replicas and ")
+            });
             (1, format!("{own}spec.replicas unset: {SHIPPED} for {name}"))
         }
     };
@@ -113,7 +115,9 @@ pub fn disruptions_allowed(min_available: bool, value: &IntOrString, replicas: i
 
 /// Why a Deployment Knative scales on demand runs at most one replica.
 pub fn on_demand(name: &str) -> String {
-    format!("{name} runs 0 or 1: eventing-controller scales it on demand, never to the policy's replicas")
+    format!(
+        "{name} runs 0 or 1: eventing-controller scales it on demand, never to the policy's replicas"
+    )
 }
 
 fn shown(v: &IntOrString) -> String {
