@@ -24,7 +24,7 @@ pub use commands::{
 pub use env::{Env, MapEnv, ProcessEnv};
 pub use serve::{
     HOSTNAME_FILE, LogFormat, OnError, ReconcileArgs, SA_NAMESPACE_FILE, ServeArgs, ServeConfig,
-    identity, own_namespace, reconcile_config, serve_config,
+    governed_namespaces, identity, own_namespace, reconcile_config, serve_config,
 };
 
 /// Why the command line and environment do not make a configuration.
@@ -42,6 +42,8 @@ pub enum ConfigError {
         "--reconcile needs the webhook's namespace (for its Lease): pass --webhook-namespace or set POD_NAMESPACE"
     )]
     ReconcileNoNamespace,
+    #[error("--governed-namespaces: entry {entry:?} {why}")]
+    GovernedNamespace { entry: String, why: &'static str },
 }
 
 pub type Result<T, E = ConfigError> = std::result::Result<T, E>;
