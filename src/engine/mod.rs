@@ -22,6 +22,7 @@ pub mod hpa;
 pub mod leader;
 pub mod patch;
 pub mod pdb;
+pub mod restore;
 mod target;
 pub mod view;
 

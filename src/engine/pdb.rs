@@ -3,13 +3,27 @@
 //! other. A PDB belongs to a Deployment when it selects `app: <deployment>`
 //! or is named `<deployment>-pdb`: PDBs of excluded Deployments are left
 //! alone, and a `workloads[].podDisruptionBudget` replaces the global
-//! setting for the PDB of that workload.
+//! setting for the PDB of that workload. Both fields' release values are
+//! recorded before the first change and put back when no policy setting
+//! asks for a PDB any more ([`super::restore`]).
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
 use super::patch::Patcher;
+use super::restore::{self, PDB_MAX_UNAVAILABLE, PDB_MIN_AVAILABLE};
 use super::{EngineError, Handled, Target};
+
+const RECORDED: &[&restore::Recorded] = &[&PDB_MIN_AVAILABLE, &PDB_MAX_UNAVAILABLE];
+
+/// No policy setting asks for this PDB: the recorded release values back.
+fn undo(t: &Target<'_>) -> Result<Handled, EngineError> {
+    let (mut p, mut changes) = (None, Vec::new());
+    for r in RECORDED {
+        restore::undo(t, &mut p, r, &mut changes)?;
+    }
+    Ok((p, changes))
+}
 use crate::policy::schema_check::show;
 
 fn int_or_string(v: &IntOrString) -> Value {
@@ -38,12 +52,12 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         .filter(|w| covers(&w.name))
         .find_map(|w| w.pod_disruption_budget.as_ref());
     let Some(pdb) = own.or(t.policy.spec.pod_disruption_budget.as_ref()) else {
-        return Ok((None, Vec::new()));
+        return undo(t);
     };
     let (field, value, other) = match (&pdb.min_available, &pdb.max_unavailable) {
         (Some(v), _) => ("minAvailable", int_or_string(v), "maxUnavailable"),
         (None, Some(v)) => ("maxUnavailable", int_or_string(v), "minAvailable"),
-        (None, None) => return Ok((None, Vec::new())),
+        (None, None) => return undo(t),
     };
     let spec = t.object_at(&["spec"])?;
     let current = spec.and_then(|s| s.get(field)).filter(|v| !v.is_null());
@@ -51,7 +65,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     let mut parts = Vec::new();
     let mut p: Option<Patcher> = None;
     if current != Some(&value) {
-        let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+        let pt = restore::patcher(t, &mut p, RECORDED)?;
         pt.set(&["spec", field], value.clone())
             .map_err(|e| t.malformed(e))?;
         parts.push(format!(
@@ -61,7 +75,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         ));
     }
     if let Some(old) = current_other {
-        let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+        let pt = restore::patcher(t, &mut p, RECORDED)?;
         pt.remove(&["spec", other]);
         parts.push(format!("spec.{other} {} -> removed", show(old)));
     }

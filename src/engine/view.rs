@@ -27,6 +27,7 @@ use serde_json::{Map, Value};
 
 use super::hpa::{ORIGINAL_MAX, ORIGINAL_MIN};
 use super::leader::HASH_ANNOTATION;
+use super::restore;
 
 /// What to keep of a JSON node.
 #[derive(Debug)]
@@ -46,10 +47,23 @@ const METADATA: Shape = Object(&[
     ("namespace", Keep),
     ("generateName", Keep),
     ("ownerReferences", Keep),
-    // HorizontalPodAutoscaler: the recorded originals.
+    // The recorded originals (HorizontalPodAutoscaler; `restore`'s records).
     (
         "annotations",
-        Object(&[(ORIGINAL_MIN, Keep), (ORIGINAL_MAX, Keep)]),
+        Object(&[
+            (ORIGINAL_MIN, Keep),
+            (ORIGINAL_MAX, Keep),
+            (restore::REPLICAS.annotation, Keep),
+            (restore::ROLLOUT_MAX_UNAVAILABLE.annotation, Keep),
+            (restore::TOPOLOGY_SPREAD.annotation, Keep),
+            (restore::PDB_MIN_AVAILABLE.annotation, Keep),
+            (restore::PDB_MAX_UNAVAILABLE.annotation, Keep),
+            (restore::ORIGINAL_DISABLE_HA, Keep),
+            (restore::LEADER_ELECTION_KEYS[0].annotation, Keep),
+            (restore::LEADER_ELECTION_KEYS[1].annotation, Keep),
+            (restore::LEADER_ELECTION_KEYS[2].annotation, Keep),
+            (restore::LEADER_ELECTION_KEYS[3].annotation, Keep),
+        ]),
     ),
 ]);
 
