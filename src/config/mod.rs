@@ -19,7 +19,8 @@ use std::time::Duration;
 
 pub use commands::{
     AuditArgs, AuditConfig, AuditFormat, CheckArgs, Cli, Command, CrdArgs, CrdFormat, KubeArgs,
-    OutputFormat, PreviewArgs, audit_config, kube_settings,
+    OutputFormat, PreviewArgs, RestoreArgs, RestoreConfig, audit_config, kube_settings,
+    restore_config,
 };
 pub use env::{Env, MapEnv, ProcessEnv};
 pub use serve::{
@@ -56,6 +57,7 @@ pub enum Config {
     Crd(CrdArgs),
     Serve(Box<ServeConfig>),
     Audit(AuditConfig),
+    Restore(RestoreConfig),
 }
 
 /// The configuration of the command `cli` names, with `env` for what the
@@ -67,6 +69,7 @@ pub fn parse(cli: Cli, env: &dyn Env) -> Result<Config> {
         Command::Crd(args) => Config::Crd(args),
         Command::Serve(args) => Config::Serve(Box::new(serve_config(&args, env)?)),
         Command::Audit(args) => Config::Audit(audit_config(args, env)),
+        Command::Restore(args) => Config::Restore(restore_config(args, env)),
     })
 }
 
