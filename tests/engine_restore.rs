@@ -276,3 +276,29 @@ fn the_records_are_the_release_values_json_text() {
         object("configmap/config-leader-election")["metadata"]["annotations"]["knative.dev/example-checksum"]
     );
 }
+
+#[test]
+fn an_unrecorded_pdb_falls_back_on_kubectls_last_applied_configuration() {
+    // As an earlier webhook (no records) left activator-pdb after a
+    // client-side `kubectl apply` of the release.
+    let release = object("poddisruptionbudget/activator-pdb");
+    let mut old = release.clone();
+    old["spec"].as_object_mut().unwrap().remove("minAvailable");
+    old["spec"]["maxUnavailable"] = serde_json::json!(1);
+    let o = restore::restore(GOVERNED, &old).unwrap();
+    assert!(o.mutation.is_empty(), "nothing says what the release had");
+
+    old["metadata"]["annotations"] = serde_json::json!({
+        "kubectl.kubernetes.io/last-applied-configuration": release.to_string(),
+    });
+    let (back, changes) = restored(&old);
+    assert_eq!(back["spec"], release["spec"], "{changes:?}");
+    assert!(
+        changes
+            .iter()
+            .any(|c| c.contains("last-applied-configuration")),
+        "{changes:?}"
+    );
+    let again = restore::restore(GOVERNED, &back).unwrap();
+    assert!(again.mutation.is_empty());
+}

@@ -307,6 +307,11 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Outcome, EngineError> 
             changes.push(n.change(format!("{text} (restored)")));
         }
     }
+    if kind == Kind::PodDisruptionBudget
+        && let Some(text) = last_applied_pdb(object, &mut p)
+    {
+        changes.push(n.change(text));
+    }
     if kind == Kind::Deployment {
         for text in deployment::engine_owned(object, &mut p).map_err(|e| n.malformed(e))? {
             changes.push(n.change(text));
@@ -322,4 +327,41 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Outcome, EngineError> 
         },
         _ => Outcome::default(),
     })
+}
+
+/// kubectl's record of the last client-side apply.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A PDB without records (changed by an earlier webhook, which did not
+/// record them) holding the one field of minAvailable/maxUnavailable that
+/// its last client-side apply did not set: that apply's field back, the
+/// other removed (what the next apply needs). The change text.
+fn last_applied_pdb(object: &Value, p: &mut Option<Patcher>) -> Option<String> {
+    if [PDB_MIN_AVAILABLE, PDB_MAX_UNAVAILABLE]
+        .iter()
+        .any(|r| annotation(object, r.annotation).is_some())
+    {
+        return None;
+    }
+    let applied: Value = serde_json::from_str(annotation(object, LAST_APPLIED)?.as_str()?).ok()?;
+    let spec = applied.get("spec")?;
+    let set = |v: &Value, k: &str| v.get(k).is_some_and(|x| !x.is_null());
+    let current = object.get("spec")?;
+    for (field, other) in [
+        ("minAvailable", "maxUnavailable"),
+        ("maxUnavailable", "minAvailable"),
+    ] {
+        if set(spec, field) && !set(spec, other) && set(current, other) {
+            let value = spec[field].clone();
+            let pt = p.get_or_insert_with(|| Patcher::new(object));
+            pt.set(&["spec", field], value.clone()).ok()?;
+            pt.remove(&["spec", other]);
+            return Some(format!(
+                "spec.{other} {} -> removed, spec.{field} {} (restored from {LAST_APPLIED}: no record of the release value)",
+                show(&current[other]),
+                show(&value)
+            ));
+        }
+    }
+    None
 }
