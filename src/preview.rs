@@ -47,7 +47,8 @@ pub fn load_policies(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<String, Polic
     Ok(by_ns.into_iter().map(|(ns, (_, p))| (ns, p)).collect())
 }
 
-fn namespace_of(value: &Value) -> &str {
+/// `metadata.namespace`, `default` when absent or empty.
+pub fn namespace_of(value: &Value) -> &str {
     value
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)

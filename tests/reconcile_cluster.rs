@@ -615,7 +615,10 @@ async fn dry_run_writes_nothing_and_reports_drift() {
     assert!(drift_gauge(m, "Deployment") > 0);
     assert_eq!(total_writes(m), 0);
     for key in env.serving_keys() {
-        assert!(env.api.events_for(&key.2).is_empty(), "a dry run writes no Event on {key:?}");
+        assert!(
+            env.api.events_for(&key.2).is_empty(),
+            "a dry run writes no Event on {key:?}"
+        );
     }
     for (k, n) in env.patch_counts() {
         assert_eq!(n, 0, "PATCH requests for {k:?}");

@@ -270,9 +270,16 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
     v = r.values
     ns = r.namespace
 
+    cluster_rbac = v.get("rbac", {}).get("scope", "namespaced") == "cluster"
+
     def namespaces():
         for d in r.docs:
             kind, md = d["kind"], d["metadata"]
+            if cluster_rbac:
+                # Issue 22 item 11: nothing in a governed namespace, so `helm install` works before
+                # Knative created it.
+                expect(md.get("namespace") in (None, ns),
+                       f"{kind}/{md['name']} is in {md.get('namespace')!r}: rbac.scope=cluster renders nothing outside {ns!r}")
             if kind in ("Role", "RoleBinding") and md["name"].endswith("-reconcile") \
                     and md.get("namespace") in v["governedNamespaces"] and v["reconcile"]["enabled"]:
                 continue  # the reconciler's Roles live in the governed namespaces (checked in rbac)
@@ -499,31 +506,42 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         if v["serviceAccount"].get("create", True):
             sa = r.one("ServiceAccount", sa_name)
             eq(sa["metadata"]["namespace"], ns, "ServiceAccount namespace")
-        cr = r.one("ClusterRole")
-        eq(cr["rules"], EXPECTED_CLUSTER_RULES, "ClusterRole rules")
+        # rbac.scope=namespaced (default): a Role per governed namespace (they must exist);
+        # cluster: the same rules in one ClusterRole each, bound cluster-wide.
+        per_ns_kind = "ClusterRole" if cluster_rbac else "Role"
+        cr = [d for d in r.of_kind("ClusterRole") if d["rules"] == EXPECTED_CLUSTER_RULES]
+        expect(len(cr) == 1, f"one ClusterRole with the policy rules, found {len(cr)}")
+        cr = cr[0]
         full = cr["metadata"]["name"]
         role = r.one("Role", full)
         eq(role["rules"], EXPECTED_ROLE_RULES, "Role rules")
         eq(role["metadata"]["namespace"], ns, "Role namespace")
         bound_roles = [("ClusterRoleBinding", cr), ("RoleBinding", role)]
-        hpa_roles = [d for d in r.of_kind("Role") if d["metadata"]["name"] == f"{full}-hpas"]
-        eq(sorted(d["metadata"]["namespace"] for d in hpa_roles), sorted(v["governedNamespaces"]),
-           "HPA Roles: one per governed namespace")
+        hpa_roles = [d for d in r.of_kind(per_ns_kind) if d["metadata"]["name"] == f"{full}-hpas"]
+        if cluster_rbac:
+            eq(len(hpa_roles), 1, "HPA ClusterRole: one")
+        else:
+            eq(sorted(d["metadata"]["namespace"] for d in hpa_roles), sorted(v["governedNamespaces"]),
+               "HPA Roles: one per governed namespace")
         for d in hpa_roles:
-            eq(d["rules"], EXPECTED_HPA_RULES, f"HPA Role rules in {d['metadata']['namespace']}")
-            bound_roles.append(("RoleBinding", d))
+            eq(d["rules"], EXPECTED_HPA_RULES, f"HPA {per_ns_kind} rules in {d['metadata'].get('namespace')}")
+            bound_roles.append(("ClusterRoleBinding" if cluster_rbac else "RoleBinding", d))
         rc = v["reconcile"]
         if rc["enabled"]:
             lease = r.one("Role", f"{full}-reconcile-lease")
             eq(lease["metadata"]["namespace"], ns, "Lease Role namespace")
             eq(lease["rules"], EXPECTED_LEASE_RULES, "Lease Role rules")
             bound_roles.append(("RoleBinding", lease))
-            per_ns = [d for d in r.of_kind("Role") if d["metadata"]["name"] == f"{full}-reconcile"]
-            eq(sorted(d["metadata"]["namespace"] for d in per_ns), sorted(v["governedNamespaces"]),
-               "reconcile Roles: one per governed namespace")
+            per_ns = [d for d in r.of_kind(per_ns_kind) if d["metadata"]["name"] == f"{full}-reconcile"]
+            if cluster_rbac:
+                eq(len(per_ns), 1, "reconcile ClusterRole: one")
+            else:
+                eq(sorted(d["metadata"]["namespace"] for d in per_ns), sorted(v["governedNamespaces"]),
+                   "reconcile Roles: one per governed namespace")
             for d in per_ns:
-                eq(d["rules"], expected_reconcile_rules(rc["dryRun"]), f"reconcile Role rules in {d['metadata']['namespace']}")
-                bound_roles.append(("RoleBinding", d))
+                eq(d["rules"], expected_reconcile_rules(rc["dryRun"]),
+                   f"reconcile {per_ns_kind} rules in {d['metadata'].get('namespace')}")
+                bound_roles.append(("ClusterRoleBinding" if cluster_rbac else "RoleBinding", d))
         for kind, bound in bound_roles:
             md = bound["metadata"]
             b = [d for d in r.of_kind(kind) if d["metadata"]["name"] == md["name"]
@@ -535,7 +553,8 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
             eq(b["subjects"], [{"kind": "ServiceAccount", "name": sa_name, "namespace": ns}], f"{kind} subjects")
         kinds = {d["kind"] for d in r.docs}
         eq(kinds & {"ClusterRole", "Role"}, {"ClusterRole", "Role"}, "RBAC kinds")
-        want_roles = 2 + len(v["governedNamespaces"]) + (len(v["governedNamespaces"]) + 1 if rc["enabled"] else 0)
+        per_ns_roles = 1 if cluster_rbac else len(v["governedNamespaces"])
+        want_roles = 2 + per_ns_roles + (per_ns_roles + 1 if rc["enabled"] else 0)
         eq(len(r.of_kind("ClusterRole")) + len(r.of_kind("Role")), want_roles, "number of roles")
         eq(len(r.of_kind("ClusterRoleBinding")) + len(r.of_kind("RoleBinding")), want_roles, "number of bindings")
     rep.check(f"{label}: RBAC exactly the server's rules, bound to its ServiceAccount", rbac)
@@ -835,6 +854,13 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
                                      "exclude": ["net-kourier-controller"]}}}),
         ("reconcile-off", "khw", "khw-system",
          {"reconcile": {"enabled": False}, "webhook": {"validation": {"enabled": False}}}),
+        # Issue 22 item 11: installable before Knative (no object in the governed namespaces).
+        ("cluster-rbac", "khw", "khw-system",
+         {"rbac": {"scope": "cluster"}, "governedNamespaces": ["knative-serving", "knative-eventing"],
+          "reconcile": {"dryRun": False}}),
+        ("cluster-rbac-dry-run", "khw", "khw-system", {"rbac": {"scope": "cluster"}}),
+        ("cluster-rbac-reconcile-off", "khw", "khw-system",
+         {"rbac": {"scope": "cluster"}, "reconcile": {"enabled": False}}),
         ("reconcile-dry-run", "khw", "khw-system",
          {"governedNamespaces": ["knative-serving", "kourier-system"],
           "reconcile": {"dryRun": True, "podTemplates": False, "interval": "5m", "rate": 2.5}}),
@@ -892,6 +918,7 @@ REJECTIONS = [
     ("reconcile.rate 0", "khw-system", ["reconcile.rate=0"], "rate"),
     ("reconcile.interval not a duration", "khw-system", ["reconcile.interval=often"], "interval"),
     ("unknown reconcile key", "khw-system", ["reconcile.writes=3"], "writes"),
+    ("rbac.scope not namespaced/cluster", "khw-system", ["rbac.scope=everywhere"], "scope"),
 ]
 
 

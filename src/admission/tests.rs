@@ -282,9 +282,14 @@ fn legacy_leader_election_keys_hold_the_durations_back_at_admission() {
         .decode(response["patch"].as_str().expect("buckets are written"))
         .unwrap();
     let patch: Value = serde_json::from_slice(&patch).unwrap();
+    // The buckets, and the record of the release value they replace (`restore`).
     assert_eq!(
         patch,
-        serde_json::json!([{"op": "add", "path": "/data/buckets", "value": "2"}])
+        serde_json::json!([
+            {"op": "add", "path": "/metadata/annotations",
+             "value": {"knativeha.dev/original-data-buckets": "null"}},
+            {"op": "add", "path": "/data/buckets", "value": "2"}
+        ])
     );
     let warnings = response["warnings"].as_array().unwrap();
     assert!(

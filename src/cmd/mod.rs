@@ -10,6 +10,7 @@ mod audit;
 mod check;
 mod crd;
 mod preview;
+mod restore;
 mod serve;
 
 use std::process::ExitCode;
@@ -20,6 +21,7 @@ pub use audit::audit;
 pub use check::check;
 pub use crd::crd;
 pub use preview::preview;
+pub use restore::restore;
 pub use serve::serve;
 
 /// Runs the configured command.
@@ -30,5 +32,6 @@ pub fn run(config: Config) -> anyhow::Result<ExitCode> {
         Config::Crd(args) => crd(&args),
         Config::Serve(config) => serve(*config),
         Config::Audit(config) => audit(&config),
+        Config::Restore(config) => restore(&config),
     }
 }

@@ -34,6 +34,13 @@ pub enum Command {
     /// Report, per governed object, what differs from the policy: exit 0 when
     /// everything is in line, 1 when drift exists, 2 on errors.
     Audit(AuditArgs),
+    /// Put what the webhook changed back to the release's values and remove
+    /// its records: every governed object of one namespace in the cluster
+    /// (`--namespace`), or manifests offline (FILE...). Run it with no
+    /// policy governing the namespace, before uninstalling the webhook.
+    /// Exit 0 when done (or nothing to do), 1 when `--dry-run` finds
+    /// something to restore, 2 on errors.
+    Restore(RestoreArgs),
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -120,6 +127,73 @@ pub struct AuditArgs {
     pub webhook_namespace: Option<String>,
     #[command(flatten)]
     pub kube: KubeArgs,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RestoreArgs {
+    /// The namespace whose governed objects are restored (the cluster form).
+    #[arg(
+        long,
+        short = 'n',
+        value_name = "NS",
+        required_unless_present = "manifests",
+        conflicts_with = "manifests",
+        value_parser = namespace_name
+    )]
+    pub namespace: Option<String>,
+    /// Print what would be restored; write nothing.
+    #[arg(long, conflicts_with = "manifests")]
+    pub dry_run: bool,
+    /// Output format (the cluster form).
+    #[arg(long, short = 'o', value_enum, default_value_t = AuditFormat::Table)]
+    pub output: AuditFormat,
+    /// The offline form: manifests (`kubectl get -o yaml` output; `-` for
+    /// standard input) printed back restored, as YAML; the changes go to
+    /// standard error.
+    #[arg(value_name = "FILE")]
+    pub manifests: Vec<PathBuf>,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// What `restore` runs with.
+#[derive(Clone, Debug)]
+pub enum RestoreConfig {
+    /// One namespace of the cluster.
+    Cluster {
+        namespace: String,
+        dry_run: bool,
+        output: AuditFormat,
+        kube: KubeSettings,
+    },
+    /// Manifests, offline.
+    Offline { manifests: Vec<PathBuf> },
+}
+
+/// A namespace name (DNS-1123 label), for `--namespace`.
+fn namespace_name(text: &str) -> Result<String, String> {
+    if crate::policy::validate::is_dns1123_label(text) {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "{text:?} is not a namespace name (DNS-1123 label: lowercase letters, digits and '-', at most 63 characters)"
+        ))
+    }
+}
+
+/// What `restore` runs with.
+pub fn restore_config(args: RestoreArgs, env: &dyn Env) -> RestoreConfig {
+    match args.namespace {
+        None => RestoreConfig::Offline {
+            manifests: args.manifests,
+        },
+        Some(namespace) => RestoreConfig::Cluster {
+            kube: kube_settings(&args.kube, env),
+            namespace,
+            dry_run: args.dry_run,
+            output: args.output,
+        },
+    }
 }
 
 /// Connection flags shared by the commands that talk to a cluster.

@@ -19,12 +19,13 @@ use std::time::Duration;
 
 pub use commands::{
     AuditArgs, AuditConfig, AuditFormat, CheckArgs, Cli, Command, CrdArgs, CrdFormat, KubeArgs,
-    OutputFormat, PreviewArgs, audit_config, kube_settings,
+    OutputFormat, PreviewArgs, RestoreArgs, RestoreConfig, audit_config, kube_settings,
+    restore_config,
 };
 pub use env::{Env, MapEnv, ProcessEnv};
 pub use serve::{
     HOSTNAME_FILE, LogFormat, OnError, ReconcileArgs, SA_NAMESPACE_FILE, ServeArgs, ServeConfig,
-    identity, own_namespace, reconcile_config, serve_config,
+    governed_namespaces, identity, own_namespace, reconcile_config, serve_config,
 };
 
 /// Why the command line and environment do not make a configuration.
@@ -42,6 +43,8 @@ pub enum ConfigError {
         "--reconcile needs the webhook's namespace (for its Lease): pass --webhook-namespace or set POD_NAMESPACE"
     )]
     ReconcileNoNamespace,
+    #[error("--governed-namespaces: entry {entry:?} {why}")]
+    GovernedNamespace { entry: String, why: &'static str },
 }
 
 pub type Result<T, E = ConfigError> = std::result::Result<T, E>;
@@ -54,6 +57,7 @@ pub enum Config {
     Crd(CrdArgs),
     Serve(Box<ServeConfig>),
     Audit(AuditConfig),
+    Restore(RestoreConfig),
 }
 
 /// The configuration of the command `cli` names, with `env` for what the
@@ -65,6 +69,7 @@ pub fn parse(cli: Cli, env: &dyn Env) -> Result<Config> {
         Command::Crd(args) => Config::Crd(args),
         Command::Serve(args) => Config::Serve(Box::new(serve_config(&args, env)?)),
         Command::Audit(args) => Config::Audit(audit_config(args, env)),
+        Command::Restore(args) => Config::Restore(restore_config(args, env)),
     })
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::env::Env;
 use super::{ConfigError, Result};
+use crate::policy::validate::is_dns1123_label;
 use crate::reconcile::{LEASE_NAME, LeaseConfig, POLL_INTERVAL, ReconcileConfig};
 use crate::server::{self, PolicySource};
 use crate::sources::Governed;
@@ -111,7 +112,8 @@ pub struct ServeArgs {
     /// The only namespaces this webhook may govern (comma-separated). Policies
     /// for others are refused (cluster: `Ready=False`, reason `NotGoverned`;
     /// policy file: an error); admission and reconcile never act elsewhere.
-    /// Unset: every namespace a policy names.
+    /// Unset: every namespace a policy names. Every entry must be a
+    /// namespace name: an empty list (`''`, `,`) is refused.
     #[arg(
         long,
         env = "KHW_GOVERNED_NAMESPACES",
@@ -215,7 +217,7 @@ pub fn serve_config(args: &ServeArgs, env: &dyn Env) -> Result<ServeConfig> {
         },
         _ => return Err(ConfigError::NoCertificate),
     };
-    let governed = Governed::from_flag(&args.governed_namespaces);
+    let governed = governed_namespaces(&args.governed_namespaces)?;
     let policy = match &args.policy_file {
         Some(path) => PolicySource::File(path.clone()),
         None => {
@@ -240,6 +242,32 @@ pub fn serve_config(args: &ServeArgs, env: &dyn Env) -> Result<ServeConfig> {
         log_format: args.log_format.into(),
         server,
     })
+}
+
+/// `--governed-namespaces`: no flag means every namespace; otherwise every
+/// entry (blanks around it ignored) must be a namespace name. An empty entry
+/// (`''`, `','`, `a,,b`) is refused rather than read as "no restriction".
+pub fn governed_namespaces(values: &[String]) -> Result<Governed> {
+    if values.is_empty() {
+        return Ok(Governed::all());
+    }
+    for value in values {
+        let entry = value.trim();
+        let why = if entry.is_empty() {
+            "is empty (leave the flag out to govern every namespace)"
+        } else if entry.len() > 63 {
+            "is not a namespace name: longer than 63 characters"
+        } else if !is_dns1123_label(entry) {
+            "is not a namespace name (DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit)"
+        } else {
+            continue;
+        };
+        return Err(ConfigError::GovernedNamespace {
+            entry: entry.to_string(),
+            why,
+        });
+    }
+    Ok(Governed::only(values.iter().cloned()))
 }
 
 /// The reconciler's configuration; `None` when `--reconcile` is off.

@@ -181,3 +181,54 @@ fn kube_settings_follow_kubectl() {
     let s = kube_settings(&args, &home.with_var("KUBECONFIG", "/a:/b"));
     assert_eq!(s.kubeconfig_env.as_deref(), Some("/a:/b"));
 }
+
+/// `serve`'s configuration, or the error, for these `serve` flags.
+fn serve_with(flags: &[&str]) -> Result<ServeConfig> {
+    let mut args = vec![
+        "serve",
+        "--self-signed",
+        "/tmp/ca.pem",
+        "--policy-file",
+        "p.yaml",
+    ];
+    args.extend_from_slice(flags);
+    match parse(parse_cli(&args), &MapEnv::new()) {
+        Ok(Config::Serve(serve)) => Ok(*serve),
+        Ok(other) => panic!("not serve: {other:?}"),
+        Err(e) => Err(e),
+    }
+}
+
+#[test]
+fn governed_namespaces_refuse_empty_entries_and_non_labels() {
+    // Issue 22 item 12: '' and ',' meant every namespace (logged "*").
+    let unset = serve_with(&[]).unwrap();
+    assert_eq!(unset.server.governed, crate::sources::Governed::all());
+    let ok = serve_with(&["--governed-namespaces", "knative-serving, kourier-system"]).unwrap();
+    assert_eq!(
+        ok.server.governed.display(),
+        "knative-serving,kourier-system"
+    );
+    for (value, bad) in [
+        ("", ""),
+        (",", ""),
+        ("knative-serving,", ""),
+        ("knative-serving,,kourier-system", ""),
+        (" ", ""),
+        ("Knative-Serving", "Knative-Serving"),
+        ("knative_serving", "knative_serving"),
+        ("*", "*"),
+        ("serving-", "serving-"),
+    ] {
+        let err = serve_with(&["--governed-namespaces", value])
+            .expect_err(&format!("{value:?} must be refused"));
+        let text = err.to_string();
+        assert!(
+            text.contains("--governed-namespaces") && text.contains(&format!("{bad:?}")),
+            "{value:?}: {text}"
+        );
+    }
+    let long = "a".repeat(64);
+    let err = serve_with(&["--governed-namespaces", &long]).unwrap_err();
+    assert!(err.to_string().contains("63"), "{err}");
+}

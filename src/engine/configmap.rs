@@ -1,7 +1,9 @@
 //! ConfigMap `config-leader-election`: only the keys the policy sets
 //! (`buckets`, `lease-duration`, `renew-deadline`, `retry-period`), as
-//! strings in Knative's format. Never `_example`, never annotations (Knative
-//! validates `_example` against its checksum annotation). Durations equal in
+//! strings in Knative's format. Never `_example`, never Knative's annotations
+//! (Knative validates `_example` against its checksum annotation); the
+//! release value of a key is recorded before its first change
+//! ([`super::restore`], for the `restore` command). Durations equal in
 //! value to what is there (`1m` vs `60s`) are left as written.
 //!
 //! The policy's durations are merged over the ConfigMap's (Knative's
@@ -199,7 +201,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         if same {
             continue;
         }
-        let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+        let pt = super::restore::patcher(t, &mut p, &super::restore::recorded_key(key))?;
         pt.set(&["data", key], json!(want))
             .map_err(|e| t.malformed(e))?;
         changes.push(t.change(format!(

@@ -1,11 +1,17 @@
 //! Deployments: replicas (unless an HPA owns them or Knative scales them on
 //! demand), pod anti-affinity ([`super::affinity`]), topology spread, the
 //! rolling update under Required anti-affinity, and leader election
-//! ([`super::leader`]: `--disable-ha`, the settings hash).
+//! ([`super::leader`]: `--disable-ha`, the settings hash). Replicas, the
+//! rollout's maxUnavailable and the spread constraints are recorded before
+//! the first change and put back when no policy setting asks for them any
+//! more ([`super::restore`]).
 
 use serde_json::{Value, json};
 
 use super::patch::Patcher;
+use super::restore::{
+    self, REPLICAS as RECORDED_REPLICAS, ROLLOUT_MAX_UNAVAILABLE, TOPOLOGY_SPREAD,
+};
 use super::{EngineError, Handled, Target, affinity, leader};
 use crate::policy::validate::parse_percent;
 use crate::policy::{AntiAffinityType, PodAntiAffinity, TopologySpread};
@@ -62,6 +68,8 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         && match_labels.is_some_and(|ml| !ml.is_empty())
     {
         rolling_update(t, replicas, &mut p, &mut changes)?;
+    } else {
+        restore::undo(t, &mut p, &ROLLOUT_MAX_UNAVAILABLE, &mut changes)?;
     }
     if let Some(disable) = leader::want_flag(t, replicas) {
         leader::flag(t, &mut p, disable, &mut changes)?;
@@ -86,10 +94,16 @@ fn replicas(
         t.wanted_replicas(t.name)
     };
     let Some(n) = want else {
-        return Ok(current.unwrap_or(1));
+        if !t.is_hpa_backed(t.name) && !super::SCALED_ON_DEMAND.contains(&t.name) {
+            restore::undo(t, p, &RECORDED_REPLICAS, changes)?;
+        }
+        let after = p.as_ref().map_or(t.object, |p| &p.doc);
+        return Ok(super::lookup(after, REPLICAS)
+            .and_then(Value::as_i64)
+            .unwrap_or(1));
     };
     if current.unwrap_or(1) != i64::from(n) {
-        let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+        let pt = restore::patcher(t, p, &[&RECORDED_REPLICAS])?;
         pt.set(REPLICAS, json!(n)).map_err(|e| t.malformed(e))?;
         let before = current.map_or("unset".to_string(), |c| c.to_string());
         changes.push(t.change(format!("spec.replicas {before} -> {n}")));
@@ -141,14 +155,14 @@ fn spread(
         .or(t.policy.spec.topology_spread_constraints.as_ref())
         .filter(|l| !l.is_empty() && !ml.is_empty())
     else {
-        return Ok(());
+        return restore::undo(t, p, &TOPOLOGY_SPREAD, changes);
     };
     let value = spread_value(list, &Value::Object(ml.clone()));
     if super::lookup(t.object, SPREAD) == Some(&value) {
         return Ok(());
     }
     super::check_parents(t, SPREAD)?;
-    let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+    let pt = restore::patcher(t, p, &[&TOPOLOGY_SPREAD])?;
     pt.set(SPREAD, value).map_err(|e| t.malformed(e))?;
     let shown: Vec<String> = list
         .iter()
@@ -195,7 +209,7 @@ fn rolling_update(
         return Ok(());
     }
     super::check_parents(t, MAX_UNAVAILABLE)?;
-    let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+    let pt = restore::patcher(t, p, &[&ROLLOUT_MAX_UNAVAILABLE])?;
     pt.set(MAX_UNAVAILABLE, json!(1))
         .map_err(|e| t.malformed(e))?;
     changes.push(t.change(format!(

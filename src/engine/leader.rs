@@ -159,14 +159,14 @@ fn carries_flag(container: &Value) -> bool {
         .is_some_and(|a| a.iter().any(|a| a.as_str().is_some_and(is_disable_ha_arg)))
 }
 
-fn is_disable_ha_arg(arg: &str) -> bool {
+pub(crate) fn is_disable_ha_arg(arg: &str) -> bool {
     let flag = arg.split('=').next().unwrap_or(arg);
     flag == DISABLE_HA_FLAG || flag == &DISABLE_HA_FLAG[1..]
 }
 
 /// Index of the Knative container: named like the Deployment, else
 /// `controller` for net-*-controller, else the first.
-fn knative_container(name: &str, containers: &[Value]) -> Option<usize> {
+pub(crate) fn knative_container(name: &str, containers: &[Value]) -> Option<usize> {
     let named = |n: &str| {
         containers
             .iter()
@@ -256,7 +256,7 @@ pub(crate) fn flag(
                 "spec.template.spec.containers[{index}] must be an object"
             )));
         }
-        let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+        let pt = super::restore::flag_patcher(t, p)?;
         if container.get("args").is_some_and(Value::is_array) {
             pt.push(&args_path, json!(DISABLE_HA_FLAG))
                 .map_err(|e| t.malformed(e))?;
@@ -268,7 +268,7 @@ pub(crate) fn flag(
         }
         changes.push(t.change(format!("container {cname} args + {DISABLE_HA_FLAG}")));
     } else if !present.is_empty() {
-        let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+        let pt = super::restore::flag_patcher(t, p)?;
         for i in present.iter().rev() {
             pt.remove_index(&args_path, *i)
                 .map_err(|e| t.malformed(e))?;

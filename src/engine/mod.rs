@@ -23,6 +23,7 @@ pub mod hpa;
 pub mod leader;
 pub mod patch;
 pub mod pdb;
+pub mod restore;
 pub mod scale;
 mod target;
 pub mod view;

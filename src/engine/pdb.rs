@@ -121,15 +121,24 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     let (Some(original), Some(written)) = (recorded(t, ORIGINAL)?, recorded(t, WRITTEN)?) else {
         return Ok((None, changes));
     };
-    if written != current || allowed(&current, n).is_none_or(|a| a > 0) {
-        // Someone else changed it since, or it still allows a drain.
+    if written != current {
+        // Someone else changed it since: theirs stays.
         return Ok((None, changes));
     }
-    let why = format!(
-        "restored: the engine's {} allows no voluntary disruption {}",
-        shown(&current),
-        at(&runs)
-    );
+    let why = if wanted.is_none() {
+        // Issue 22 item 5: no policy setting asks for a budget any more.
+        "restored: the recorded release value; no policy setting asks for a budget any more"
+            .to_string()
+    } else if allowed(&current, n).is_none_or(|a| a > 0) {
+        // The policy's budget was held back; the engine's earlier one still allows a drain.
+        return Ok((None, changes));
+    } else {
+        format!(
+            "restored: the engine's {} allows no voluntary disruption {}",
+            shown(&current),
+            at(&runs)
+        )
+    };
     let (p, mut restored) = write(t, &current, &original, Some(why))?;
     changes.append(&mut restored);
     Ok((p, changes))
@@ -201,4 +210,46 @@ fn write(
         Some(p),
         vec![t.change(format!("{}{why}", parts.join(", ")))],
     ))
+}
+
+/// For `restore`: the budget recorded in [`ORIGINAL`] back, whatever the
+/// policy, and both records dropped. `None` when the PDB carries no record.
+/// The change text.
+pub(crate) fn restore_original(
+    object: &Value,
+    p: &mut Option<Patcher>,
+) -> Result<Option<String>, String> {
+    let annotations = object.pointer("/metadata/annotations");
+    let Some(text) = annotations.and_then(|a| a.get(ORIGINAL)) else {
+        return Ok(None);
+    };
+    let original = text
+        .as_str()
+        .and_then(|t| serde_json::from_str::<Map<String, Value>>(t).ok())
+        .ok_or_else(|| {
+            format!(
+                "metadata.annotations.{ORIGINAL} must be the JSON text of the recorded budget, got {}",
+                show(text)
+            )
+        })?;
+    let current = budget(object.get("spec").and_then(Value::as_object));
+    let pt = p.get_or_insert_with(|| Patcher::new(object));
+    let mut parts = Vec::new();
+    for (field, value) in &original {
+        if current.get(field) != Some(value) {
+            pt.set(&["spec", field], value.clone())?;
+            parts.push(format!(
+                "spec.{field} {} -> {}",
+                current.get(field).map_or("unset".to_string(), show),
+                show(value)
+            ));
+        }
+    }
+    for (field, old) in current.iter().filter(|(f, _)| !original.contains_key(*f)) {
+        pt.remove(&["spec", field]);
+        parts.push(format!("spec.{field} {} -> removed", show(old)));
+    }
+    super::restore::remove_pruned(pt, &["metadata", "annotations", ORIGINAL]);
+    super::restore::remove_pruned(pt, &["metadata", "annotations", WRITTEN]);
+    Ok(Some(format!("{} (restored)", parts.join(", "))))
 }

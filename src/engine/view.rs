@@ -28,6 +28,7 @@ use serde_json::{Map, Value};
 use super::hpa::{ORIGINAL_MAX, ORIGINAL_MIN, WRITTEN_MAX, WRITTEN_MIN};
 use super::leader::HASH_ANNOTATION;
 use super::pdb;
+use super::restore;
 
 /// What to keep of a JSON node.
 #[derive(Debug)]
@@ -49,7 +50,8 @@ const METADATA: Shape = Object(&[
     ("ownerReferences", Keep),
     // The opt-out label.
     ("labels", Object(&[(super::SKIP_LABEL, Keep)])),
-    // HorizontalPodAutoscaler and PodDisruptionBudget: the records.
+    // The records: HorizontalPodAutoscaler and PodDisruptionBudget (what the
+    // engine found and last wrote), and `restore`'s release values.
     (
         "annotations",
         Object(&[
@@ -59,6 +61,14 @@ const METADATA: Shape = Object(&[
             (WRITTEN_MAX, Keep),
             (pdb::ORIGINAL, Keep),
             (pdb::WRITTEN, Keep),
+            (restore::REPLICAS.annotation, Keep),
+            (restore::ROLLOUT_MAX_UNAVAILABLE.annotation, Keep),
+            (restore::TOPOLOGY_SPREAD.annotation, Keep),
+            (restore::ORIGINAL_DISABLE_HA, Keep),
+            (restore::LEADER_ELECTION_KEYS[0].annotation, Keep),
+            (restore::LEADER_ELECTION_KEYS[1].annotation, Keep),
+            (restore::LEADER_ELECTION_KEYS[2].annotation, Keep),
+            (restore::LEADER_ELECTION_KEYS[3].annotation, Keep),
         ]),
     ),
 ]);

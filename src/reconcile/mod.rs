@@ -22,6 +22,7 @@
 //!   (which changes roll pods);
 //!   [`objects`]: list/get/patch of governed objects.
 //! - [`metrics`]: the reconcile metrics. [`audit`]: the `audit` command.
+//!   [`restore`]: the `restore` command (the release values back).
 
 pub mod audit;
 mod error;
@@ -33,6 +34,7 @@ pub mod plan;
 pub mod rate;
 pub mod reconciler;
 pub mod report;
+pub mod restore;
 pub mod run;
 pub mod schedule;
 

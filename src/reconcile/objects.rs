@@ -156,12 +156,27 @@ pub async fn patch(
     name: &str,
     patch: &Patch,
 ) -> Result<(), kube::Error> {
+    patch_as(client, kind, namespace, name, patch, FIELD_MANAGER)
+        .await
+        .map(|_| ())
+}
+
+/// Sends a JSON patch (RFC 6902) to one object as `field_manager`; the
+/// object the API server stored.
+pub async fn patch_as(
+    client: &kube::Client,
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+    patch: &Patch,
+    field_manager: &str,
+) -> Result<Value, kube::Error> {
     let api = api(client, kind, namespace);
     let body = serde_json::to_vec(patch).map_err(kube::Error::SerdeError)?;
     let request = hyper::Request::builder()
         .method(hyper::Method::PATCH)
         .uri(format!(
-            "{}/{}?fieldManager={FIELD_MANAGER}",
+            "{}/{}?fieldManager={field_manager}",
             api.resource_url(),
             name
         ))
@@ -169,5 +184,5 @@ pub async fn patch(
         .header(hyper::header::ACCEPT, "application/json")
         .body(body)
         .map_err(kube::Error::HttpError)?;
-    client.request::<Value>(request).await.map(|_| ())
+    client.request::<Value>(request).await
 }

@@ -92,6 +92,14 @@ pub fn touches_pod_template(op: &PatchOperation) -> bool {
         || (path.is_empty() && !matches!(op, PatchOperation::Test(_)))
 }
 
+/// True for the write of a record of a release value
+/// ([`engine::restore`]): an `add` under `/metadata/annotations`.
+fn is_record(op: &PatchOperation) -> bool {
+    matches!(op, PatchOperation::Add(_))
+        && (op_path(op) == "/metadata/annotations"
+            || op_path(op).starts_with("/metadata/annotations/knativeha.dev~1original-"))
+}
+
 /// Without the pod template ops, some other writes are unsafe on their own:
 /// replicas != 1 on a Deployment that keeps `--disable-ha` (several
 /// replicas without a leader), and `config-leader-election` keys (Knative
@@ -215,9 +223,16 @@ pub fn plan(
     let (patch, held_back) = if pod_templates {
         (outcome.mutation.patch, 0)
     } else {
-        let (held, sent) =
+        let (held, mut sent) =
             hold_back_unsafe(kind, &name, object, outcome.object.as_ref(), other_ops);
-        (Patch(sent), template_ops.len() + held)
+        let mut held = template_ops.len() + held;
+        if sent.iter().all(is_record) {
+            // Records of the release values alone (their fields held back)
+            // are not worth a write.
+            held += sent.len();
+            sent.clear();
+        }
+        (Patch(sent), held)
     };
     Ok(Some(Drift {
         kind,
@@ -302,7 +317,14 @@ mod tests {
         )
         .unwrap()
         .expect("drift");
-        assert_eq!(paths(&d.patch), vec!["/spec/replicas".to_string()]);
+        // The record of the release's replicas goes with them.
+        assert_eq!(
+            paths(&d.patch),
+            vec![
+                "/metadata/annotations".to_string(),
+                "/spec/replicas".to_string()
+            ]
+        );
         assert!(d.held_back > 0);
         assert_eq!(d.changes.len(), 2, "changes still listed");
     }

@@ -265,7 +265,8 @@ impl Run<'_> {
         if !self.may_write.may_write() {
             return Attempt::Done(Outcome::drifting(ObjectResult::Abandoned));
         }
-        self.write(t, current, &patch, &drift, &changes, attempt).await
+        self.write(t, current, &patch, &drift, &changes, attempt)
+            .await
     }
 
     /// How `current` differs from its policy; an outcome when it does not

@@ -40,15 +40,6 @@ impl Governed {
         ))
     }
 
-    /// From the flag's values: no values means every namespace.
-    pub fn from_flag(values: &[String]) -> Governed {
-        if values.iter().all(|v| v.trim().is_empty()) {
-            Governed::all()
-        } else {
-            Governed::only(values.iter().cloned())
-        }
-    }
-
     /// True when `namespace` may be governed.
     pub fn allows(&self, namespace: &str) -> bool {
         self.0.as_ref().is_none_or(|set| set.contains(namespace))
@@ -75,11 +66,9 @@ mod tests {
     #[test]
     fn governed_namespaces() {
         assert!(Governed::all().allows("anything"));
-        let g = Governed::from_flag(&["knative-serving".into(), " kourier-system ".into()]);
+        let g = Governed::only(["knative-serving", " kourier-system "]);
         assert!(g.allows("knative-serving") && g.allows("kourier-system"));
         assert!(!g.allows("default"));
         assert_eq!(g.display(), "knative-serving,kourier-system");
-        assert_eq!(Governed::from_flag(&[]), Governed::all());
-        assert_eq!(Governed::from_flag(&["".into()]), Governed::all());
     }
 }

@@ -137,3 +137,66 @@ so `helm template` / `helm install` fail with a clear message.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+Rules granted in the governed namespaces (rbac.yaml): a Role and RoleBinding in one namespace
+(rbac.scope=namespaced), or a ClusterRole and ClusterRoleBinding (rbac.scope=cluster).
+Arguments: root (the chart context), namespace (namespaced only), suffix (of the name), rules.
+*/}}
+{{- define "knative-ha-webhook.namespacedGrant" -}}
+{{- $name := printf "%s-%s" (include "knative-ha-webhook.fullname" .root) .suffix }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $name }}
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "knative-ha-webhook.labels" .root | nindent 4 }}
+rules:
+  {{- toYaml .rules | nindent 2 }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $name }}
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "knative-ha-webhook.labels" .root | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $name }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "knative-ha-webhook.serviceAccountName" .root }}
+    namespace: {{ .root.Release.Namespace }}
+{{- end }}
+
+{{- define "knative-ha-webhook.clusterGrant" -}}
+{{- $name := printf "%s-%s" (include "knative-ha-webhook.fullname" .root) .suffix }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "knative-ha-webhook.labels" .root | nindent 4 }}
+rules:
+  {{- toYaml .rules | nindent 2 }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "knative-ha-webhook.labels" .root | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $name }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "knative-ha-webhook.serviceAccountName" .root }}
+    namespace: {{ .root.Release.Namespace }}
+{{- end }}

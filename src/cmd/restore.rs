@@ -1,0 +1,117 @@
+//! `knative-ha-webhook restore`: the cluster form (one namespace, exit 0
+//! done, 1 a dry run with something to restore, 2 on errors, like `audit`)
+//! and the offline form (manifests in, restored manifests out).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::config::{AuditFormat, RestoreConfig};
+use crate::kubeclient::KubeSettings;
+use crate::preview::{namespace_of, parse_manifests, to_multi_yaml};
+use crate::reconcile::restore::{RestoreError, RestoreReport, restore_namespace};
+
+/// Runs the configured form of `restore`.
+pub fn restore(config: &RestoreConfig) -> anyhow::Result<ExitCode> {
+    match config {
+        RestoreConfig::Offline { manifests } => offline(manifests),
+        RestoreConfig::Cluster {
+            namespace,
+            dry_run,
+            output,
+            kube,
+        } => Ok(cluster(namespace, *dry_run, *output, kube)),
+    }
+}
+
+/// Restores one namespace and prints the report; errors are printed here
+/// (exit code 2).
+fn cluster(namespace: &str, dry_run: bool, output: AuditFormat, kube: &KubeSettings) -> ExitCode {
+    crate::tls::install_crypto_provider();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let report = match runtime {
+        Ok(runtime) => runtime
+            .block_on(run(namespace, dry_run, kube))
+            .map_err(|e| format!("restore: {}", with_causes(&e))),
+        Err(e) => Err(format!("starting the runtime: {e}")),
+    };
+    match report.and_then(|r| Ok((render(&r, output)?, r.exit_code()))) {
+        Ok((text, code)) => {
+            print!("{text}");
+            ExitCode::from(code)
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(
+    namespace: &str,
+    dry_run: bool,
+    kube: &KubeSettings,
+) -> Result<RestoreReport, RestoreError> {
+    let client = crate::kubeclient::connect(kube).await?.client;
+    restore_namespace(&client, namespace, dry_run).await
+}
+
+/// The error and its causes, `: `-separated, leaving out a cause whose
+/// text is already there.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !text.contains(&c_text) {
+            text.push_str(": ");
+            text.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+fn render(report: &RestoreReport, format: AuditFormat) -> Result<String, String> {
+    match format {
+        AuditFormat::Table => Ok(report.render()),
+        AuditFormat::Json => serde_json::to_string_pretty(report)
+            .map(|s| s + "\n")
+            .map_err(|e| format!("encoding the report: {e}")),
+        AuditFormat::Yaml => {
+            crate::preview::to_yaml(report).map_err(|e| format!("encoding the report: {e:#}"))
+        }
+    }
+}
+
+/// Reads the manifests, prints every object restored (multi-document
+/// YAML) and the changes on standard error.
+fn offline(manifests: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let inputs: Vec<PathBuf> = if manifests.is_empty() {
+        vec![PathBuf::from("-")]
+    } else {
+        manifests.to_vec()
+    };
+    let mut objects = Vec::new();
+    let mut changes = Vec::new();
+    for path in &inputs {
+        let (name, text) = crate::manifest::read_input(path)?;
+        for doc in parse_manifests(&name, &text)? {
+            let outcome = crate::engine::restore::restore(namespace_of(&doc.value), &doc.value)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", doc.display()))?;
+            changes.extend(outcome.mutation.changes);
+            objects.push(outcome.object.unwrap_or(doc.value));
+        }
+    }
+    let text = to_multi_yaml(objects.iter())?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    let mut stderr = std::io::stderr().lock();
+    for c in &changes {
+        writeln!(stderr, "{c}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

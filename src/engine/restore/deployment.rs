@@ -1,0 +1,143 @@
+//! What `restore` removes from a Deployment besides the recorded fields:
+//! what the engine owns outright (its marked anti-affinity terms, the
+//! leader-election hash annotation) and `--disable-ha` as recorded.
+
+use serde_json::{Map, Value};
+
+use super::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
+use crate::engine::patch::Patcher;
+use crate::policy::schema_check::show;
+
+const ANTI_AFFINITY: &[&str] = &["spec", "template", "spec", "affinity", "podAntiAffinity"];
+const HASH: &[&str] = &[
+    "spec",
+    "template",
+    "metadata",
+    "annotations",
+    crate::engine::leader::HASH_ANNOTATION,
+];
+
+/// Removes what the engine owns outright on a Deployment: its marked
+/// anti-affinity terms (Knative's own terms stay) and the leader-election
+/// hash annotation of the pod template. The change texts.
+pub(super) fn engine_owned(object: &Value, p: &mut Option<Patcher>) -> Result<Vec<String>, String> {
+    let mut texts = Vec::new();
+    let empty = Map::new();
+    let selector = crate::engine::lookup(object, &["spec", "selector", "matchLabels"])
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let current = crate::engine::lookup(object, ANTI_AFFINITY);
+    // An empty podAntiAffinity is what removing the engine's own term
+    // leaves when it was the only one: removed too.
+    let emptied = current.is_some_and(|v| v.as_object().is_some_and(Map::is_empty));
+    let wanted = crate::engine::affinity::wanted(None, selector, current)
+        .map_err(|e| format!("spec.template.spec.affinity.{e}"))?;
+    if let Some(value) = wanted.or_else(|| emptied.then(|| Value::Object(Map::new()))) {
+        let pt = p.get_or_insert_with(|| Patcher::new(object));
+        if value.as_object().is_some_and(Map::is_empty) {
+            remove_pruned(pt, ANTI_AFFINITY);
+        } else {
+            pt.set(ANTI_AFFINITY, value)?;
+        }
+        texts.push("pod anti-affinity: the engine's own term removed (restored)".to_string());
+    }
+    if let Some(text) = disable_ha(object, p)? {
+        texts.push(text);
+    }
+    if let Some(hash) = crate::engine::lookup(object, HASH) {
+        let pt = p.get_or_insert_with(|| Patcher::new(object));
+        remove_pruned(pt, HASH);
+        texts.push(format!(
+            "pod template annotation {} {} -> removed (restored; the pods roll)",
+            crate::engine::leader::HASH_ANNOTATION,
+            show(hash)
+        ));
+    }
+    Ok(texts)
+}
+
+const CONTAINERS: &[&str] = &["spec", "template", "spec", "containers"];
+
+/// Puts `--disable-ha` back as recorded in [`ORIGINAL_DISABLE_HA`]: removed
+/// from every container when the release did not carry it, added to the
+/// Knative container when it did. The change text; None without a record.
+fn disable_ha(object: &Value, p: &mut Option<Patcher>) -> Result<Option<String>, String> {
+    let Some(text) = annotation(object, ORIGINAL_DISABLE_HA) else {
+        return Ok(None);
+    };
+    let had = match text.as_str() {
+        Some("true") => true,
+        Some("false") => false,
+        _ => {
+            return Err(format!(
+                "metadata.annotations.{ORIGINAL_DISABLE_HA} must be \"true\" or \"false\", got {}",
+                show(text)
+            ));
+        }
+    };
+    let pt = p.get_or_insert_with(|| Patcher::new(object));
+    let containers = crate::engine::lookup(&pt.doc, CONTAINERS)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let now = crate::engine::leader::carries_disable_ha(&pt.doc);
+    let flag = crate::engine::DISABLE_HA_FLAG;
+    let text = if had && !now {
+        let name = crate::engine::lookup(object, &["metadata", "name"])
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let Some(i) = crate::engine::leader::knative_container(name, &containers) else {
+            return Ok(None);
+        };
+        let idx = i.to_string();
+        let args = ["spec", "template", "spec", "containers", &idx, "args"];
+        if containers[i].get("args").is_some_and(Value::is_array) {
+            pt.push(&args, Value::String(flag.into()))?;
+        } else {
+            pt.set(&args, serde_json::json!([flag]))?;
+        }
+        format!("container args + {flag} (restored)")
+    } else if !had {
+        // The flag out of every container; an args list left empty (the
+        // engine created it, or removed the flag earlier) goes too.
+        let mut removed = false;
+        for (i, c) in containers.iter().enumerate().rev() {
+            let Some(list) = c.get("args").and_then(Value::as_array) else {
+                continue;
+            };
+            let idx = i.to_string();
+            let args = ["spec", "template", "spec", "containers", &idx, "args"];
+            let found: Vec<usize> = (0..list.len())
+                .filter(|j| {
+                    list[*j]
+                        .as_str()
+                        .is_some_and(crate::engine::leader::is_disable_ha_arg)
+                })
+                .collect();
+            for j in found.iter().rev() {
+                pt.remove_index(&args, *j)?;
+            }
+            removed |= !found.is_empty();
+            if found.len() == list.len()
+                && let Some(Value::Object(c)) = pt.get_mut(&args[..5])
+            {
+                // Through the array, which `Patcher::remove` does not walk.
+                c.remove("args");
+                pt.ops.push(json_patch::PatchOperation::Remove(
+                    json_patch::RemoveOperation {
+                        path: crate::engine::patch::pointer(&args),
+                    },
+                ));
+            }
+        }
+        if removed {
+            format!("container args - {flag} (restored)")
+        } else {
+            format!("{flag} absent as recorded; record {ORIGINAL_DISABLE_HA} removed")
+        }
+    } else {
+        format!("{flag} as recorded; record {ORIGINAL_DISABLE_HA} removed")
+    };
+    remove_pruned(pt, &["metadata", "annotations", ORIGINAL_DISABLE_HA]);
+    Ok(Some(text))
+}

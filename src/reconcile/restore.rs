@@ -1,0 +1,256 @@
+//! `knative-ha-webhook restore --namespace NS` (run by `cmd::restore`):
+//! every governed object of one namespace back to its release values
+//! ([`crate::engine::restore::restore`], pure), written as a JSON patch
+//! that starts with a `test` of `metadata.resourceVersion`; on a conflict
+//! the object is read again and the patch recomputed, at most
+//! [`MAX_ATTEMPTS`] times. With `dry_run` nothing is written.
+//!
+//! Run it with no policy governing the namespace (the policy deleted, or
+//! the webhook uninstalled): otherwise the webhook puts the policy back at
+//! admission of these very writes. The report says when that happened.
+
+use json_patch::{Patch, PatchOperation, TestOperation};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::error::{self, ReconcileError};
+use super::objects;
+use super::run::MAX_ATTEMPTS;
+use crate::engine::{self, Kind};
+
+/// The field manager of `restore`'s writes.
+pub const FIELD_MANAGER: &str = "knative-ha-webhook-restore";
+
+/// Errors that stop `restore` before it looked at every object (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error(transparent)]
+    Kube(#[from] crate::kubeclient::KubeClientError),
+    #[error("restoring namespace {namespace}")]
+    List {
+        namespace: String,
+        #[source]
+        source: ReconcileError,
+    },
+    #[error(
+        "namespace {0:?} has no governed object (Deployment, HorizontalPodAutoscaler, PodDisruptionBudget, config-leader-election): nothing to restore; is it the right namespace?"
+    )]
+    Empty(String),
+}
+
+/// One object put back (or that would be, in a dry run).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Restored {
+    pub kind: &'static str,
+    pub name: String,
+    pub changes: Vec<String>,
+    /// Why it could not be written (then exit 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What `restore` did to one namespace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreReport {
+    pub namespace: String,
+    pub dry_run: bool,
+    /// Governed objects looked at.
+    pub objects: usize,
+    /// The objects that are (or would be) changed.
+    pub restored: Vec<Restored>,
+}
+
+impl RestoreReport {
+    /// True when some object could not be restored.
+    pub fn failed(&self) -> bool {
+        self.restored.iter().any(|r| r.error.is_some())
+    }
+
+    /// 0 done (or nothing to do), 1 a dry run with something to restore,
+    /// 2 some object failed (`audit`'s codes).
+    pub fn exit_code(&self) -> u8 {
+        if self.failed() {
+            2
+        } else if self.dry_run && !self.restored.is_empty() {
+            1
+        } else {
+            0
+        }
+    }
+
+    /// One line per change, then a summary.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for r in &self.restored {
+            for c in &r.changes {
+                out.push_str(&format!("{}  {}  {c}\n", self.namespace, r.kind));
+            }
+            if let Some(e) = &r.error {
+                out.push_str(&format!(
+                    "{}  {}  {}: not restored: {e}\n",
+                    self.namespace, r.kind, r.name
+                ));
+            }
+        }
+        let n = self.restored.len();
+        let failed = self.restored.iter().filter(|r| r.error.is_some()).count();
+        out.push_str(&match (n, self.dry_run) {
+            (0, _) => format!(
+                "nothing to restore: the {} governed objects of {} carry no change of the webhook's\n",
+                self.objects, self.namespace
+            ),
+            (n, true) => format!(
+                "dry run: would restore {n} of {} governed objects in {}\n",
+                self.objects, self.namespace
+            ),
+            (n, false) => format!(
+                "restored {} of {} governed objects in {}{}\n",
+                n - failed,
+                self.objects,
+                self.namespace,
+                if failed > 0 {
+                    format!("; {failed} failed")
+                } else {
+                    String::new()
+                }
+            ),
+        });
+        out
+    }
+}
+
+/// The object's kind and name.
+fn names(object: &Value) -> (&'static str, String) {
+    let kind = Kind::of(object).map_or("object", Kind::as_str);
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    (kind, name)
+}
+
+/// Restores the governed objects of `namespace` (only computes with
+/// `dry_run`).
+pub async fn restore_namespace(
+    client: &kube::Client,
+    namespace: &str,
+    dry_run: bool,
+) -> Result<RestoreReport, RestoreError> {
+    let listed = objects::list_namespace(client, namespace)
+        .await
+        .map_err(|source| RestoreError::List {
+            namespace: namespace.to_string(),
+            source,
+        })?;
+    if listed.objects.is_empty() {
+        return Err(RestoreError::Empty(namespace.to_string()));
+    }
+    let mut report = RestoreReport {
+        namespace: namespace.to_string(),
+        dry_run,
+        objects: listed.objects.len(),
+        restored: Vec::new(),
+    };
+    for object in &listed.objects {
+        let (kind, name) = names(object);
+        let outcome = match engine::restore::restore(namespace, object) {
+            Ok(o) => o,
+            Err(e) => {
+                report.restored.push(Restored {
+                    kind,
+                    name,
+                    changes: Vec::new(),
+                    error: Some(e.to_string()),
+                });
+                continue;
+            }
+        };
+        if outcome.mutation.is_empty() {
+            continue;
+        }
+        let mut restored = Restored {
+            kind,
+            name,
+            changes: outcome.mutation.changes,
+            error: None,
+        };
+        if !dry_run {
+            restored.error = write(client, namespace, object, &restored.name).await.err();
+        }
+        report.restored.push(restored);
+    }
+    Ok(report)
+}
+
+/// The patch with a `test` of the resourceVersion first.
+fn guarded(object: &Value, patch: Patch) -> Patch {
+    let rv = object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let mut ops = vec![PatchOperation::Test(TestOperation {
+        path: json_patch::jsonptr::PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+        value: Value::String(rv),
+    })];
+    ops.extend(patch.0);
+    Patch(ops)
+}
+
+/// Writes the restore patch of `object`, reading it again after a conflict.
+/// The error text when it could not.
+async fn write(
+    client: &kube::Client,
+    namespace: &str,
+    object: &Value,
+    name: &str,
+) -> Result<(), String> {
+    let Some(kind) = Kind::of(object) else {
+        return Ok(());
+    };
+    let mut current = object.clone();
+    let mut last = String::new();
+    for _ in 0..MAX_ATTEMPTS {
+        let outcome = engine::restore::restore(namespace, &current).map_err(|e| e.to_string())?;
+        if outcome.mutation.is_empty() {
+            return Ok(());
+        }
+        let patch = guarded(&current, outcome.mutation.patch);
+        match objects::patch_as(client, kind, namespace, name, &patch, FIELD_MANAGER).await {
+            Ok(written) => return readmitted(&written),
+            Err(e) if error::is_precondition_failed(&e) => {
+                last = crate::kubeclient::reason(&e);
+                match objects::get(client, kind, namespace, name).await {
+                    Ok(Some(o)) => current = o,
+                    Ok(None) => return Ok(()),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            Err(e) => return Err(describe(&e)),
+        }
+    }
+    Err(format!("{MAX_ATTEMPTS} conflicting attempts: {last}"))
+}
+
+/// An error when the object the API server stored still carries the
+/// webhook's changes: a policy still governs the namespace and the webhook
+/// applied it again at admission.
+fn readmitted(written: &Value) -> Result<(), String> {
+    let namespace = written["metadata"]["namespace"].as_str().unwrap_or("");
+    match engine::restore::restore(namespace, written) {
+        Ok(o) if o.mutation.is_empty() => Ok(()),
+        _ => Err(
+            "the webhook changed it again at admission: a policy still governs the namespace (delete it, or uninstall the webhook, first)"
+                .to_string(),
+        ),
+    }
+}
+
+/// The API server's message and code, or why it could not be reached.
+fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} (HTTP {})", s.message, s.code),
+        other => crate::kubeclient::reason(other),
+    }
+}
