@@ -32,6 +32,8 @@ struct State {
     /// Once synced, the source stays synced (a namespace whose HPA watch
     /// starts later must not fail readiness).
     was_synced: bool,
+    /// A snapshot was published (the first one always is).
+    published_once: bool,
     merged: Merged,
     /// The status patches and Events asked of the writer.
     sent: Sent,
@@ -47,6 +49,7 @@ impl State {
             hpas: HpaWatches::new(spawner),
             governed,
             was_synced: false,
+            published_once: false,
             merged: Merged::default(),
             sent: Sent::default(),
             logged: HashMap::new(),
@@ -114,13 +117,22 @@ impl State {
         }
         let synced = self.synced();
         self.was_synced = synced;
-        let snapshot = Snapshot {
-            policies: merged.policies.clone(),
-            hpa_targets: self.hpas.targets().clone(),
-            synced,
-        };
-        store.publish(snapshot);
-        metrics.published.inc();
+        // A change the request path cannot see (a status write, the
+        // last-valid annotation, a conflict's loser) publishes nothing.
+        let current = store.load();
+        let same = self.published_once
+            && current.synced == synced
+            && current.policies == merged.policies
+            && &current.hpa_targets == self.hpas.targets();
+        if !same {
+            store.publish(Snapshot {
+                policies: merged.policies.clone(),
+                hpa_targets: self.hpas.targets().clone(),
+                synced,
+            });
+            metrics.published.inc();
+            self.published_once = true;
+        }
         metrics.synced.set(i64::from(synced));
 
         log_winners(&self.merged, &merged);
