@@ -283,7 +283,7 @@ async fn bad_requests_get_json_errors() {
         Bad {
             name: "other path",
             method: reqwest::Method::POST,
-            path: "/validate",
+            path: "/admit",
             body: b"{}".to_vec(),
             status: 404,
             message: "no such path",

@@ -1,7 +1,8 @@
 //! Metrics and logging.
 //!
 //! Every metric is named `knative_ha_webhook_*` and carries only bounded
-//! labels: `kind` (one of the four governed kinds or `other`), `operation`
+//! labels: `kind` (one of the four governed kinds, `HighAvailabilityPolicy`
+//! for `POST /validate`, or `other`), `operation`
 //! (`CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `other`), `outcome` (see
 //! [`crate::admission::Outcome`]) and `result` (`success` or `error`).
 

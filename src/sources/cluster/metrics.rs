@@ -40,7 +40,8 @@ pub struct ClusterMetrics {
     pub write_errors: Counter,
     /// `knative_ha_webhook_cluster_snapshots_published_total`: snapshots
     /// the cluster source published (an HPA event that changes no
-    /// `scaleTargetRef` publishes none).
+    /// `scaleTargetRef` publishes none, nor a policy event that changes
+    /// no policy in force, such as a status or annotation write).
     pub published: Counter,
 }
 

@@ -14,7 +14,8 @@
 //! - `state`: merge, publication of [`crate::store::Snapshot`]s, and the
 //!   decision what to report.
 //! - `merge`: the pure precedence rules. `status`: `Ready` conditions.
-//! - `writer`: status patches and Events (off the watch path).
+//! - `writer`: status patches, Events and last-valid annotations (off the
+//!   watch path); `sent`: what was asked of it.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -33,6 +34,7 @@ pub mod hpas;
 pub mod merge;
 mod metrics;
 pub mod policies;
+mod sent;
 mod source_state;
 mod state;
 pub mod status;

@@ -2,7 +2,7 @@
 //! the last valid version of each policy object), merged into one
 //! [`Snapshot`] after every batch of changes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
@@ -10,10 +10,11 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use super::hpa_watches::{HpaWatches, Spawn};
 use super::merge::{self, Merged, Origin, PolicyObject, Verdict};
 use super::metrics::{SourceLabel, StateLabel};
+use super::sent::Sent;
 use super::source_state::{SourceState, Tracked, fold};
-use super::status::{self, ReadyStatus};
+use super::status;
 use super::writer::WriteReq;
-use super::{ClusterError, ClusterMetrics, Item, Msg, Source, configmaps};
+use super::{ClusterError, ClusterMetrics, Item, Msg, Source};
 use crate::sources::Governed;
 use crate::store::{PolicyStore, Snapshot};
 
@@ -31,6 +32,8 @@ struct State {
     /// Once synced, the source stays synced (a namespace whose HPA watch
     /// starts later must not fail readiness).
     was_synced: bool,
+    /// A snapshot was published (the first one always is).
+    published_once: bool,
     merged: Merged,
     /// The status patches and Events asked of the writer.
     sent: Sent,
@@ -46,6 +49,7 @@ impl State {
             hpas: HpaWatches::new(spawner),
             governed,
             was_synced: false,
+            published_once: false,
             merged: Merged::default(),
             sent: Sent::default(),
             logged: HashMap::new(),
@@ -113,13 +117,22 @@ impl State {
         }
         let synced = self.synced();
         self.was_synced = synced;
-        let snapshot = Snapshot {
-            policies: merged.policies.clone(),
-            hpa_targets: self.hpas.targets().clone(),
-            synced,
-        };
-        store.publish(snapshot);
-        metrics.published.inc();
+        // A change the request path cannot see (a status write, the
+        // last-valid annotation, a conflict's loser) publishes nothing.
+        let current = store.load();
+        let same = self.published_once
+            && current.synced == synced
+            && current.policies == merged.policies
+            && &current.hpa_targets == self.hpas.targets();
+        if !same {
+            store.publish(Snapshot {
+                policies: merged.policies.clone(),
+                hpa_targets: self.hpas.targets().clone(),
+                synced,
+            });
+            metrics.published.inc();
+            self.published_once = true;
+        }
         metrics.synced.set(i64::from(synced));
 
         log_winners(&self.merged, &merged);
@@ -178,97 +191,6 @@ impl State {
         self.logged.retain(|k, _| live.contains_key(k));
         self.sent.forget_gone(live);
         Ok(())
-    }
-}
-
-/// What was asked of the writer, so that each patch or Event is sent once.
-#[derive(Debug, Default)]
-struct Sent {
-    /// Status patches sent and not yet seen on the object, per uid.
-    status: HashMap<String, ReadyStatus>,
-    /// Status writes that failed; retried on the next retry tick only (not
-    /// at once, so an unreachable API server is not hammered).
-    failed: HashSet<String>,
-    /// The last Event written per ConfigMap uid.
-    event: HashMap<String, ReadyStatus>,
-    /// Last-valid annotations sent and not yet seen, per ConfigMap uid.
-    annotation: HashMap<String, status::LastValid>,
-}
-
-impl Sent {
-    /// The status patch a HighAvailabilityPolicy needs, if any: none when
-    /// its status already says `desired`, when the same patch was sent, or
-    /// when its last write failed (retried on the next retry tick).
-    fn status_write(&mut self, t: &Tracked, desired: ReadyStatus) -> Option<WriteReq> {
-        let obj = &t.object;
-        if t.status.matches(&desired) {
-            self.status.remove(&obj.uid);
-            self.failed.remove(&obj.uid);
-            return None;
-        }
-        if self.failed.contains(&obj.uid) || self.status.get(&obj.uid) == Some(&desired) {
-            return None;
-        }
-        self.status.insert(obj.uid.clone(), desired.clone());
-        Some(WriteReq::Status {
-            uid: obj.uid.clone(),
-            name: obj.name.clone(),
-            desired,
-            observed: t.status.clone(),
-        })
-    }
-
-    /// The last-valid annotation a policy ConfigMap needs, if any: none
-    /// when it already carries `record` (or there is none to write), when
-    /// the same was sent, or when its last write failed.
-    fn annotation_write(
-        &mut self,
-        t: &Tracked,
-        record: Option<status::LastValid>,
-    ) -> Option<WriteReq> {
-        let obj = &t.object;
-        let record = record?;
-        if t.status.last_valid.as_ref() == Some(&record) {
-            self.annotation.remove(&obj.uid);
-            self.failed.remove(&obj.uid);
-            return None;
-        }
-        if self.failed.contains(&obj.uid) || self.annotation.get(&obj.uid) == Some(&record) {
-            return None;
-        }
-        self.annotation.insert(obj.uid.clone(), record.clone());
-        Some(WriteReq::Annotation {
-            uid: obj.uid.clone(),
-            name: obj.name.clone(),
-            value: configmaps::annotation(&record),
-        })
-    }
-
-    /// The Event a policy ConfigMap needs, if it differs from the last one.
-    fn event_write(&mut self, obj: &PolicyObject, desired: ReadyStatus) -> Option<WriteReq> {
-        if self.event.get(&obj.uid) == Some(&desired) {
-            return None;
-        }
-        self.event.insert(obj.uid.clone(), desired.clone());
-        Some(WriteReq::Event {
-            reference: configmaps::reference(obj),
-            desired,
-        })
-    }
-
-    /// Forgets what was sent for objects that are gone (no verdict in
-    /// `live`).
-    fn forget_gone(&mut self, live: &BTreeMap<(Origin, String), Verdict>) {
-        self.status
-            .retain(|uid, _| live.contains_key(&(Origin::Resource, uid.clone())));
-        self.failed.retain(|uid| {
-            live.contains_key(&(Origin::Resource, uid.clone()))
-                || live.contains_key(&(Origin::ConfigMap, uid.clone()))
-        });
-        self.event
-            .retain(|uid, _| live.contains_key(&(Origin::ConfigMap, uid.clone())));
-        self.annotation
-            .retain(|uid, _| live.contains_key(&(Origin::ConfigMap, uid.clone())));
     }
 }
 
