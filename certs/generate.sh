@@ -4,7 +4,8 @@
 #
 # Usage: certs/generate.sh [-s SERVICE] [-n NAMESPACE] [-o OUT_DIR] [-d DAYS] [-i IMAGE_REPO] [-f]
 #   or the environment: SERVICE, NAMESPACE, OUT_DIR, DAYS, IMAGE_REPO, FRESH_CA=1 (flags win).
-#   -f: make a new CA even when OUT_DIR already holds ca.crt + ca.key (otherwise they are reused).
+#   -f: make a new CA even when OUT_DIR already holds ca.crt + ca.key (otherwise they are reused; a
+#       reused CA that ends before the new certificate would is renewed with its own key first).
 #   -i: the image repository you pushed (docs/install.md "Getting an image"), put in the printed helm line.
 # Defaults: SERVICE=knative-ha-webhook NAMESPACE=knative-ha-webhook OUT_DIR=./certs-out DAYS=365.
 #
@@ -22,7 +23,7 @@ DAYS=${DAYS:-365}
 FRESH_CA=${FRESH_CA:-0}
 IMAGE_REPO=${IMAGE_REPO:-}
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 while getopts "s:n:o:d:i:fh" opt; do
   case $opt in
     s) SERVICE=$OPTARG ;;
@@ -62,8 +63,20 @@ if [ "$FRESH_CA" = 1 ] || [ ! -s "$OUT_DIR/ca.crt" ] || [ ! -s "$OUT_DIR/ca.key"
     -addext "subjectKeyIdentifier=hash" \
     -out "$OUT_DIR/ca.crt"
   ca_note="a new CA"
+elif ! openssl x509 -in "$OUT_DIR/ca.crt" -noout -checkend "$(((DAYS + 1) * 86400))" >/dev/null; then
+  # The CA ends before the new certificate would (or has ended): a chain that expires under a leaf
+  # that still looks valid stops the API server calling the webhook, silently with
+  # failurePolicy Ignore. Renew it with its own key and subject: certificates it signed still
+  # verify against the renewed CA, and the old caBundle keeps working until the old CA ends.
+  ca_end=$(openssl x509 -in "$OUT_DIR/ca.crt" -noout -enddate | cut -d= -f2)
+  openssl x509 -in "$OUT_DIR/ca.crt" -signkey "$OUT_DIR/ca.key" -sha256 -days "$((DAYS * 2))" \
+    -set_serial "0x$(openssl rand -hex 16)" -out "$work/ca.crt" 2>/dev/null \
+    || { echo "generate.sh: cannot renew the CA in $OUT_DIR (does ca.key belong to ca.crt?); use -f for a new CA" >&2; exit 1; }
+  mv "$work/ca.crt" "$OUT_DIR/ca.crt"
+  ca_note="the CA in $OUT_DIR, renewed for $((DAYS * 2)) days with its own key (it ends $ca_end, before this certificate would); set tls.caBundle to the new ca.crt (the helm line below does)"
+  echo "generate.sh: renewed the CA in $OUT_DIR: it ends $ca_end, before the new $DAYS-day certificate would" >&2
 else
-  ca_note="the existing CA in $OUT_DIR (use -f for a new one)"
+  ca_note="the existing CA in $OUT_DIR, valid until $(openssl x509 -in "$OUT_DIR/ca.crt" -noout -enddate | cut -d= -f2) (use -f for a new one)"
 fi
 
 # 2. The serving key and certificate, signed by the CA.

@@ -705,13 +705,15 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
     rules = r.of_kind("PrometheusRule")
     if v.get("prometheusRule", {}).get("enabled"):
         rep.check(f"{label}: PrometheusRule alerts use metrics the server registers, scoped to the release namespace",
-                  lambda: check_prometheus_rule(rules, ns, v["prometheusRule"]))
+                  lambda: check_prometheus_rule(rules, ns, v["prometheusRule"], v["reconcile"]))
     else:
         rep.check(f"{label}: no PrometheusRule unless prometheusRule.enabled", lambda: eq(len(rules), 0, "PrometheusRules"))
 
 
-EXPECTED_ALERTS = {"KnativeHAWebhookNotReady", "KnativeHAWebhookCertificateExpiring", "KnativeHAWebhookDriftPersists",
+EXPECTED_ALERTS = {"KnativeHAWebhookNotReady", "KnativeHAWebhookCertificateExpiring",
                    "KnativeHAWebhookPolicyInvalid", "KnativeHAWebhookSourceDown", "KnativeHAWebhookReconcileFailing"}
+# Only where the reconciler writes everything: a dry run (the default) reports drift by design.
+DRIFT_ALERT = "KnativeHAWebhookDriftPersists"
 
 
 def registered_metrics() -> set[str]:
@@ -725,14 +727,16 @@ def registered_metrics() -> set[str]:
     return names | {n + "_total" for n in names}
 
 
-def check_prometheus_rule(rules: list[dict], ns: str, values: dict) -> None:
+def check_prometheus_rule(rules: list[dict], ns: str, values: dict, reconcile: dict) -> None:
     eq(len(rules), 1, "PrometheusRules")
     rule = rules[0]
     eq(rule["apiVersion"], "monitoring.coreos.com/v1", "apiVersion")
     for k, val in values.get("labels", {}).items():
         eq(rule["metadata"]["labels"].get(k), val, f"label {k}")
     alerts = [a for g in rule["spec"]["groups"] for a in g["rules"]]
-    eq({a["alert"] for a in alerts}, EXPECTED_ALERTS, "alert names")
+    writes = reconcile["enabled"] and not reconcile["dryRun"] and reconcile["podTemplates"]
+    eq({a["alert"] for a in alerts}, EXPECTED_ALERTS | ({DRIFT_ALERT} if writes else set()),
+       f"alert names (reconcile writes: {writes})")
     known = registered_metrics()
     for a in alerts:
         used = set(re.findall(r"knative_ha_webhook_[a-z_]+", a["expr"]))
@@ -848,6 +852,8 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
         ("several-namespaces", "khw", "webhooks",
          {"governedNamespaces": ["knative-serving", "kourier-system", "knative-eventing"],
           "reconcile": {"dryRun": False},
+          "prometheusRule": {"enabled": True, "severity": "warning", "labels": {}},
+          "server": {"shutdownDelay": "1m30s"}, "terminationGracePeriodSeconds": 95,
           "defaultPolicy": {"enabled": True, "name": "kourier",
                             "spec": {"targetNamespace": "kourier-system", "replicas": 2,
                                      "workloads": [{"name": "3scale-kourier-gateway", "replicas": 4}],
@@ -863,6 +869,7 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
          {"rbac": {"scope": "cluster"}, "reconcile": {"enabled": False}}),
         ("reconcile-dry-run", "khw", "khw-system",
          {"governedNamespaces": ["knative-serving", "kourier-system"],
+          "server": {"shutdownDelay": "1500ms"},
           "reconcile": {"dryRun": True, "podTemplates": False, "interval": "5m", "rate": 2.5}}),
         ("service-monitor", "khw", "monitoring-test",
          {"serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}},
@@ -911,7 +918,13 @@ REJECTIONS = [
      ["terminationGracePeriodSeconds=10"], "must be at least server.shutdownDelay"),
     ("terminationGracePeriodSeconds < shutdownDelay + timeoutSeconds", "khw-system",
      ["terminationGracePeriodSeconds=14"], "+ webhook.timeoutSeconds"),
-    ("shutdownDelay not whole seconds", "khw-system", ["server.shutdownDelay=1m"], "shutdownDelay"),
+    ("shutdownDelay not a Go duration", "khw-system", ["server.shutdownDelay=10"], "shutdownDelay"),
+    ("shutdownDelay 1m against the default grace period", "khw-system", ["server.shutdownDelay=1m"],
+     "must be at least server.shutdownDelay (1m)"),
+    ("defaultPolicy.spec with an unknown key (replcas)", "khw-system", ["defaultPolicy.spec.replcas=3"], "'replcas' not allowed"),
+    ("defaultPolicy.spec.replicas 300 (max 100)", "khw-system", ["defaultPolicy.spec.replicas=300"], "/defaultPolicy/spec/replicas"),
+    ("defaultPolicy.spec.podAntiAffinity.type not an enum value", "khw-system",
+     ["defaultPolicy.spec.podAntiAffinity.type=Soft"], "/defaultPolicy/spec/podAntiAffinity/type"),
     ("defaultPolicy targeting an ungoverned namespace", "khw-system",
      ["defaultPolicy.enabled=true", "defaultPolicy.spec.targetNamespace=default"], "not one of governedNamespaces"),
     ("empty governedNamespaces", "khw-system", ["governedNamespaces=null"], "governedNamespaces"),
@@ -955,6 +968,35 @@ def main() -> int:
         jsonschema.Draft7Validator.check_schema(schema)
         jsonschema.validate(defaults, schema)
     rep.check("values.schema.json: covers exactly the values in values.yaml; defaults validate", schema_covers)
+
+    def patterns_described():
+        schema = json.loads((args.chart / "values.schema.json").read_text())
+        bare = []
+
+        def walk(node, path, inherited):
+            # A pattern is described on its own node, or on the node whose anyOf/allOf/items holds it.
+            if isinstance(node, list):
+                for i, sub in enumerate(node):
+                    walk(sub, f"{path}/{i}", inherited)
+            elif isinstance(node, dict):
+                own = "description" in node
+                if "pattern" in node and not (own or inherited):
+                    bare.append(path)
+                for k, sub in node.items():
+                    walk(sub, f"{path}/{k}", own if k in ("anyOf", "oneOf", "allOf", "items") else False)
+        walk(schema, "", False)
+        eq(bare, [], "patterns without a description (on them or the anyOf around them)")
+    rep.check("values.schema.json: every pattern has a description", patterns_described)
+
+    def policy_spec_is_the_crds():
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import policy_schema
+        schema = json.loads((args.chart / "values.schema.json").read_text())
+        crd = yaml.safe_load(sorted((args.chart / "crds").glob("*.yaml"))[0].read_text())
+        eq(schema["definitions"]["policySpec"], policy_schema.policy_spec(crd),
+           "definitions.policySpec differs from the CRD's spec schema (regenerate with charts/tests/policy_schema.py)")
+    rep.check("values.schema.json: defaultPolicy.spec is checked by the CRD's spec schema (policy_schema.py)",
+              policy_spec_is_the_crds)
 
     def readme_lists_values():
         readme = (args.chart / "README.md").read_text()
@@ -1051,6 +1093,10 @@ def main() -> int:
                          f"curl -s localhost:{mport}/metrics",
                          "knativeha.dev/policy"):
                 expect(want in text, f"NOTES.txt lacks {want!r}")
+            if r.values["reconcile"]["dryRun"]:
+                want = f"helm upgrade {release} charts/knative-ha-webhook -n {ns} --reuse-values --set reconcile.dryRun=false"
+                expect(want in text, f"NOTES.txt lacks {want!r}")
+            expect("<chart>" not in text, "NOTES.txt has a <chart> placeholder")
             expect("{{" not in text and "<no value>" not in text, "NOTES.txt has unrendered parts")
         rep.check(f"{label}: NOTES.txt shows how to check pods, a server-side dry run and metrics", notes)
     shutil.rmtree(notes_chart.parent, ignore_errors=True)

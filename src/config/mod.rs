@@ -85,5 +85,40 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
+/// Parses a listen address: `IP:PORT` (`0.0.0.0:8443`, `[::]:8443`), and
+/// the forms Go servers and kubectl users write: `:PORT` (every IPv4
+/// address, like the default) and `localhost:PORT` (127.0.0.1). Other host
+/// names are refused rather than looked up.
+pub fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{Ipv4Addr, SocketAddr};
+    let forms = "e.g. 0.0.0.0:8443, 127.0.0.1:8443, [::]:8443, :8443 or localhost:8443";
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!(
+            "invalid listen address {text:?}: missing the port ({forms})"
+        ));
+    };
+    let ip = match host {
+        "" => Ipv4Addr::UNSPECIFIED,
+        h if h.eq_ignore_ascii_case("localhost") => Ipv4Addr::LOCALHOST,
+        _ if host.parse::<std::net::IpAddr>().is_ok() || host.starts_with('[') => {
+            return Err(format!(
+                "invalid listen address {text:?}: invalid port {port:?} ({forms})"
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "invalid listen address {text:?}: a host name other than localhost is not looked up; give an IP address ({forms})"
+            ));
+        }
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("invalid listen address {text:?}: invalid port {port:?} ({forms})"))?;
+    Ok(SocketAddr::from((ip, port)))
+}
+
 #[cfg(test)]
 mod tests;

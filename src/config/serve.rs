@@ -83,11 +83,11 @@ pub struct ServeArgs {
     /// and write its CA certificate (PEM) to this file.
     #[arg(long, env = "KHW_SELF_SIGNED", value_name = "CA_OUT")]
     pub self_signed: Option<PathBuf>,
-    /// HTTPS address (POST /mutate).
-    #[arg(long, env = "KHW_LISTEN", default_value = "0.0.0.0:8443")]
+    /// HTTPS address (POST /mutate): IP:PORT, :PORT (every IPv4 address) or localhost:PORT.
+    #[arg(long, env = "KHW_LISTEN", default_value = "0.0.0.0:8443", value_parser = super::parse_listen)]
     pub listen: SocketAddr,
-    /// Plain HTTP address for /metrics, /healthz and /readyz.
-    #[arg(long, env = "KHW_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    /// Plain HTTP address for /metrics, /healthz and /readyz (forms as --listen).
+    #[arg(long, env = "KHW_METRICS_LISTEN", default_value = "0.0.0.0:9090", value_parser = super::parse_listen)]
     pub metrics_listen: SocketAddr,
     /// After SIGTERM/SIGINT: keep serving (with /readyz failing) this long
     /// before closing the listener, e.g. `10s`, `1m30s`, `500ms`, `0s`.

@@ -232,3 +232,50 @@ fn governed_namespaces_refuse_empty_entries_and_non_labels() {
     let err = serve_with(&["--governed-namespaces", &long]).unwrap_err();
     assert!(err.to_string().contains("63"), "{err}");
 }
+
+#[test]
+fn listen_addresses_take_the_forms_users_write() {
+    let ok: &[(&str, &str)] = &[
+        ("0.0.0.0:8443", "0.0.0.0:8443"),
+        ("127.0.0.1:9443", "127.0.0.1:9443"),
+        ("[::]:8443", "[::]:8443"),
+        ("[::1]:8443", "[::1]:8443"),
+        (":8443", "0.0.0.0:8443"),
+        ("localhost:8443", "127.0.0.1:8443"),
+        ("LOCALHOST:9090", "127.0.0.1:9090"),
+    ];
+    for (text, want) in ok {
+        assert_eq!(parse_listen(text).unwrap().to_string(), *want, "{text}");
+    }
+    let bad: &[(&str, &str)] = &[
+        (
+            "example.com:8443",
+            "a host name other than localhost is not looked up; give an IP address",
+        ),
+        ("8443", "missing the port"),
+        ("localhost", "missing the port"),
+        (":http", "invalid port \"http\""),
+        ("127.0.0.1:99999", "invalid port \"99999\""),
+    ];
+    for (text, want) in bad {
+        let err = parse_listen(text).unwrap_err();
+        assert!(err.contains(want), "{text}: {err}");
+        assert!(err.contains(text), "{text}: {err}");
+    }
+    let cli = parse_cli(&[
+        "serve",
+        "--self-signed",
+        "/tmp/ca.pem",
+        "--policy-file",
+        "p.yaml",
+        "--listen",
+        "localhost:8443",
+        "--metrics-listen",
+        ":9090",
+    ]);
+    let Config::Serve(serve) = parse(cli, &MapEnv::new()).unwrap() else {
+        panic!("not serve");
+    };
+    assert_eq!(serve.server.listen.to_string(), "127.0.0.1:8443");
+    assert_eq!(serve.server.metrics_listen.to_string(), "0.0.0.0:9090");
+}

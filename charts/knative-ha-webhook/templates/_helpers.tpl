@@ -106,10 +106,18 @@ Name of the serving Certificate (cert-manager mode); cert-manager.io/inject-ca-f
 {{- end }}
 
 {{/*
-server.shutdownDelay in whole seconds (the schema only admits "<n>s").
+server.shutdownDelay, a Go duration (the schema admits "10s", "1m", "1500ms", "1m30s", ...), in
+seconds rounded up: the grace-period check below compares whole seconds.
 */}}
 {{- define "knative-ha-webhook.shutdownDelaySeconds" -}}
-{{- trimSuffix "s" .Values.server.shutdownDelay | int }}
+{{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" .Values.server.shutdownDelay -1 }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . | float64 }}
+{{- $unit := regexReplaceAll "^[0-9]+(\\.[0-9]+)?" . "" }}
+{{- $total = addf $total (mulf $number (get $units $unit)) }}
+{{- end }}
+{{- ceil $total | int }}
 {{- end }}
 
 {{/*
@@ -199,4 +207,16 @@ subjects:
   - kind: ServiceAccount
     name: {{ include "knative-ha-webhook.serviceAccountName" .root }}
     namespace: {{ .root.Release.Namespace }}
+Where this chart is installed from, for the commands NOTES prints: the annotation
+knativeha.dev/chart-ref (charts/knative-ha-webhook in a checkout; the release pipeline's
+scripts/release-chart writes the OCI reference), with --version for a published chart.
+*/}}
+{{- define "knative-ha-webhook.chartRef" -}}
+{{- $annotations := .Chart.Annotations | default dict }}
+{{- $ref := index $annotations "knativeha.dev/chart-ref" | default "charts/knative-ha-webhook" }}
+{{- if hasPrefix "oci://" $ref }}
+{{- printf "%s --version %s" $ref .Chart.Version }}
+{{- else }}
+{{- $ref }}
+{{- end }}
 {{- end }}
