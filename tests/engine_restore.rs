@@ -306,3 +306,90 @@ fn an_unrecorded_pdb_falls_back_on_kubectls_last_applied_configuration() {
     let again = restore::restore(GOVERNED, &back).unwrap();
     assert!(again.mutation.is_empty());
 }
+
+mod sequences {
+    //! Over random sequences of policies: restore gives back the release,
+    //! and a last policy without the settings undoes what they wrote.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_policy() -> impl Strategy<Value = Policy> {
+        (
+            prop::option::of(1..=4i32),
+            prop::option::of(any::<bool>()),
+            prop::option::of(prop::sample::select(vec!["Preferred", "Required", "None"])),
+            prop::option::of(prop::sample::select(vec!["maxUnavailable: 1", "minAvailable: 1"])),
+            any::<bool>(),
+        )
+            .prop_filter_map("valid policies", |(replicas, enabled, aa, pdb, spread)| {
+                let mut spec = String::new();
+                match enabled {
+                    Some(false) => spec.push_str("  leaderElection: {enabled: false}\n"),
+                    Some(true) => spec.push_str("  leaderElection: {enabled: true, buckets: 2}\n"),
+                    None => {}
+                }
+                if let Some(r) = replicas.filter(|_| enabled != Some(false)) {
+                    spec.push_str(&format!("  replicas: {r}\n"));
+                }
+                if let Some(kind) = aa {
+                    spec.push_str(&format!(
+                        "  podAntiAffinity: {{type: {kind}, topologyKey: topology.kubernetes.io/zone}}\n"
+                    ));
+                }
+                if let Some(pdb) = pdb {
+                    spec.push_str(&format!("  podDisruptionBudget: {{{pdb}}}\n"));
+                }
+                if spread {
+                    spec.push_str("  topologySpreadConstraints: [{topologyKey: topology.kubernetes.io/zone}]\n");
+                }
+                Policy::from_yaml(&format!(
+                    "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: knative-serving\n{spec}"
+                ))
+                .ok()
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        #[test]
+        fn restore_after_any_sequence_gives_back_the_release(
+            seq in prop::collection::vec(arb_policy(), 1..=3)
+        ) {
+            for (label, release) in governed_objects() {
+                let after = seq.iter().fold(release.clone(), |o, p| mutated(p, &o));
+                let (back, _) = restored(&after);
+                prop_assert!(back == release, "{}: {:#?}", label, differences(&back, &release));
+            }
+        }
+
+        #[test]
+        fn a_last_policy_without_the_settings_undoes_them(
+            seq in prop::collection::vec(arb_policy(), 1..=3)
+        ) {
+            let bare = policy("");
+            for (label, release) in governed_objects() {
+                let after = seq.iter().fold(release.clone(), |o, p| mutated(p, &o));
+                let last = mutated(&bare, &after);
+                match release["kind"].as_str() {
+                    Some("PodDisruptionBudget") => {
+                        prop_assert_eq!(&last["spec"], &release["spec"], "{}", label);
+                    }
+                    Some("Deployment") => {
+                        for pointer in [
+                            "/spec/replicas",
+                            "/spec/strategy/rollingUpdate/maxUnavailable",
+                            "/spec/template/spec/topologySpreadConstraints",
+                        ] {
+                            prop_assert_eq!(
+                                last.pointer(pointer), release.pointer(pointer), "{} {}", label, pointer
+                            );
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}

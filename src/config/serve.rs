@@ -254,7 +254,7 @@ pub fn governed_namespaces(values: &[String]) -> Result<Governed> {
     for value in values {
         let entry = value.trim();
         let why = if entry.is_empty() {
-            "is empty (leave the flag out to govern every namespace)"
+            "is empty (to govern every namespace, leave out the flag and KHW_GOVERNED_NAMESPACES)"
         } else if entry.len() > 63 {
             "is not a namespace name: longer than 63 characters"
         } else if !is_dns1123_label(entry) {
