@@ -27,7 +27,8 @@ fn run(policy: &Policy, namespace: &str, object: &Value) -> (Value, Vec<String>)
 /// stating the other changes exactly.
 /// Also sets aside the records of the release values (issue 22, item 5:
 /// the engine records a field before its first change;
-/// tests/engine_restore.rs checks them). The HPA's records stay.
+/// tests/engine_restore.rs checks them). The HPA's and the PDB's records
+/// (engine::hpa, engine::pdb) stay.
 fn without_hash(mut patch: Value, changes: Vec<String>) -> (Value, Vec<String>) {
     const HASH: &str = "leader-election-hash";
     if let Some(ops) = patch.as_array_mut() {
@@ -48,6 +49,7 @@ fn without_records(op: &mut Value) {
         key.starts_with("knativeha.dev/original-")
             && !key.ends_with("-min-replicas")
             && !key.ends_with("-max-replicas")
+            && key != "knativeha.dev/original-budget"
     };
     let path = op["path"].as_str().unwrap_or("").to_string();
     if let Some(key) = path.strip_prefix("/metadata/annotations/") {

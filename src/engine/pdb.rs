@@ -125,19 +125,20 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         // Someone else changed it since: theirs stays.
         return Ok((None, changes));
     }
-    let why = if wanted.is_none() {
-        // Issue 22 item 5: no policy setting asks for a budget any more.
-        "restored: the recorded release value; no policy setting asks for a budget any more"
-            .to_string()
-    } else if allowed(&current, n).is_none_or(|a| a > 0) {
-        // The policy's budget was held back; the engine's earlier one still allows a drain.
-        return Ok((None, changes));
-    } else {
+    let blocks = allowed(&current, n).is_some_and(|a| a <= 0);
+    let why = if blocks {
         format!(
             "restored: the engine's {} allows no voluntary disruption {}",
             shown(&current),
             at(&runs)
         )
+    } else if wanted.is_none() {
+        // Issue 22 item 5: no policy setting asks for a budget any more.
+        "restored: the recorded release value; no policy setting asks for a budget any more"
+            .to_string()
+    } else {
+        // The policy's budget was held back; the engine's earlier one still allows a drain.
+        return Ok((None, changes));
     };
     let (p, mut restored) = write(t, &current, &original, Some(why))?;
     changes.append(&mut restored);
@@ -190,8 +191,8 @@ fn write(
     super::check_parents(t, &["metadata", "annotations", ORIGINAL])?;
     let why = match restore {
         Some(why) => {
-            p.remove(&["metadata", "annotations", ORIGINAL]);
-            p.remove(&["metadata", "annotations", WRITTEN]);
+            super::restore::remove_pruned(&mut p, &["metadata", "annotations", ORIGINAL]);
+            super::restore::remove_pruned(&mut p, &["metadata", "annotations", WRITTEN]);
             format!(" ({why})")
         }
         None => {
@@ -213,12 +214,12 @@ fn write(
 }
 
 /// For `restore`: the budget recorded in [`ORIGINAL`] back, whatever the
-/// policy, and both records dropped. `None` when the PDB carries no record.
-/// The change text.
+/// policy, and both records dropped. `None` when the PDB carries no record;
+/// else a change text per field.
 pub(crate) fn restore_original(
     object: &Value,
     p: &mut Option<Patcher>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<Vec<String>>, String> {
     let annotations = object.pointer("/metadata/annotations");
     let Some(text) = annotations.and_then(|a| a.get(ORIGINAL)) else {
         return Ok(None);
@@ -239,7 +240,7 @@ pub(crate) fn restore_original(
         if current.get(field) != Some(value) {
             pt.set(&["spec", field], value.clone())?;
             parts.push(format!(
-                "spec.{field} {} -> {}",
+                "spec.{field} {} -> {} (restored)",
                 current.get(field).map_or("unset".to_string(), show),
                 show(value)
             ));
@@ -247,9 +248,9 @@ pub(crate) fn restore_original(
     }
     for (field, old) in current.iter().filter(|(f, _)| !original.contains_key(*f)) {
         pt.remove(&["spec", field]);
-        parts.push(format!("spec.{field} {} -> removed", show(old)));
+        parts.push(format!("spec.{field} {} -> removed (restored)", show(old)));
     }
     super::restore::remove_pruned(pt, &["metadata", "annotations", ORIGINAL]);
     super::restore::remove_pruned(pt, &["metadata", "annotations", WRITTEN]);
-    Ok(Some(format!("{} (restored)", parts.join(", "))))
+    Ok(Some(parts))
 }

@@ -308,9 +308,8 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Outcome, EngineError> 
     }
     if kind == Kind::PodDisruptionBudget {
         let restored = super::pdb::restore_original(object, &mut p).map_err(|e| n.malformed(e))?;
-        if let Some(text) = restored.or_else(|| last_applied_pdb(object, &mut p)) {
-            changes.push(n.change(text));
-        }
+        let texts = restored.or_else(|| last_applied_pdb(object, &mut p).map(|t| vec![t]));
+        changes.extend(texts.into_iter().flatten().map(|t| n.change(t)));
     }
     if kind == Kind::Deployment {
         for text in deployment::engine_owned(object, &mut p).map_err(|e| n.malformed(e))? {
