@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import cluster
-from install import ROOT, Install, helm_bin
+from install import ROOT, SERVING_CORE, SERVING_HPA, Install, helm_bin
 
 HELM_SHIM = """#!/usr/bin/env bash
 # The suite's stand-in for kube-proxy: helm install|upgrade render the webhook with a loopback URL.
@@ -40,12 +40,19 @@ class DocCluster:
         shim.write_text(HELM_SHIM % {"helm": shutil.which(helm_bin()) or helm_bin(),
                                      "renderer": ROOT / "tests" / "e2e" / "loopback-webhook"})
         shim.chmod(0o755)
+        # $KNATIVE: the release's files under their download names, as the suite applies them.
+        self.release = Path(self.dir) / "release"
+        self.release.mkdir()
+        for name, f in zip(("serving-core.yaml", "serving-hpa.yaml"),
+                           self.install.knative_files(SERVING_CORE, SERVING_HPA)):
+            shutil.copy(f, self.release / name)
 
     def env(self, base: dict[str, str]) -> dict[str, str]:
         e = dict(base)
         e.update({k: v for k, v in self.install.env().items() if k.startswith(("KUBECONFIG", "KHW_E2E_"))})
         e["PATH"] = f"{self.bin}:{e['PATH']}"
         e["REGISTRY"] = "registry.test/you"
+        e["KNATIVE"] = str(self.release)
         return e
 
     def close(self) -> None:

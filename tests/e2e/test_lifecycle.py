@@ -121,9 +121,14 @@ class Lifecycle(ClusterCase):
         self.assertEqual(self.replicas("controller"), 3, "a restart ungoverned the namespace")
         self.assertEqual(self.kubectl.json("-n", GOVERNED, "hpa", "activator")["spec"]["minReplicas"], 5)
 
-    @pins("item 5")
-    def test_uninstall_then_the_release_applies_again(self):
+    def test_uninstall_as_documented_then_the_release_applies_again(self):
+        """Issue 22 item 5 (was pinned: the release's apply failed on its PDBs after uninstall)."""
         self.governed_install()
+        # docs/operations.md, "Uninstalling": the policies, restore, the chart, the CRD.
+        self.kubectl.run("delete", "highavailabilitypolicies", "--all")
+        wait_for(lambda: self.probe_replicas() == 1, "the namespace to be ungoverned", 30)
+        r = self.cli("restore", "--kubeconfig", self.api.kubeconfig, "--namespace", GOVERNED)
+        self.assertEqual(r.returncode, 0, f"{r.stdout}{r.stderr}")
         self.install.helm("uninstall", RELEASE, "--namespace", NAMESPACE)
         self.install.stop_servers()
         self.kubectl.run("delete", "crd", "highavailabilitypolicies.knativeha.dev")
@@ -133,6 +138,9 @@ class Lifecycle(ClusterCase):
         pdb = self.kubectl.json("-n", GOVERNED, "pdb", "activator-pdb")["spec"]
         self.assertEqual(pdb.get("minAvailable"), "80%")
         self.assertNotIn("maxUnavailable", pdb)
+        self.assertEqual(self.kubectl.json("-n", GOVERNED, "hpa", "activator")["spec"]["minReplicas"], 1)
+        annotations = self.kubectl.json("-n", GOVERNED, "deployment", "controller")["metadata"].get("annotations", {})
+        self.assertEqual([k for k in annotations if k.startswith("knativeha.dev/")], [], "records left")
 
     def test_opt_out_label_is_honoured_everywhere(self):
         """Issue 22 item 6 (was pinned: preview patched it, the reconciler scaled it back)."""
@@ -160,9 +168,9 @@ class Lifecycle(ClusterCase):
         self.assertIn("through the scale subresource", r.stderr)
         self.assertEqual(self.replicas("autoscaler-hpa"), 1, "three replicas without a leader")
 
-    @pins("item 11")
     def test_install_before_knative(self):
-        self.install_chart(governed_namespace_first=False)
+        """Issue 22 item 11 (was pinned: helm install failed, namespaces "knative-serving" not found)."""
+        self.install_chart("rbac.scope=cluster", governed_namespace_first=False)
         self.start_server()
         self.apply_policy()
         self.apply_knative()
