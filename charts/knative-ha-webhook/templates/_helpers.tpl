@@ -207,6 +207,9 @@ subjects:
   - kind: ServiceAccount
     name: {{ include "knative-ha-webhook.serviceAccountName" .root }}
     namespace: {{ .root.Release.Namespace }}
+{{- end }}
+
+{{/*
 Where this chart is installed from, for the commands NOTES prints: the annotation
 knativeha.dev/chart-ref (charts/knative-ha-webhook in a checkout; the release pipeline's
 scripts/release-chart writes the OCI reference), with --version for a published chart.
