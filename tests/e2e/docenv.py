@@ -1,5 +1,5 @@
 """A cluster for the docs' cluster blocks (scripts/doc-test --cluster): one API server, prepared as the
-block's marker says (`empty`, `installed` or `governed`), and the environment its shell commands run in."""
+block's marker says (`empty`, `knative`, `installed` or `governed`), and the environment its shell commands run in."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ class DocCluster:
             raise SystemExit(cluster.SKIP_LINE)
         self.api.start()
         self.install = Install(self.api, binary, self.dir)
-        if setup != "empty":
+        if setup == "knative":
+            self.api.kubectl.run("create", "namespace", "knative-serving")
+        if setup in ("installed", "governed"):
             self.install.install()
             self.install.start_server()
         if setup == "governed":
