@@ -136,6 +136,30 @@ pub struct Reviewed<'a> {
     pub error: Option<String>,
 }
 
+impl<'a> Reviewed<'a> {
+    /// A review that changes nothing yet (outcome `Skipped`, no body).
+    pub(crate) fn skipped(
+        kind: &'static str,
+        operation: &'static str,
+        uid: Cow<'a, str>,
+        namespace: Cow<'a, str>,
+        name: Cow<'a, str>,
+    ) -> Reviewed<'a> {
+        Reviewed {
+            body: Vec::new(),
+            outcome: Outcome::Skipped,
+            kind,
+            operation,
+            uid,
+            namespace,
+            name,
+            patch_ops: 0,
+            changes: Vec::new(),
+            error: None,
+        }
+    }
+}
+
 /// Why the body is not a usable AdmissionReview (clipped: it may quote
 /// the body).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -164,6 +188,20 @@ struct ResponseOut<'a> {
     warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<StatusOut>,
+}
+
+impl ResponseOut<'_> {
+    /// An answer that allows the object unchanged (the uid is set last).
+    fn allowed() -> Self {
+        ResponseOut {
+            uid: "",
+            allowed: true,
+            patch_type: None,
+            patch: None,
+            warnings: Vec::new(),
+            status: None,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -255,26 +293,8 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
         request.name.map(|t| t.0),
         request.object.as_ref(),
     );
-    let mut reply = Reviewed {
-        body: Vec::new(),
-        outcome: Outcome::Skipped,
-        kind: kind_label(kind),
-        operation: op_label,
-        uid: request.uid.0,
-        namespace,
-        name,
-        patch_ops: 0,
-        changes: Vec::new(),
-        error: None,
-    };
-    let mut response = ResponseOut {
-        uid: "",
-        allowed: true,
-        patch_type: None,
-        patch: None,
-        warnings: Vec::new(),
-        status: None,
-    };
+    let mut reply = Reviewed::skipped(kind_label(kind), op_label, request.uid.0, namespace, name);
+    let mut response = ResponseOut::allowed();
 
     if matches!(operation, Operation::Create | Operation::Update) {
         if !snapshot.synced {

@@ -78,26 +78,8 @@ pub fn validate(body: &[u8]) -> Answer<'_> {
         request.name.map(|t| t.0),
         request.object.as_ref(),
     );
-    let mut reply = Reviewed {
-        body: Vec::new(),
-        outcome: Outcome::Skipped,
-        kind: kind_label(kind),
-        operation: op_label,
-        uid: request.uid.0,
-        namespace,
-        name,
-        patch_ops: 0,
-        changes: Vec::new(),
-        error: None,
-    };
-    let mut response = ResponseOut {
-        uid: "",
-        allowed: true,
-        patch_type: None,
-        patch: None,
-        warnings: Vec::new(),
-        status: None,
-    };
+    let mut reply = Reviewed::skipped(kind_label(kind), op_label, request.uid.0, namespace, name);
+    let mut response = ResponseOut::allowed();
     let checked = match (operation, target, &request.object) {
         (Operation::Create | Operation::Update, Some(target), Some(ObjectIn::Raw(raw))) => {
             match serde_json::from_str::<Value>(raw.get()) {
