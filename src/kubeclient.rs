@@ -1,4 +1,4 @@
-//! The kube client of the command-line tools, built the way kubectl finds
+//! The kube client of every command (`serve` too), built the way kubectl finds
 //! its cluster: `--kubeconfig FILE`, else `KUBECONFIG`, else
 //! `~/.kube/config`, else the in-cluster service account; `--context`
 //! picks a context; `--request-timeout` bounds connecting and reading.
@@ -186,9 +186,9 @@ pub async fn config(args: &KubeSettings) -> Result<kube::Config> {
     Ok(config)
 }
 
-/// Builds the client and checks the API server answers (any HTTP answer,
-/// even an error status, counts as reachable).
-pub async fn connect(args: &KubeSettings) -> Result<Connected> {
+/// Builds the client without a request (`serve`: its watchers retry until
+/// the API server answers).
+pub async fn client(args: &KubeSettings) -> Result<Connected> {
     let config = config(args).await?;
     let server = config.cluster_url.to_string();
     let server = server.trim_end_matches('/').to_string();
@@ -196,6 +196,13 @@ pub async fn connect(args: &KubeSettings) -> Result<Connected> {
         server: server.clone(),
         source,
     })?;
+    Ok(Connected { client, server })
+}
+
+/// Builds the client and checks the API server answers (any HTTP answer,
+/// even an error status, counts as reachable).
+pub async fn connect(args: &KubeSettings) -> Result<Connected> {
+    let Connected { client, server } = client(args).await?;
     match client.apiserver_version().await {
         Ok(_) | Err(kube::Error::Api(_)) => Ok(Connected { client, server }),
         Err(source) => Err(KubeClientError::Unreachable {

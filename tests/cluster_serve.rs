@@ -38,14 +38,22 @@ struct Webhook {
 }
 
 impl Webhook {
+    /// `serve` finding the fake API server through `KUBECONFIG`.
     fn start(api: &FakeApi) -> Webhook {
+        Webhook::start_with(|cmd| {
+            cmd.env("KUBECONFIG", api.kubeconfig_path());
+        })
+    }
+
+    /// `serve`, with `cluster` saying how it finds the API server.
+    fn start_with(cluster: impl FnOnce(&mut Command)) -> Webhook {
         knative_ha_webhook::tls::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
         let https = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let log = std::fs::File::create(dir.path().join("log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"))
-            .args(["serve", "--self-signed"])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"));
+        cmd.args(["serve", "--self-signed"])
             .arg(dir.path().join("ca.pem"))
             .args(["--namespace", OWN_NS, "--shutdown-delay", "0s"])
             .args(["--log-format", "text"])
@@ -53,15 +61,14 @@ impl Webhook {
             .arg(https.to_string())
             .arg("--metrics-listen")
             .arg(metrics.to_string())
-            .env("KUBECONFIG", api.kubeconfig_path())
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env_remove("KHW_POLICY_FILE")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start knative-ha-webhook serve");
+            .kill_on_drop(true);
+        cluster(&mut cmd);
+        let child = cmd.spawn().expect("start knative-ha-webhook serve");
         Webhook {
             child,
             https,
@@ -226,6 +233,40 @@ async fn serve_reads_policies_from_the_cluster() {
     eventually("/mutate without a patch", || async {
         let (r, _) = wh.mutate().await?;
         r.is_none().then_some(())
+    })
+    .await;
+    wh.child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn serve_takes_kubeconfig_and_context_flags_over_the_environment() {
+    let api = FakeApi::start().await;
+    api.create(GROUP, HAPS, hap("serving", 3));
+    // The current-context is a dead server; only `--context fake` reaches
+    // the fake API server, and KUBECONFIG names a file that does not exist.
+    let fake = std::fs::read_to_string(api.kubeconfig_path()).unwrap();
+    let kubeconfig = fake
+        .replace(
+            "contexts:\n",
+            "contexts:\n- name: dead\n  context:\n    cluster: dead\n    user: fake\n",
+        )
+        .replace(
+            "clusters:\n",
+            "clusters:\n- name: dead\n  cluster:\n    server: http://127.0.0.1:1\n",
+        )
+        .replace("current-context: fake", "current-context: dead");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, kubeconfig).unwrap();
+    let mut wh = Webhook::start_with(|cmd| {
+        cmd.env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .arg("--kubeconfig")
+            .arg(&path)
+            .args(["--context", "fake"]);
+    });
+    eventually("/mutate sets replicas 3", || async {
+        let (r, _) = wh.mutate().await?;
+        (r == Some(json!(3))).then_some(())
     })
     .await;
     wh.child.kill().await.unwrap();

@@ -227,7 +227,7 @@ fn start_up_errors_exit_non_zero_with_a_clear_message() {
                 "--metrics-listen",
                 "127.0.0.1:0",
             ],
-            "no Kubernetes configuration",
+            "finding the Kubernetes cluster: policies are read from the cluster (no --policy-file)",
         ),
         (
             "bad shutdown delay",

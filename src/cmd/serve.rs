@@ -3,7 +3,11 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context as _;
+
 use crate::config::ServeConfig;
+use crate::kubeclient::KubeSettings;
+use crate::server::PolicySource;
 use crate::server::{Server, shutdown_signal_then_exit};
 
 /// Serves until SIGTERM/SIGINT (a second one exits at once).
@@ -17,7 +21,11 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<ExitCode> {
     let result = runtime.block_on(async move {
         // Handlers first: a signal during start-up must not kill the process.
         let signal = shutdown_signal_then_exit();
-        let server = Server::bind(config.server).await?;
+        let client = match &config.kube {
+            Some(settings) => Some(cluster_client(&config, settings).await?),
+            None => None,
+        };
+        let server = Server::bind(config.server, client).await?;
         server.run(signal).await?;
         tracing::info!("stopped");
         Ok::<_, anyhow::Error>(())
@@ -26,4 +34,21 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<ExitCode> {
     runtime.shutdown_timeout(Duration::from_millis(500));
     result?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The client of the cluster policy source and the reconciler; the error
+/// says which of them needs the cluster.
+async fn cluster_client(
+    config: &ServeConfig,
+    settings: &KubeSettings,
+) -> anyhow::Result<kube::Client> {
+    let why = if matches!(config.server.policy, PolicySource::Cluster { .. }) {
+        "policies are read from the cluster (no --policy-file)"
+    } else {
+        "--reconcile writes to the cluster"
+    };
+    let connected = crate::kubeclient::client(settings)
+        .await
+        .with_context(|| format!("finding the Kubernetes cluster: {why}"))?;
+    Ok(connected.client)
 }

@@ -188,7 +188,7 @@ pub fn restore_config(args: RestoreArgs, env: &dyn Env) -> RestoreConfig {
             manifests: args.manifests,
         },
         Some(namespace) => RestoreConfig::Cluster {
-            kube: kube_settings(&args.kube, env),
+            kube: kube_settings(&args.kube.cluster, args.kube.request_timeout, env),
             namespace,
             dry_run: args.dry_run,
             output: args.output,
@@ -196,9 +196,10 @@ pub fn restore_config(args: RestoreArgs, env: &dyn Env) -> RestoreConfig {
     }
 }
 
-/// Connection flags shared by the commands that talk to a cluster.
+/// Which cluster: the flags every command that talks to one takes
+/// (`serve`, `audit`, `restore`).
 #[derive(clap::Args, Debug, Clone, Default)]
-pub struct KubeArgs {
+pub struct KubeconfigArgs {
     /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config,
     /// then the in-cluster service account).
     #[arg(long, value_name = "FILE")]
@@ -206,6 +207,13 @@ pub struct KubeArgs {
     /// The kubeconfig context to use (default: its current-context).
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
+}
+
+/// Connection flags of the one-shot commands (`audit`, `restore`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct KubeArgs {
+    #[command(flatten)]
+    pub cluster: KubeconfigArgs,
     /// How long to wait for the API server to connect and answer each
     /// request, e.g. `5s`, `1m` (default: no limit beyond the client's own).
     #[arg(long, value_name = "DURATION", value_parser = super::parse_duration)]
@@ -224,7 +232,13 @@ pub struct AuditConfig {
 
 /// Where the kube client looks, the way kubectl does: the flag, else
 /// `KUBECONFIG`, else `~/.kube/config`, else in-cluster.
-pub fn kube_settings(args: &KubeArgs, env: &dyn Env) -> KubeSettings {
+/// `request_timeout` is `--request-timeout` (`serve` has none: its watches
+/// are long requests).
+pub fn kube_settings(
+    args: &KubeconfigArgs,
+    request_timeout: Option<Duration>,
+    env: &dyn Env,
+) -> KubeSettings {
     let default_path = env.home_dir().map(|h| h.join(".kube").join("config"));
     KubeSettings {
         kubeconfig: args.kubeconfig.clone(),
@@ -233,14 +247,14 @@ pub fn kube_settings(args: &KubeArgs, env: &dyn Env) -> KubeSettings {
         default_path,
         in_cluster: env.var("KUBERNETES_SERVICE_HOST").is_some(),
         context: args.context.clone(),
-        request_timeout: args.request_timeout,
+        request_timeout,
     }
 }
 
 /// What `audit` runs with.
 pub fn audit_config(args: AuditArgs, env: &dyn Env) -> AuditConfig {
     AuditConfig {
-        kube: kube_settings(&args.kube, env),
+        kube: kube_settings(&args.kube.cluster, args.kube.request_timeout, env),
         policy: args.policy,
         output: args.output,
         namespace: args.namespace,

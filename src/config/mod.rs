@@ -19,8 +19,8 @@ use std::time::Duration;
 
 pub use commands::{
     AuditArgs, AuditConfig, AuditFormat, CheckArgs, Cli, Command, CrdArgs, CrdFormat, KubeArgs,
-    OutputFormat, PreviewArgs, RestoreArgs, RestoreConfig, audit_config, kube_settings,
-    restore_config,
+    KubeconfigArgs, OutputFormat, PreviewArgs, RestoreArgs, RestoreConfig, audit_config,
+    kube_settings, restore_config,
 };
 pub use env::{Env, MapEnv, ProcessEnv};
 pub use serve::{

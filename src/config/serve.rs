@@ -123,6 +123,8 @@ pub struct ServeArgs {
     pub governed_namespaces: Vec<String>,
     #[command(flatten)]
     pub reconcile: ReconcileArgs,
+    #[command(flatten)]
+    pub cluster: super::KubeconfigArgs,
 }
 
 /// `serve` flags of the reconciler.
@@ -170,6 +172,9 @@ fn parse_rate(text: &str) -> std::result::Result<f64, String> {
 pub struct ServeConfig {
     pub log_format: crate::telemetry::LogFormat,
     pub server: server::Config,
+    /// Where the cluster is, when the server needs it (policies from the
+    /// cluster, or the reconciler); `None` for a policy file alone.
+    pub kube: Option<crate::kubeclient::KubeSettings>,
 }
 
 /// The webhook's own namespace: `explicit` (`--webhook-namespace` /
@@ -238,8 +243,11 @@ pub fn serve_config(args: &ServeArgs, env: &dyn Env) -> Result<ServeConfig> {
         pod_name: env.var("POD_NAME"),
         ..server::Config::new(tls, policy)
     };
+    let needs_cluster =
+        matches!(server.policy, PolicySource::Cluster { .. }) || server.reconcile.is_some();
     Ok(ServeConfig {
         log_format: args.log_format.into(),
+        kube: needs_cluster.then(|| super::kube_settings(&args.cluster, None, env)),
         server,
     })
 }

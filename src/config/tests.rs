@@ -161,9 +161,9 @@ fn serve_config_from_flags_and_environment() {
 
 #[test]
 fn kube_settings_follow_kubectl() {
-    let args = KubeArgs::default();
+    let args = KubeconfigArgs::default();
     let home = MapEnv::new().with_var("HOME", "/home/me");
-    let s = kube_settings(&args, &home);
+    let s = kube_settings(&args, None, &home);
     assert_eq!(
         s.default_path.as_deref(),
         Some(std::path::Path::new("/home/me/.kube/config"))
@@ -171,6 +171,7 @@ fn kube_settings_follow_kubectl() {
     assert!(!s.default_exists && !s.in_cluster && s.kubeconfig_env.is_none());
     let s = kube_settings(
         &args,
+        None,
         &home
             .clone()
             .with_file("/home/me/.kube/config", "")
@@ -178,8 +179,54 @@ fn kube_settings_follow_kubectl() {
             .with_var("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
     );
     assert!(s.default_exists && s.in_cluster && s.kubeconfig_env.is_none());
-    let s = kube_settings(&args, &home.with_var("KUBECONFIG", "/a:/b"));
+    let s = kube_settings(&args, None, &home.with_var("KUBECONFIG", "/a:/b"));
     assert_eq!(s.kubeconfig_env.as_deref(), Some("/a:/b"));
+}
+
+#[test]
+fn serve_finds_the_cluster_only_when_it_needs_one() {
+    // A policy file alone: no cluster.
+    assert!(serve_with(&[]).unwrap().kube.is_none());
+    // The reconciler needs one, found through the same flags as audit's.
+    let args = [
+        "serve",
+        "--self-signed",
+        "/tmp/ca.pem",
+        "--policy-file",
+        "p.yaml",
+        "--reconcile",
+        "--webhook-namespace",
+        "khw",
+        "--kubeconfig",
+        "/k/config",
+        "--context",
+        "prod",
+    ];
+    let Ok(Config::Serve(serve)) = parse(parse_cli(&args), &MapEnv::new()) else {
+        panic!("serve parses");
+    };
+    let kube = serve.kube.expect("the reconciler needs the cluster");
+    assert_eq!(
+        kube.kubeconfig.as_deref(),
+        Some(std::path::Path::new("/k/config"))
+    );
+    assert_eq!(kube.context.as_deref(), Some("prod"));
+    assert_eq!(
+        kube.request_timeout, None,
+        "serve's watches are long requests"
+    );
+    // Policies from the cluster need one too.
+    let args = [
+        "serve",
+        "--self-signed",
+        "/tmp/ca.pem",
+        "--webhook-namespace",
+        "khw",
+    ];
+    let Ok(Config::Serve(serve)) = parse(parse_cli(&args), &MapEnv::new()) else {
+        panic!("serve parses");
+    };
+    assert!(serve.kube.is_some());
 }
 
 /// `serve`'s configuration, or the error, for these `serve` flags.

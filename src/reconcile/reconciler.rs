@@ -55,29 +55,15 @@ impl Reconciler {
         }
     }
 
-    /// For `serve`: the reconciler when `config` is set, with its metrics
-    /// registered in `registry`; reuses `client` (the cluster source's) or
-    /// builds one from the usual kubeconfig. Errors say why no client.
-    pub async fn prepare(
-        config: Option<&ReconcileConfig>,
-        client: Option<kube::Client>,
+    /// For `serve`: the reconciler with its metrics registered in `registry`.
+    pub fn prepare(
+        config: ReconcileConfig,
+        client: kube::Client,
         store: &PolicyStore,
         registry: &mut prometheus_client::registry::Registry,
-    ) -> Result<Option<Reconciler>, kube::Error> {
-        let Some(config) = config else {
-            return Ok(None);
-        };
-        let client = match client {
-            Some(c) => c,
-            None => kube::Client::try_default().await?,
-        };
+    ) -> Reconciler {
         let metrics = ReconcileMetrics::register(registry);
-        Ok(Some(Reconciler::new(
-            client,
-            config.clone(),
-            store.clone(),
-            metrics,
-        )))
+        Reconciler::new(client, config, store.clone(), metrics)
     }
 
     /// Runs in a background task until [`RunningReconciler::stop`].

@@ -95,11 +95,10 @@ pub enum ServerError {
     Tls(#[from] crate::tls::TlsError),
     #[error(transparent)]
     Policy(#[from] crate::sources::file::FileSourceError),
-    #[error(
-        "no Kubernetes configuration found (in-cluster or kubeconfig); \
-         pass --policy-file to run without a cluster"
-    )]
-    Kube(#[source] kube::Error),
+    /// The cluster source or the reconciler needs a client and none was
+    /// given to [`Server::bind`] (the command builds it from configuration).
+    #[error("{0} needs a Kubernetes client and none was given")]
+    NoClient(&'static str),
     #[error("cluster policy source failed")]
     ClusterSource(#[source] crate::sources::cluster::ClusterError),
     #[error("cluster policy source failed: stopped")]
@@ -172,7 +171,11 @@ impl Server {
     /// Binds the listeners, loads the certificate (a missing or bad file is
     /// retried in the background; the server is not ready meanwhile) and
     /// the policy (an invalid policy file is an error).
-    pub async fn bind(config: Config) -> Result<Server> {
+    ///
+    /// `client` is the Kubernetes client of the cluster policy source and
+    /// the reconciler (built by the command from its configuration,
+    /// [`crate::kubeclient`]); `None` when neither is configured.
+    pub async fn bind(config: Config, client: Option<kube::Client>) -> Result<Server> {
         crate::tls::install_crypto_provider();
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
@@ -190,24 +193,25 @@ impl Server {
                 (store, Some(src), None)
             }
             PolicySource::Cluster { namespace } => {
-                let client = kube::Client::try_default()
-                    .await
-                    .map_err(ServerError::Kube)?;
+                let client = client
+                    .clone()
+                    .ok_or(ServerError::NoClient("the cluster policy source"))?;
                 let cm = crate::sources::cluster::ClusterMetrics::register(&mut registry);
                 let store = PolicyStore::new(Snapshot::default());
                 (store, None, Some((client, cm, namespace.clone())))
             }
         };
 
-        let cluster_client = cluster.as_ref().map(|c| c.0.clone());
-        let reconciler = crate::reconcile::Reconciler::prepare(
-            config.reconcile.as_ref(),
-            cluster_client,
-            &store,
-            &mut registry,
-        )
-        .await
-        .map_err(ServerError::Kube)?;
+        let reconciler = match (&config.reconcile, client) {
+            (None, _) => None,
+            (Some(_), None) => return Err(ServerError::NoClient("the reconciler")),
+            (Some(rc), Some(client)) => Some(crate::reconcile::Reconciler::prepare(
+                rc.clone(),
+                client,
+                &store,
+                &mut registry,
+            )),
+        };
         let tls = TlsReloader::new(config.tls.clone(), metrics.clone())?;
         let listener =
             TcpListener::bind(config.listen)

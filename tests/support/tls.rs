@@ -274,7 +274,7 @@ pub struct Running {
 
 impl Running {
     pub async fn start(config: Config) -> Running {
-        let server = Server::bind(config).await.unwrap();
+        let server = Server::bind(config, None).await.unwrap();
         let addr = server.local_addr();
         let metrics_addr = server.metrics_addr();
         let store = server.store();
