@@ -236,3 +236,108 @@ async fn a_policy_configmap_made_invalid_survives_a_restart_on_its_annotation() 
     let cm = second.api.get("", "configmaps", OWN_NS, "ha").unwrap();
     assert_eq!(cm["metadata"]["annotations"][ANNOTATION], recorded.as_str());
 }
+
+/// What an earlier release recorded and applied, with a budget this
+/// release refuses (issue 10's rule: minAvailable 100% blocks every drain;
+/// a release before it accepted the budget).
+fn recorded_before_a_stricter_release() -> Value {
+    json!({
+        "lastValidGeneration": 1,
+        "lastValidSpec": {"targetNamespace": SERVING, "replicas": 4,
+                          "podDisruptionBudget": {"minAvailable": "100%"}},
+    })
+}
+
+#[tokio::test]
+async fn a_record_this_release_refuses_keeps_governing_without_the_refused_setting() {
+    // The spec made invalid while no webhook ran; the record is from an
+    // earlier, laxer release.
+    let api = FakeApi::start().await;
+    let mut bad = hap(4);
+    break_timing(&mut bad);
+    api.create(GROUP, HAPS, bad);
+    api.update_status(
+        GROUP,
+        HAPS,
+        "",
+        "serving",
+        recorded_before_a_stricter_release(),
+    );
+    let h = Harness::synced(api).await;
+    assert_eq!(
+        h.controller_replicas(),
+        Some(json!(4)),
+        "a restart on a stricter release ungoverned the namespace"
+    );
+    let obj = h.wait_reason("LastValidRefusedByThisRelease").await;
+    let message = ready_message(&obj);
+    for part in [
+        "renewDeadline",
+        "spec.podDisruptionBudget.minAvailable: \"100%\" allows no voluntary disruption",
+        "stays in force without spec.podDisruptionBudget",
+        "fix the policy",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+    assert_eq!(
+        obj["status"]["lastValidSpec"],
+        recorded_before_a_stricter_release()["lastValidSpec"],
+        "the record stays as the earlier release wrote it"
+    );
+    h.wait_metric(r#"knative_ha_webhook_policies_on_refused_last_valid{source="policies"} 1"#)
+        .await;
+    h.wait_metric(r#"knative_ha_webhook_policies_on_last_valid{source="policies"} 1"#)
+        .await;
+
+    // Fixed: the fix applies, the record moves on, the gauge drops.
+    h.api.update(GROUP, HAPS, "", "serving", |o| {
+        o["spec"]["leaderElection"]["renewDeadline"] = json!("15s");
+    });
+    h.wait_reason("Valid").await;
+    h.wait_metric(r#"knative_ha_webhook_policies_on_refused_last_valid{source="policies"} 0"#)
+        .await;
+}
+
+#[tokio::test]
+async fn a_record_that_does_not_parse_governs_nothing_and_status_says_so() {
+    let api = FakeApi::start().await;
+    let mut bad = hap(4);
+    break_timing(&mut bad);
+    api.create(GROUP, HAPS, bad);
+    let mut record = recorded_before_a_stricter_release();
+    record["lastValidSpec"]["replicaz"] = json!(4);
+    api.update_status(GROUP, HAPS, "", "serving", record);
+    let h = Harness::synced(api).await;
+    let obj = h.wait_reason("Invalid").await;
+    let message = ready_message(&obj);
+    assert!(
+        message.contains("cannot be read back by this release, so it is not applied"),
+        "{message}"
+    );
+    assert_eq!(h.controller_replicas(), None);
+}
+
+#[tokio::test]
+async fn a_configmap_record_this_release_refuses_keeps_governing() {
+    let api = FakeApi::start().await;
+    let mut cm = policy_configmap(4);
+    cm["data"]["policy.yaml"] = json!("spec: [unclosed");
+    let record = json!({"name": "serving", "spec":
+        recorded_before_a_stricter_release()["lastValidSpec"]});
+    cm["metadata"]["annotations"] = json!({ANNOTATION: record.to_string()});
+    api.create("", "configmaps", cm);
+    let h = Harness::synced(api).await;
+    assert_eq!(
+        h.controller_replicas(),
+        Some(json!(4)),
+        "a restart on a stricter release ungoverned the namespace"
+    );
+    h.wait_metric(r#"knative_ha_webhook_policies_on_refused_last_valid{source="configmaps"} 1"#)
+        .await;
+    let cm = h.api.get("", "configmaps", OWN_NS, "ha").unwrap();
+    assert_eq!(
+        cm["metadata"]["annotations"][ANNOTATION],
+        record.to_string(),
+        "the record stays as the earlier release wrote it"
+    );
+}

@@ -4,7 +4,8 @@
 //! `HighAvailabilityPolicy` is what users write; [`Policy`] is the validated,
 //! normalised form the engine consumes. Only [`Policy`] values that passed
 //! [`Policy::from_resource`] (or [`Policy::from_json`] / [`Policy::from_yaml`] /
-//! [`parse_policies`]) ever reach the engine.
+//! [`parse_policies`], or [`recorded::recorded`] for a recorded last valid
+//! spec) ever reach the engine.
 //!
 //! Parsing goes through `serde_json::Value` first: the document is checked
 //! against the CRD's own `openAPIV3Schema` (unknown fields, types, bounds,
@@ -18,6 +19,7 @@ pub mod names;
 pub mod objects;
 mod parse;
 pub mod prune;
+pub mod recorded;
 pub mod schema_check;
 mod spec;
 mod timing;

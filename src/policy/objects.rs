@@ -80,21 +80,6 @@ pub fn check_configmap_data(configmap: &Value) -> Result<Policy, Vec<String>> {
     })
 }
 
-/// A spec the webhook recorded as valid (`status.lastValidSpec` of a
-/// HighAvailabilityPolicy, the last-valid annotation of a policy
-/// ConfigMap), read back by a restarted webhook: it is taken only when it
-/// passes every rule of this release (a spec this release refuses is never
-/// applied, recorded or not). `Err` says why not.
-pub fn recorded(name: &str, spec: &Value) -> Result<Policy, PolicyError> {
-    let doc = serde_json::json!({
-        "apiVersion": super::API_VERSION,
-        "kind": super::KIND,
-        "metadata": {"name": name},
-        "spec": spec,
-    });
-    Policy::from_json(&doc)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,17 +141,6 @@ mod tests {
             invalid,
             ["data.policy.yaml: spec.replicas: must be between 1 and 100, got 300"]
         );
-    }
-
-    #[test]
-    fn a_recorded_spec_is_taken_only_when_valid_under_this_release() {
-        let valid = json!({"targetNamespace": "knative-serving", "replicas": 3});
-        let p = recorded("serving", &valid).unwrap();
-        assert_eq!((p.name.as_str(), p.spec.replicas), ("serving", Some(3)));
-        let refused = json!({"targetNamespace": "knative-serving",
-            "leaderElection": {"renewDeadline": "11s", "retryPeriod": "10s"}});
-        let err = recorded("serving", &refused).unwrap_err().to_string();
-        assert!(err.contains("spec.leaderElection.renewDeadline"), "{err}");
     }
 
     #[test]

@@ -103,6 +103,35 @@ class Lifecycle(ClusterCase):
         self.assertEqual(self.replicas("controller"), 3, "a restart ungoverned the namespace")
         self.assertEqual(self.kubectl.json("-n", GOVERNED, "hpa", "activator")["spec"]["minReplicas"], 5)
 
+    def test_restart_on_a_stricter_release_keeps_governing_without_the_refused_setting(self):
+        """Issue 22 item 4: a recorded last valid spec this release refuses in part still governs, less that part."""
+        server = self.governed_install()
+
+        def status() -> dict:
+            return self.kubectl.json("highavailabilitypolicy", "serving").get("status", {})
+
+        wait_for(lambda: status().get("lastValidSpec"), "the record of the last valid spec", 30)
+        server.stop()
+        # As an earlier release without issue 10's rule would have recorded (and applied) it: a budget that
+        # blocks every drain. The CRD accepts it; this release's rules refuse it.
+        record = status()["lastValidSpec"]
+        record["podDisruptionBudget"] = {"minAvailable": "100%", "maxUnavailable": None}
+        self.kubectl.run("patch", "highavailabilitypolicy", "serving", "--subresource=status", "--type=merge",
+                         "-p", json.dumps({"status": {"lastValidSpec": record}}))
+        self.assertTrue(self.edit_invalid(), "with the webhook down, only the CRD's own rules apply")
+        server = self.start_server("webhook-1")
+        c = self.wait_policy("serving", "False", "LastValidRefusedByThisRelease")
+        self.assertIn('spec.podDisruptionBudget.minAvailable: "100%" allows no voluntary disruption', c["message"])
+        self.assertIn("stays in force without spec.podDisruptionBudget; fix the policy", c["message"])
+        self.apply_knative(SERVING_CORE, SERVING_HPA)
+        self.assertEqual(self.replicas("controller"), 3, "a stricter release ungoverned the namespace")
+        self.assertEqual(self.kubectl.json("-n", GOVERNED, "hpa", "activator")["spec"]["minReplicas"], 5)
+        for pdb in self.kubectl.json("-n", GOVERNED, "pdb")["items"]:
+            self.assertNotEqual(pdb["spec"].get("minAvailable"), "100%", f"the refused budget applied: {pdb}")
+        self.assertEqual(server.metric("knative_ha_webhook_policies_on_refused_last_valid", source="policies"), 1)
+        self.assertEqual(status()["lastValidSpec"], record | {"podDisruptionBudget": {"minAvailable": "100%"}},
+                         "the record stays as it was written")
+
     def test_uninstall_as_documented_then_the_release_applies_again(self):
         """Issue 22 item 5 (was pinned: the release's apply failed on its PDBs after uninstall)."""
         self.governed_install()

@@ -15,8 +15,10 @@ use serde_json::{Value, json};
 
 use super::Observed;
 use super::merge::{Origin, PolicyObject};
+use super::policies::NOT_APPLIED;
 use super::status::{LastValid, ObservedStatus};
-use crate::policy::{Policy, objects};
+use crate::policy::Policy;
+use crate::policy::recorded::recorded;
 
 /// The annotation holding the last valid version of a policy ConfigMap.
 pub const LAST_VALID_ANNOTATION: &str = "knativeha.dev/last-valid-policy";
@@ -47,7 +49,7 @@ pub fn parse(cm: &ConfigMap) -> Result<Policy, String> {
 }
 
 /// The record in [`LAST_VALID_ANNOTATION`], if any and readable.
-pub fn recorded(cm: &ConfigMap) -> Option<LastValid> {
+pub fn recorded_annotation(cm: &ConfigMap) -> Option<LastValid> {
     let text = cm.annotations().get(LAST_VALID_ANNOTATION)?;
     let value: Value = serde_json::from_str(text).ok()?;
     Some(LastValid {
@@ -65,21 +67,23 @@ pub fn annotation(record: &LastValid) -> String {
 /// Validates one ConfigMap as the watcher delivered it; when its document
 /// is invalid, the recorded last valid version is read back.
 pub fn observe(cm: &ConfigMap) -> Observed {
-    let record = recorded(cm);
+    let record = recorded_annotation(cm);
     let (parsed, last_valid) = match (parse(cm), &record) {
         (Ok(policy), _) => (Ok(policy), None),
         (Err(message), None) => (Err(message), None),
-        (Err(message), Some(r)) => {
-            match objects::recorded(r.name.as_deref().unwrap_or_default(), &r.spec) {
-                Ok(policy) => (Err(message), Some(Arc::new(policy))),
-                Err(e) => (
-                    Err(format!(
-                        "{message} (the last valid version recorded in annotation {LAST_VALID_ANNOTATION} is refused by this release: {e})"
-                    )),
-                    None,
-                ),
-            }
-        }
+        (Err(message), Some(r)) => match recorded(r.name.as_deref().unwrap_or_default(), &r.spec) {
+            Ok(read) => (Err(message), Some(read)),
+            Err(e) => (
+                Err(format!(
+                    "{message} (the last valid version recorded in annotation {LAST_VALID_ANNOTATION} {NOT_APPLIED}: {e})"
+                )),
+                None,
+            ),
+        },
+    };
+    let (last_valid, last_valid_refusal) = match last_valid {
+        Some(read) => (Some(Arc::new(read.policy)), read.refusal),
+        None => (None, None),
     };
     Observed {
         object: PolicyObject {
@@ -92,6 +96,7 @@ pub fn observe(cm: &ConfigMap) -> Observed {
             resource_version: cm.resource_version(),
             last_valid,
             last_valid_generation: None,
+            last_valid_refusal,
             error: None,
         },
         parsed,

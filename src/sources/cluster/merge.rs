@@ -13,6 +13,7 @@ use std::sync::Arc;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::policy::Policy;
+use crate::policy::recorded::Refusal;
 use crate::sources::Governed;
 
 /// Where a policy object comes from.
@@ -51,6 +52,9 @@ pub struct PolicyObject {
     pub last_valid: Option<Arc<Policy>>,
     /// `metadata.generation` of `last_valid` (HighAvailabilityPolicy only).
     pub last_valid_generation: Option<i64>,
+    /// Set when `last_valid` is a recorded version this release refuses in
+    /// part: it applies without the settings refused.
+    pub last_valid_refusal: Option<Refusal>,
     /// Why the current version is invalid (None when it is valid).
     pub error: Option<String>,
 }
@@ -68,12 +72,14 @@ pub enum Verdict {
     /// Valid and in force for its target namespace.
     Valid { namespace: String },
     /// The current version is invalid (the last valid version, if any, may
-    /// still be in force: see `kept`, and `kept_generation` for its
-    /// generation when known).
+    /// still be in force: see `kept`, `kept_generation` for its generation
+    /// when known, and `refusal` when it is kept without the settings this
+    /// release refuses).
     Invalid {
         message: String,
         kept: bool,
         kept_generation: Option<i64>,
+        refusal: Option<Refusal>,
     },
     /// Valid, but another object governs the same namespace.
     Conflict { namespace: String, winner: String },
@@ -141,6 +147,7 @@ pub fn merge_governed<'a>(
                     message,
                     kept: false,
                     kept_generation: None,
+                    refusal: None,
                 },
             );
             continue;
@@ -152,6 +159,7 @@ pub fn merge_governed<'a>(
                     message: message.clone(),
                     kept: false,
                     kept_generation: None,
+                    refusal: None,
                 },
                 None => Verdict::NotGoverned {
                     namespace,
@@ -174,6 +182,7 @@ pub fn merge_governed<'a>(
                 message: message.clone(),
                 kept: in_force,
                 kept_generation: obj.last_valid_generation.filter(|_| in_force),
+                refusal: obj.last_valid_refusal.clone().filter(|_| in_force),
             },
             (None, None) => Verdict::Valid { namespace },
             (None, Some((_, winner))) => Verdict::Conflict { namespace, winner },
@@ -214,6 +223,7 @@ mod tests {
             resource_version: Some("1".into()),
             last_valid: Some(policy(name, ns, replicas)),
             last_valid_generation: Some(1),
+            last_valid_refusal: None,
             error: None,
         }
     }
@@ -309,6 +319,7 @@ mod tests {
                 message: "spec.replicas: must be 1..=100".into(),
                 kept: true,
                 kept_generation: Some(1),
+                refusal: None,
             }
         );
     }
@@ -345,6 +356,7 @@ mod tests {
                 message: "spec.targetNamespace: missing".into(),
                 kept: false,
                 kept_generation: None,
+                refusal: None,
             }
         );
     }
@@ -358,5 +370,38 @@ mod tests {
         assert_eq!(in_force(&m, "ns").as_deref(), Some("old"));
         assert_eq!(verdict(&m, Origin::Resource, "young").state(), "conflict");
         assert_eq!(verdict(&m, Origin::Resource, "old").state(), "invalid");
+    }
+
+    #[test]
+    fn a_refused_record_keeps_its_namespace_governed_and_the_verdict_says_so() {
+        let refusal = Refusal {
+            errors: vec!["spec.podDisruptionBudget.minAvailable: \"100%\" blocks".into()],
+            left_out: vec!["spec.podDisruptionBudget".into()],
+        };
+        let mut old = obj(Origin::Resource, "old", 0, "ns", 3);
+        old.error = Some("spec.replicas: bad".into());
+        old.last_valid_refusal = Some(refusal.clone());
+        let young = obj(Origin::Resource, "young", 5, "ns", 7);
+        let m = merge([&young, &old]);
+        assert_eq!(in_force(&m, "ns").as_deref(), Some("old"));
+        assert_eq!(
+            verdict(&m, Origin::Resource, "old"),
+            &Verdict::Invalid {
+                message: "spec.replicas: bad".into(),
+                kept: true,
+                kept_generation: Some(1),
+                refusal: Some(refusal),
+            }
+        );
+        // Not in force (outside the governed namespaces): no refusal to report.
+        let m = merge_governed([&old], &Governed::only(["other"]));
+        assert!(matches!(
+            verdict(&m, Origin::Resource, "old"),
+            Verdict::Invalid {
+                kept: false,
+                refusal: None,
+                ..
+            }
+        ));
     }
 }

@@ -33,6 +33,11 @@ pub struct ClusterMetrics {
     /// `knative_ha_webhook_policies_on_last_valid{source}`: policies in
     /// force whose object is invalid now, so its last valid version applies.
     pub on_last_valid: Family<SourceLabel, Gauge>,
+    /// `knative_ha_webhook_policies_on_refused_last_valid{source}`: those
+    /// of them whose last valid version this release refuses in part, so
+    /// it applies without the refused settings (Ready reason
+    /// `LastValidRefusedByThisRelease`).
+    pub on_refused_last_valid: Family<SourceLabel, Gauge>,
     /// `knative_ha_webhook_cluster_synced`: 1 once every first list completed.
     pub synced: Gauge,
     /// `knative_ha_webhook_status_write_errors_total`: failed status
@@ -74,6 +79,11 @@ impl ClusterMetrics {
             "knative_ha_webhook_policies_on_last_valid",
             "Policies in force on their last valid version (the object itself is invalid now), by source",
             m.on_last_valid.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_policies_on_refused_last_valid",
+            "Policies in force on a last valid version this release refuses in part (applied without the refused settings; fix the policy), by source",
+            m.on_refused_last_valid.clone(),
         );
         registry.register(
             "knative_ha_webhook_cluster_synced",

@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 use super::Observed;
 use super::merge::{Origin, PolicyObject};
 use super::status::ObservedStatus;
-use crate::policy::{API_VERSION, HighAvailabilityPolicy, KIND, Policy, objects};
+use crate::policy::recorded::recorded;
+use crate::policy::{API_VERSION, HighAvailabilityPolicy, KIND, Policy};
 
 /// `knativeha.dev/v1alpha1` `highavailabilitypolicies` (cluster-scoped).
 pub fn api_resource() -> ApiResource {
@@ -41,7 +42,13 @@ pub fn policy_document(obj: &DynamicObject) -> Value {
     doc
 }
 
-/// Validates one resource as the watcher delivered it.
+/// What the message of an invalid object says of a recorded last valid
+/// version that cannot be read back.
+pub(crate) const NOT_APPLIED: &str = "cannot be read back by this release, so it is not applied";
+
+/// Validates one resource as the watcher delivered it; when its spec is
+/// invalid, the recorded last valid version is read back
+/// ([`recorded`]: without the settings this release refuses).
 pub fn observe(obj: &DynamicObject) -> Observed {
     let name = obj.name_any();
     let status = ObservedStatus::from_object(&obj.data);
@@ -53,38 +60,47 @@ pub fn observe(obj: &DynamicObject) -> Observed {
             p
         })
         .map_err(|e| e.to_string());
-    let (parsed, last_valid, last_valid_generation) = match parsed {
-        Ok(policy) => (Ok(policy), None, obj.metadata.generation),
-        Err(message) => match &status.last_valid {
-            None => (Err(message), None, None),
-            Some(record) => match objects::recorded(&name, &record.spec) {
-                Ok(policy) => (Err(message), Some(Arc::new(policy)), record.generation),
-                Err(e) => (
+    let mut object = PolicyObject {
+        origin: Origin::Resource,
+        uid: key(obj),
+        name: name.clone(),
+        namespace: None,
+        created: obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        generation: obj.metadata.generation,
+        resource_version: obj.resource_version(),
+        last_valid: None,
+        last_valid_generation: obj.metadata.generation,
+        last_valid_refusal: None,
+        error: None,
+    };
+    let parsed = match (parsed, &status.last_valid) {
+        (Ok(policy), _) => Ok(policy),
+        (Err(message), None) => {
+            object.last_valid_generation = None;
+            Err(message)
+        }
+        (Err(message), Some(record)) => {
+            object.last_valid_generation = record.generation;
+            match recorded(&name, &record.spec) {
+                Ok(r) => {
+                    object.last_valid = Some(Arc::new(r.policy));
+                    object.last_valid_refusal = r.refusal;
+                    Err(message)
+                }
+                Err(e) => {
+                    object.last_valid_generation = None;
                     Err(format!(
-                        "{message} (the last valid version recorded in status, generation {}, is refused by this release: {e})",
+                        "{message} (the last valid version recorded in status, generation {}, {NOT_APPLIED}: {e})",
                         record
                             .generation
                             .map_or("unknown".to_string(), |g| g.to_string())
-                    )),
-                    None,
-                    None,
-                ),
-            },
-        },
+                    ))
+                }
+            }
+        }
     };
     Observed {
-        object: PolicyObject {
-            origin: Origin::Resource,
-            uid: key(obj),
-            name,
-            namespace: None,
-            created: obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            generation: obj.metadata.generation,
-            resource_version: obj.resource_version(),
-            last_valid,
-            last_valid_generation,
-            error: None,
-        },
+        object,
         parsed,
         status,
     }
@@ -135,13 +151,34 @@ mod tests {
             ("serving", Some(4))
         );
         assert_eq!(o.object.last_valid_generation, Some(3));
-        // A record this release refuses is not taken, and the message says so.
+        // A record with a value this release refuses (a rule the recording
+        // release did not have) still applies, without the refused setting,
+        // and its errors are kept for status.
         value["status"]["lastValidSpec"]["replicas"] = json!(0);
+        value["status"]["lastValidSpec"]["exclude"] = json!(["autoscaler-hpa"]);
+        let o = observe(&dynamic(value.clone()));
+        let kept = o
+            .object
+            .last_valid
+            .expect("the refused record still applies");
+        assert_eq!(kept.spec.replicas, None, "the refused setting is left out");
+        assert_eq!(kept.spec.exclude, ["autoscaler-hpa"], "the rest applies");
+        assert_eq!(o.object.last_valid_generation, Some(3));
+        let refusal = o.object.last_valid_refusal.expect("the refusal is kept");
+        assert_eq!(
+            refusal.errors,
+            ["spec.replicas: must be between 1 and 100, got 0"]
+        );
+        assert_eq!(refusal.left_out, ["spec.replicas"]);
+        assert!(o.parsed.unwrap_err().contains("renewDeadline"));
+        // A record that does not parse under this release is not taken.
+        value["status"]["lastValidSpec"]["replicas"] = json!("four");
         let o = observe(&dynamic(value));
         assert!(o.object.last_valid.is_none());
+        assert!(o.object.last_valid_refusal.is_none());
         let err = o.parsed.unwrap_err();
         assert!(
-            err.contains("generation 3, is refused by this release: spec.replicas"),
+            err.contains("generation 3, cannot be read back by this release, so it is not applied: spec.replicas"),
             "{err}"
         );
     }

@@ -28,12 +28,14 @@ pub(crate) fn fold(prev: Option<&Tracked>, obs: Observed) -> Tracked {
     match parsed {
         Ok(policy) => {
             object.last_valid = Some(Arc::new(policy));
+            object.last_valid_refusal = None;
             object.error = None;
         }
         Err(message) => {
             if let Some(prev) = prev.filter(|p| p.object.last_valid.is_some()) {
                 object.last_valid = prev.object.last_valid.clone();
                 object.last_valid_generation = prev.object.last_valid_generation;
+                object.last_valid_refusal = prev.object.last_valid_refusal.clone();
             }
             object.error = Some(message);
         }

@@ -239,22 +239,37 @@ fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
     ]
     .into();
     let mut on_last_valid: BTreeMap<Origin, i64> = BTreeMap::new();
+    let mut on_refused: BTreeMap<Origin, i64> = BTreeMap::new();
     for ((origin, _), v) in &merged.verdicts {
         *by_state.entry(v.state()).or_default() += 1;
-        if let Verdict::Invalid { kept: true, .. } = v {
+        if let Verdict::Invalid {
+            kept: true,
+            refusal,
+            ..
+        } = v
+        {
             *on_last_valid.entry(*origin).or_default() += 1;
+            if refusal.is_some() {
+                *on_refused.entry(*origin).or_default() += 1;
+            }
         }
     }
     for (origin, source) in [
         (Origin::Resource, Source::Policies),
         (Origin::ConfigMap, Source::ConfigMaps),
     ] {
+        let label = SourceLabel {
+            source: source.label().to_string(),
+        };
+        let count = |by: &BTreeMap<Origin, i64>| by.get(&origin).copied().unwrap_or(0);
         metrics
             .on_last_valid
-            .get_or_create(&SourceLabel {
-                source: source.label().to_string(),
-            })
-            .set(on_last_valid.get(&origin).copied().unwrap_or(0));
+            .get_or_create(&label)
+            .set(count(&on_last_valid));
+        metrics
+            .on_refused_last_valid
+            .get_or_create(&label)
+            .set(count(&on_refused));
     }
     for (state, n) in by_state {
         metrics
@@ -274,8 +289,22 @@ fn log_verdict(obj: &PolicyObject, verdict: &Verdict) {
         }
         Verdict::Invalid {
             message,
+            kept: true,
+            kept_generation,
+            refusal: Some(refusal),
+        } => tracing::warn!(
+            policy = %obj.display(),
+            error = %message,
+            last_valid_generation = kept_generation,
+            last_valid_refused = %refusal.errors.join("; "),
+            left_out = %refusal.left_out.join(", "),
+            "policy invalid; its last valid version applies without the settings this release refuses; fix the policy"
+        ),
+        Verdict::Invalid {
+            message,
             kept,
             kept_generation,
+            ..
         } => tracing::warn!(
             policy = %obj.display(),
             error = %message,

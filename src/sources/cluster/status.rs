@@ -21,13 +21,18 @@ use super::merge::{Origin, PolicyObject, Verdict};
 /// The `Ready` condition type.
 pub const READY: &str = "Ready";
 
+/// The `Ready` reason of an invalid object whose last valid version is
+/// in force without the settings this release refuses (a recorded version
+/// from a release without some of this release's rules).
+pub const LAST_VALID_REFUSED: &str = "LastValidRefusedByThisRelease";
+
 /// The parts of a `Ready` condition the source decides (everything but the
 /// transition time).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadyStatus {
     /// `True` or `False`.
     pub status: &'static str,
-    /// `Valid`, `Invalid`, `Conflict` or `NotGoverned`.
+    /// `Valid`, `Invalid`, [`LAST_VALID_REFUSED`], `Conflict` or `NotGoverned`.
     pub reason: &'static str,
     pub message: String,
     pub observed_generation: Option<i64>,
@@ -117,8 +122,24 @@ pub fn desired(verdict: &Verdict, kind: Origin, generation: Option<i64>) -> Read
         ),
         Verdict::Invalid {
             message,
+            kept: true,
+            kept_generation,
+            refusal: Some(refusal),
+        } => (
+            "False",
+            LAST_VALID_REFUSED,
+            format!(
+                "{message} (the last valid version{} is refused by this release, whose rules the release that recorded it did not all have: {}; it stays in force without {}; fix the policy)",
+                kept_generation.map_or(String::new(), |g| format!(", generation {g},")),
+                refusal.errors.join("; "),
+                refusal.left_out.join(", "),
+            ),
+        ),
+        Verdict::Invalid {
+            message,
             kept,
             kept_generation,
+            ..
         } => (
             "False",
             "Invalid",
@@ -231,6 +252,7 @@ fn replacing(old: &Value, new: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::recorded::Refusal;
 
     fn cond(status: &str, reason: &str, message: &str, gen_: i64, at: i64) -> Value {
         json!({
@@ -295,6 +317,7 @@ mod tests {
                 message: "spec.replicas: must be between 1 and 100".into(),
                 kept: true,
                 kept_generation: Some(2),
+                refusal: None,
             },
             Origin::Resource,
             Some(3),
@@ -364,5 +387,39 @@ mod tests {
         assert_eq!((d.status, d.reason), ("False", "Conflict"));
         assert!(d.message.contains("spec.targetNamespace"));
         assert!(d.message.contains("HighAvailabilityPolicy/old"));
+    }
+
+    #[test]
+    fn a_refused_last_valid_version_has_its_own_reason_and_says_what_to_fix() {
+        let invalid = |kept_generation| Verdict::Invalid {
+            message: "spec.leaderElection.renewDeadline: too short".into(),
+            kept: true,
+            kept_generation,
+            refusal: Some(Refusal {
+                errors: vec![
+                    "spec.replicas: must be between 1 and 100, got 0".into(),
+                    "x".into(),
+                ],
+                left_out: vec!["spec.replicas".into(), "spec.exclude[1]".into()],
+            }),
+        };
+        let d = desired(&invalid(Some(3)), Origin::Resource, Some(5));
+        assert_eq!(
+            (d.status, d.reason),
+            ("False", "LastValidRefusedByThisRelease")
+        );
+        assert_eq!(
+            d.message,
+            "spec.leaderElection.renewDeadline: too short (the last valid version, generation 3, \
+             is refused by this release, whose rules the release that recorded it did not all have: \
+             spec.replicas: must be between 1 and 100, got 0; x; \
+             it stays in force without spec.replicas, spec.exclude[1]; fix the policy)"
+        );
+        let d = desired(&invalid(None), Origin::ConfigMap, None);
+        assert_eq!(d.reason, LAST_VALID_REFUSED);
+        assert!(
+            d.message
+                .contains("too short (the last valid version is refused by")
+        );
     }
 }

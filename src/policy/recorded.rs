@@ -1,0 +1,346 @@
+//! A spec the webhook recorded as valid (`status.lastValidSpec` of a
+//! HighAvailabilityPolicy, the last-valid annotation of a policy
+//! ConfigMap), read back by a restarted webhook while the object's current
+//! version is invalid.
+//!
+//! The recorded spec is what the objects run now: an earlier process (maybe
+//! of an earlier release) validated it and the engine applied it. When this
+//! release refuses some of its settings (a rule the recording release did
+//! not have), it still applies, without exactly those settings: each error
+//! names its setting by field path, and the settings are left out one at a
+//! time until the rest passes every rule of this release (a field an item
+//! of a list needs leaves the item out). So the namespace stays governed,
+//! and the engine still only ever sees a spec that passes every rule.
+//! A recorded spec that does not parse (unknown fields, wrong types) is not
+//! applied, nor one whose remains are refused whole (a bad targetNamespace).
+
+use serde_json::Value;
+
+use super::{HighAvailabilityPolicy, Policy, PolicyError, schema_check};
+
+/// At most this many settings are left out (a recorded spec holds far fewer).
+const MAX_LEFT_OUT: usize = 64;
+
+/// A recorded spec as this release applies it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recorded {
+    /// The recorded spec, less the settings in `refusal`.
+    pub policy: Policy,
+    /// Why this release refuses the recorded spec as it is (`None`: it
+    /// passes every rule).
+    pub refusal: Option<Refusal>,
+}
+
+/// This release's errors for a recorded spec it applies in part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// Every error of the recorded spec, each naming the field and value.
+    pub errors: Vec<String>,
+    /// The settings left out (field paths, in the spec as recorded).
+    pub left_out: Vec<String>,
+}
+
+/// Reads back the spec recorded for policy `name`. `Err`: it does not parse
+/// under this release, or nothing of it passes this release's rules.
+pub fn recorded(name: &str, spec: &Value) -> Result<Recorded, PolicyError> {
+    let errors = match Policy::from_resource(&parse(name, spec)?) {
+        Ok(policy) => {
+            return Ok(Recorded {
+                policy,
+                refusal: None,
+            });
+        }
+        Err(e) => e.flatten(),
+    };
+    // The spec as recorded, with a null in place of every list item left
+    // out, so that paths keep naming the items as recorded.
+    let mut spec = spec.clone();
+    let mut left_out: Vec<String> = Vec::new();
+    let mut current = errors.clone();
+    while left_out.len() < MAX_LEFT_OUT {
+        let Some(setting) = current.iter().find_map(spec_path) else {
+            break;
+        };
+        let Some(removed) = leave_out(name, &mut spec, &setting) else {
+            break;
+        };
+        left_out.retain(|p| !is_under(p, &removed));
+        left_out.push(removed);
+        match Policy::from_resource(&parse(name, &compact(&spec))?) {
+            Ok(policy) => {
+                return Ok(Recorded {
+                    policy,
+                    refusal: Some(Refusal {
+                        errors: errors.iter().map(ToString::to_string).collect(),
+                        left_out,
+                    }),
+                });
+            }
+            Err(e) => current = e.flatten(),
+        }
+    }
+    Err(PolicyError::from_list(errors))
+}
+
+/// The recorded spec as a resource: the structural check of the schema
+/// (unknown fields, types, required fields, enums), then decoding.
+fn parse(name: &str, spec: &Value) -> Result<HighAvailabilityPolicy, PolicyError> {
+    let doc = serde_json::json!({
+        "apiVersion": super::API_VERSION,
+        "kind": super::KIND,
+        "metadata": {"name": name},
+        "spec": spec,
+    });
+    let errors = schema_check::check_document(&doc);
+    if !errors.is_empty() {
+        return Err(PolicyError::from_list(errors));
+    }
+    serde_json::from_value(doc).map_err(|e| PolicyError::Parse(e.to_string()))
+}
+
+/// The path below `spec` an error names (`None`: not a setting of the spec).
+fn spec_path(error: &PolicyError) -> Option<String> {
+    match error {
+        PolicyError::Invalid { path, .. } => path.strip_prefix("spec.").map(str::to_string),
+        _ => None,
+    }
+}
+
+/// True when `path` is `parent` or below it.
+fn is_under(path: &str, parent: &str) -> bool {
+    path.strip_prefix(parent)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
+}
+
+/// One step of a field path: a member or a list index.
+#[derive(Clone, Debug, PartialEq)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// `a.b[2].c` as steps (`None` when it is not such a path).
+fn steps(path: &str) -> Option<Vec<Step>> {
+    let mut out = Vec::new();
+    for part in path.split('.') {
+        let (key, mut rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
+        if key.is_empty() {
+            return None;
+        }
+        out.push(Step::Key(key.to_string()));
+        while !rest.is_empty() {
+            let (index, after) = rest.split_once(']')?;
+            out.push(Step::Index(index.parse().ok()?));
+            rest = match after {
+                "" => "",
+                more => more.strip_prefix('[')?,
+            };
+        }
+    }
+    Some(out)
+}
+
+/// The spec with the items left out (nulls) taken out of every list.
+fn compact(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), compact(v))).collect())
+        }
+        Value::Array(items) => items.iter().filter(|v| !v.is_null()).map(compact).collect(),
+        other => other.clone(),
+    }
+}
+
+/// A path of the compacted spec as a path of `spec` (where the items left
+/// out are still counted).
+fn as_recorded(spec: &Value, compacted: &[Step]) -> Option<Vec<Step>> {
+    let mut at = spec;
+    let mut out = Vec::new();
+    for step in compacted {
+        match step {
+            Step::Key(k) => {
+                at = at.get(k.as_str()).unwrap_or(&Value::Null);
+                out.push(step.clone());
+            }
+            Step::Index(i) => {
+                let items = at.as_array()?.iter().enumerate();
+                let (index, item) = items.filter(|(_, v)| !v.is_null()).nth(*i)?;
+                at = item;
+                out.push(Step::Index(index));
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Leaves out the setting at `path` (of the compacted spec): the field
+/// itself, or else the innermost list item holding it, whichever first
+/// leaves a spec that parses. Returns the path left out, as `spec.…`
+/// (in the spec as recorded).
+fn leave_out(name: &str, spec: &mut Value, path: &str) -> Option<String> {
+    let steps = as_recorded(spec, &steps(path)?)?;
+    let items = (1..steps.len())
+        .rev()
+        .filter(|&n| matches!(steps[n], Step::Index(_)));
+    for len in std::iter::once(steps.len()).chain(items.map(|n| n + 1)) {
+        let mut candidate = spec.clone();
+        if remove(&mut candidate, &steps[..len]) && parse(name, &compact(&candidate)).is_ok() {
+            *spec = candidate;
+            return Some(format!("spec.{}", show(&steps[..len])));
+        }
+    }
+    None
+}
+
+/// Removes the value at `steps` (a list item becomes null); false when
+/// there is none.
+fn remove(value: &mut Value, steps: &[Step]) -> bool {
+    let Some((last, parents)) = steps.split_last() else {
+        return false;
+    };
+    let mut at = value;
+    for step in parents {
+        let next = match step {
+            Step::Key(k) => at.get_mut(k.as_str()),
+            Step::Index(i) => at.get_mut(*i),
+        };
+        let Some(next) = next else {
+            return false;
+        };
+        at = next;
+    }
+    match (last, at) {
+        (Step::Key(k), Value::Object(map)) => map.remove(k).is_some(),
+        (Step::Index(i), Value::Array(items)) => match items.get_mut(*i) {
+            Some(item) if !item.is_null() => {
+                *item = Value::Null;
+                true
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+fn show(steps: &[Step]) -> String {
+    let mut out = String::new();
+    for step in steps {
+        match step {
+            Step::Key(k) if out.is_empty() => out.push_str(k),
+            Step::Key(k) => {
+                out.push('.');
+                out.push_str(k);
+            }
+            Step::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read(spec: Value) -> Recorded {
+        recorded("serving", &spec).expect("the recorded spec applies")
+    }
+
+    #[test]
+    fn a_recorded_spec_valid_under_this_release_applies_whole() {
+        let r = read(json!({"targetNamespace": "knative-serving", "replicas": 3}));
+        assert_eq!(
+            (r.policy.name.as_str(), r.policy.spec.replicas),
+            ("serving", Some(3))
+        );
+        assert_eq!(r.refusal, None);
+    }
+
+    #[test]
+    fn the_settings_this_release_refuses_are_left_out_and_the_rest_applies() {
+        let r = read(json!({"targetNamespace": "knative-serving", "replicas": 3,
+            "leaderElection": {"buckets": 5, "renewDeadline": "11s", "retryPeriod": "10s"},
+            "podDisruptionBudget": {"minAvailable": "100%"}}));
+        let spec = &r.policy.spec;
+        assert_eq!(spec.replicas, Some(3));
+        let le = spec.leader_election.as_ref().unwrap();
+        assert_eq!((le.buckets, le.renew_deadline.as_deref()), (Some(5), None));
+        assert_eq!(le.retry_period.as_deref(), Some("10s"));
+        assert_eq!(spec.pod_disruption_budget, None);
+        let refusal = r.refusal.unwrap();
+        assert_eq!(
+            refusal.left_out,
+            [
+                "spec.leaderElection.renewDeadline",
+                "spec.podDisruptionBudget"
+            ]
+        );
+        assert_eq!(refusal.errors.len(), 2, "{:?}", refusal.errors);
+        assert!(refusal.errors[0].starts_with("spec.leaderElection.renewDeadline: "));
+        assert!(refusal.errors[1].starts_with("spec.podDisruptionBudget.minAvailable: "));
+    }
+
+    #[test]
+    fn a_field_a_list_item_needs_leaves_the_item_out() {
+        let r = read(json!({"targetNamespace": "knative-serving",
+            "workloads": [{"name": "activator", "replicas": 5},
+                          {"name": "activator", "replicas": 7},
+                          {"name": "Bad Name", "replicas": 2}],
+            "topologySpreadConstraints": [{"topologyKey": "has space"}]}));
+        let names: Vec<(&str, Option<i32>)> = r
+            .policy
+            .spec
+            .workloads
+            .iter()
+            .map(|w| (w.name.as_str(), w.replicas))
+            .collect();
+        assert_eq!(names, [("activator", Some(5))]);
+        assert_eq!(r.policy.spec.topology_spread_constraints, None);
+        assert_eq!(
+            r.refusal.unwrap().left_out,
+            [
+                "spec.topologySpreadConstraints",
+                "spec.workloads[1]",
+                "spec.workloads[2]"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_spec_that_does_not_parse_or_governs_nothing_is_not_applied() {
+        let unknown = recorded("serving", &json!({"targetNamespace": "ns", "replicaz": 3}));
+        assert!(unknown.unwrap_err().to_string().contains("replicaz"));
+        let wrong_type = recorded(
+            "serving",
+            &json!({"targetNamespace": "ns", "replicas": "3"}),
+        );
+        assert!(
+            wrong_type
+                .unwrap_err()
+                .to_string()
+                .starts_with("spec.replicas: ")
+        );
+        let bad_namespace = recorded("serving", &json!({"targetNamespace": "Not A Namespace"}));
+        let err = bad_namespace.unwrap_err().to_string();
+        assert!(err.starts_with("spec.targetNamespace: "), "{err}");
+    }
+
+    #[test]
+    fn paths_read_as_steps() {
+        assert_eq!(
+            steps("workloads[2].podAntiAffinity.topologyKey"),
+            Some(vec![
+                Step::Key("workloads".into()),
+                Step::Index(2),
+                Step::Key("podAntiAffinity".into()),
+                Step::Key("topologyKey".into()),
+            ])
+        );
+        assert_eq!(
+            steps("exclude[0]").map(|s| show(&s)).as_deref(),
+            Some("exclude[0]")
+        );
+        assert_eq!(steps("a[x]"), None);
+        assert_eq!(steps("a]b"), Some(vec![Step::Key("a]b".into())]));
+    }
+}
