@@ -23,6 +23,7 @@
 //! annotation on the pod template.
 
 mod deployment;
+pub(crate) mod leader;
 
 use serde_json::{Map, Value};
 
@@ -115,13 +116,13 @@ pub(crate) fn recorded_key(key: &str) -> Vec<&'static Recorded> {
 }
 
 /// The record of `key`, as written; None when there is none.
-pub(super) fn annotation<'v>(object: &'v Value, key: &str) -> Option<&'v Value> {
+pub(crate) fn annotation<'v>(object: &'v Value, key: &str) -> Option<&'v Value> {
     super::lookup(object, &["metadata", "annotations", key])
 }
 
 /// The recorded value of `r`: `None` when not recorded, `Some(None)` when
 /// the field was unset.
-fn recorded(object: &Value, r: &Recorded) -> Result<Option<Option<Value>>, String> {
+pub(crate) fn recorded(object: &Value, r: &Recorded) -> Result<Option<Option<Value>>, String> {
     let Some(text) = annotation(object, r.annotation) else {
         return Ok(None);
     };
