@@ -24,6 +24,9 @@
 
 mod deployment;
 pub(crate) mod leader;
+mod unclaimed;
+
+pub use unclaimed::{WHY, carries_records, undo_unclaimed};
 
 use serde_json::{Map, Value};
 

@@ -53,6 +53,9 @@ pub struct PolicyObject {
     pub last_valid_generation: Option<i64>,
     /// Why the current version is invalid (None when it is valid).
     pub error: Option<String>,
+    /// The `spec.targetNamespace` the current version names, valid or not
+    /// (None when none can be read): a namespace it claims.
+    pub target: Option<String>,
 }
 
 impl PolicyObject {
@@ -215,6 +218,7 @@ mod tests {
             last_valid: Some(policy(name, ns, replicas)),
             last_valid_generation: Some(1),
             error: None,
+            target: Some(ns.to_string()),
         }
     }
 

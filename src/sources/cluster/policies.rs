@@ -45,6 +45,7 @@ pub fn policy_document(obj: &DynamicObject) -> Value {
 pub fn observe(obj: &DynamicObject) -> Observed {
     let name = obj.name_any();
     let status = ObservedStatus::from_object(&obj.data);
+    let target = crate::policy::written_target(&obj.data);
     let parsed = Policy::from_json(&policy_document(obj))
         .map(|mut p| {
             if p.name.is_empty() {
@@ -84,6 +85,7 @@ pub fn observe(obj: &DynamicObject) -> Observed {
             last_valid,
             last_valid_generation,
             error: None,
+            target,
         },
         parsed,
         status,
