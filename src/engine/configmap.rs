@@ -4,7 +4,10 @@
 //! (Knative validates `_example` against its checksum annotation); the
 //! release value of a key is recorded before its first change
 //! ([`super::restore`], for the `restore` command). Durations equal in
-//! value to what is there (`1m` vs `60s`) are left as written.
+//! value to what is there (`1m` vs `60s`) are left as written. A recorded
+//! key the policy no longer sets (no `leaderElection`, or not that key) is
+//! put back, the durations only when what Knative then reads passes the
+//! merged check below (else they stay, with a warning).
 //!
 //! The policy's durations are merged over the ConfigMap's (Knative's
 //! defaults for keys neither sets) and checked with client-go's rules; when

@@ -10,8 +10,12 @@
 //!
 //! Undo in the engine: when no policy setting asks for a recorded field any
 //! more (a later policy without `podDisruptionBudget`, without Required
-//! anti-affinity, without spread constraints, without replicas), the engine
-//! puts the recorded value back and drops the record.
+//! anti-affinity, without spread constraints, without replicas, without
+//! `leaderElection` or one of its keys: [`super::configmap`], [`leader`]),
+//! the engine puts the recorded value back and drops the record.
+//!
+//! Where no policy object exists at all (the policy deleted), admission
+//! applies [`restore`] to an object carrying records ([`undo_unclaimed`]).
 //!
 //! [`restore`]: a pure function from an object to the patch that puts every
 //! governed field back to its release value and removes every record, for
