@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::engine::{self, Context, EngineError, Input, Mutation};
 use crate::policy::Policy;
+use crate::sources::Governed as GovernedNamespaces;
 
 /// Everything the engine needs, frozen at one point in time.
 #[derive(Clone, Debug, Default)]
@@ -22,21 +23,83 @@ pub struct Snapshot {
     pub hpa_targets: BTreeMap<String, BTreeSet<String>>,
     /// True once every source has completed its first full sync.
     pub synced: bool,
+    /// Where no policy object exists at all ([`Snapshot::unclaimed`]).
+    pub unclaimed: Unclaimed,
+}
+
+/// The namespaces no policy object names at all: not one in force, nor
+/// one that is invalid, in conflict, outside `--governed-namespaces` or
+/// never valid. There the engine's records are undone (issue 22: a
+/// deleted policy must not leave what it wrote, which breaks the release's
+/// next `kubectl apply`); a policy object that exists but is not in force
+/// never counts as none (undoing would lower HA behind a typo).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Unclaimed {
+    /// Not known (the default; a source that cannot tell, e.g. a policy
+    /// object whose target namespace cannot be read, or a policy file that
+    /// cannot): no namespace.
+    #[default]
+    Unknown,
+    /// Every namespace `governed` allows, except `claimed`: the target
+    /// namespaces of every policy object.
+    AllBut {
+        claimed: BTreeSet<String>,
+        governed: GovernedNamespaces,
+    },
+}
+
+impl Unclaimed {
+    /// Every namespace except `claimed` (any `--governed-namespaces`).
+    pub fn all_but(claimed: impl IntoIterator<Item = String>) -> Unclaimed {
+        Unclaimed::AllBut {
+            claimed: claimed.into_iter().collect(),
+            governed: GovernedNamespaces::all(),
+        }
+    }
+
+    /// Only within `governed`.
+    pub fn within(self, governed: &GovernedNamespaces) -> Unclaimed {
+        match self {
+            Unclaimed::AllBut { claimed, .. } => Unclaimed::AllBut {
+                claimed,
+                governed: governed.clone(),
+            },
+            Unclaimed::Unknown => Unclaimed::Unknown,
+        }
+    }
+
+    fn contains(&self, namespace: &str) -> bool {
+        match self {
+            Unclaimed::Unknown => false,
+            Unclaimed::AllBut { claimed, governed } => {
+                governed.allows(namespace) && !claimed.contains(namespace)
+            }
+        }
+    }
 }
 
 impl Snapshot {
     /// A synced snapshot holding the given policies (later ones for the same
-    /// namespace replace earlier ones).
+    /// namespace replace earlier ones), and no other policy object: every
+    /// other namespace is [`Snapshot::unclaimed`].
     pub fn from_policies(policies: impl IntoIterator<Item = Policy>) -> Snapshot {
-        let policies = policies
+        let policies: BTreeMap<String, Arc<Policy>> = policies
             .into_iter()
             .map(|p| (p.spec.target_namespace.clone(), Arc::new(p)))
             .collect();
         Snapshot {
+            unclaimed: Unclaimed::all_but(policies.keys().cloned()),
             policies,
             hpa_targets: BTreeMap::new(),
             synced: true,
         }
+    }
+
+    /// True when, once synced, no policy object names `namespace` at all
+    /// ([`Unclaimed`]): an object there carrying the engine's records gets
+    /// them undone ([`engine::restore::undo_unclaimed`]).
+    pub fn unclaimed(&self, namespace: &str) -> bool {
+        self.synced && !self.policies.contains_key(namespace) && self.unclaimed.contains(namespace)
     }
 
     /// The policy governing `namespace`, if any.

@@ -12,12 +12,7 @@ use serde_json::Value;
 use support::apply_rfc6902;
 use support::corpus::{GOVERNED, governed_objects};
 
-fn policy(spec: &str) -> Policy {
-    let text = format!(
-        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: knative-serving\n{spec}"
-    );
-    Policy::from_yaml(&text).unwrap_or_else(|e| panic!("{spec}: {e}"))
-}
+use support::{differences, mutated, serving_policy as policy};
 
 /// Required zone anti-affinity, zone spread, a maxUnavailable PDB, leader
 /// election: everything the engine writes.
@@ -45,41 +40,6 @@ fn policies() -> Vec<(&'static str, Policy)> {
             ),
         ),
     ]
-}
-
-/// The pointers where `a` and `b` differ (for the failure messages).
-fn diff(a: &Value, b: &Value, at: String, out: &mut Vec<String>) {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            for k in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
-                let (l, r) = (
-                    x.get(k).unwrap_or(&Value::Null),
-                    y.get(k).unwrap_or(&Value::Null),
-                );
-                diff(l, r, format!("{at}/{k}"), out);
-            }
-        }
-        _ if a != b => out.push(format!("{at}: {a} != {b}")),
-        _ => {}
-    }
-}
-
-fn differences(a: &Value, b: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    diff(a, b, String::new(), &mut out);
-    out
-}
-
-/// The object after the engine's patch (CREATE, as `kubectl apply` sends it).
-fn mutated(policy: &Policy, object: &Value) -> Value {
-    let input = Input {
-        operation: Operation::Create,
-        namespace: GOVERNED,
-        object,
-    };
-    let m = engine::mutate(policy, &input, &Context::default())
-        .unwrap_or_else(|e| panic!("{}: {e}", support::corpus::label(object)));
-    apply_rfc6902(object, &serde_json::to_value(&m.patch).unwrap()).expect("the patch applies")
 }
 
 /// The object after `restore`'s patch, and its change lines.
@@ -321,12 +281,18 @@ mod sequences {
             prop::option::of(prop::sample::select(vec!["Preferred", "Required", "None"])),
             prop::option::of(prop::sample::select(vec!["maxUnavailable: 1", "minAvailable: 1"])),
             any::<bool>(),
+            prop::sample::select(vec![
+                "",
+                ", retryPeriod: 5s",
+                ", leaseDuration: 30s, renewDeadline: 20s",
+                ", leaseDuration: 30s, renewDeadline: 20s, retryPeriod: 5s",
+            ]),
         )
-            .prop_filter_map("valid policies", |(replicas, enabled, aa, pdb, spread)| {
+            .prop_filter_map("valid policies", |(replicas, enabled, aa, pdb, spread, durations)| {
                 let mut spec = String::new();
                 match enabled {
-                    Some(false) => spec.push_str("  leaderElection: {enabled: false}\n"),
-                    Some(true) => spec.push_str("  leaderElection: {enabled: true, buckets: 2}\n"),
+                    Some(false) => spec.push_str(&format!("  leaderElection: {{enabled: false{durations}}}\n")),
+                    Some(true) => spec.push_str(&format!("  leaderElection: {{enabled: true, buckets: 2{durations}}}\n")),
                     None => {}
                 }
                 if let Some(r) = replicas.filter(|_| enabled != Some(false)) {
@@ -381,15 +347,37 @@ mod sequences {
                             "/spec/replicas",
                             "/spec/strategy/rollingUpdate/maxUnavailable",
                             "/spec/template/spec/topologySpreadConstraints",
+                            // Leader election: the settings hash, --disable-ha.
+                            "/spec/template/metadata/annotations",
+                            "/spec/template/spec/containers",
                         ] {
                             prop_assert_eq!(
                                 last.pointer(pointer), release.pointer(pointer), "{} {}", label, pointer
                             );
                         }
                     }
+                    Some("ConfigMap") => {
+                        prop_assert!(last == release, "{}: {:#?}", label, differences(&last, &release));
+                    }
                     _ => {}
                 }
+                if matches!(release["kind"].as_str(), Some("ConfigMap" | "Deployment")) {
+                    prop_assert!(!has_records(&last), "{}: records left: {}", label, last["metadata"]);
+                }
             }
+        }
+
+        /// Per key: a last policy with leaderElection but none of its keys
+        /// puts every recorded key of config-leader-election back.
+        #[test]
+        fn a_last_leader_election_without_the_keys_undoes_them(
+            seq in prop::collection::vec(arb_policy(), 1..=3)
+        ) {
+            let keyless = policy("  leaderElection: {enabled: true}\n");
+            let release = object("configmap/config-leader-election");
+            let after = seq.iter().fold(release.clone(), |o, p| mutated(p, &o));
+            let last = mutated(&keyless, &after);
+            prop_assert!(last == release, "{:#?}", differences(&last, &release));
         }
     }
 }

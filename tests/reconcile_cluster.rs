@@ -851,3 +851,40 @@ fn pod_templates_false_holds_back_unsafe_writes() {
         .expect("drift");
     assert!(!d.patch.0.is_empty());
 }
+
+/// Issue 22 item 5: the policy deleted, the leader makes one restore pass
+/// over the namespace: every object is the release's again (records gone),
+/// without a kubectl apply or `restore`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_policy_is_undone_by_one_restore_pass() {
+    let mut env = Env::start().await;
+    let release: BTreeMap<Key, Value> = env
+        .serving_keys()
+        .into_iter()
+        .map(|k| {
+            let v = current(&env.api, &k);
+            (k, v)
+        })
+        .collect();
+    let r = env.reconciler("pod-a", |_| {}).await;
+    env.wait_leader(r).await;
+    let value = example_policy_value();
+    let exp = expectations(&env.api, &env.serving_keys(), &policy_of(&value));
+    env.create_policy(value.clone());
+    env.wait_converged(&exp).await;
+    let name = value["metadata"]["name"].as_str().unwrap();
+    env.api
+        .delete("knativeha.dev", "highavailabilitypolicies", "", name);
+    let api = env.api.clone();
+    wait_until("every object back to the release", async || {
+        release
+            .iter()
+            .all(|(k, was)| {
+                let now = current(&api, k);
+                content(&now) == content(was)
+                    && now["metadata"].get("annotations") == was["metadata"].get("annotations")
+            })
+            .then_some(())
+    })
+    .await;
+}

@@ -305,6 +305,11 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
             if let Err(message) = apply_policy(&governed, object, &mut reply, &mut response, opts) {
                 return bad_request(message);
             }
+        } else if snapshot.unclaimed(&reply.namespace)
+            && let Some(ObjectIn::Raw(raw)) = request.object
+            && let Err(message) = undo_unclaimed(raw, &mut reply, &mut response, opts)
+        {
+            return bad_request(message);
         }
     }
 
@@ -341,6 +346,43 @@ fn apply_policy<'r>(
             Err(e) => return Err(format!("AdmissionReview request.object: {e}")),
         },
     };
+    answer(mutation, reply, response, opts);
+    Ok(())
+}
+
+/// Where no policy object exists ([`Snapshot::unclaimed`]): an object
+/// carrying the engine's records gets them undone
+/// ([`engine::restore::undo_unclaimed`]); one without is left alone after
+/// a look at its annotations ([`engine::view::records`]: its text scanned,
+/// the engine's view built only when records are there). `Err` is a bad
+/// request, as in [`apply_policy`].
+fn undo_unclaimed(
+    raw: &serde_json::value::RawValue,
+    reply: &mut Reviewed<'_>,
+    response: &mut ResponseOut<'_>,
+    opts: &ReviewOptions,
+) -> Result<(), String> {
+    if !engine::view::records(raw.get()) {
+        return Ok(());
+    }
+    let object = engine::view::parse(raw.get())
+        .map_err(|e| format!("AdmissionReview request.object: {e}"))?;
+    let mutation = engine::restore::undo_unclaimed(&reply.namespace, &object).map(|o| o.mutation);
+    answer(mutation, reply, response, opts);
+    if reply.outcome == Outcome::Unchanged {
+        // Records, but nothing to put back: admitted as any object there.
+        reply.outcome = Outcome::Skipped;
+    }
+    Ok(())
+}
+
+/// Writes the engine's answer (or its failure) into the review's answer.
+fn answer(
+    mutation: Result<engine::Mutation, engine::EngineError>,
+    reply: &mut Reviewed<'_>,
+    response: &mut ResponseOut<'_>,
+    opts: &ReviewOptions,
+) {
     match mutation {
         Ok(mutation) if mutation.is_empty() => {
             reply.outcome = Outcome::Unchanged;
@@ -358,7 +400,6 @@ fn apply_policy<'r>(
         },
         Err(e) => engine_failed(reply, response, e.to_string(), opts),
     }
-    Ok(())
 }
 
 /// The parse alone, as [`review`] does it: one pass over the request that,

@@ -299,3 +299,111 @@ fn legacy_leader_election_keys_hold_the_durations_back_at_admission() {
         "{warnings:?}"
     );
 }
+
+/// activator-pdb as the release's next `kubectl apply` sends it after the
+/// policy was deleted: the apply re-adds the release's `minAvailable`
+/// beside the engine's `maxUnavailable` (the API server refuses both), and
+/// the engine's records are still there.
+fn reapplied_pdb() -> Value {
+    serde_json::json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "activator-pdb", "namespace": "knative-serving",
+            "annotations": {
+                "knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}",
+                "knativeha.dev/written-budget": "{\"maxUnavailable\":1}"}},
+        "spec": {"minAvailable": "80%", "maxUnavailable": 1,
+                 "selector": {"matchLabels": {"app": "activator"}}}
+    })
+}
+
+fn patched(reply: &Reply, object: &Value) -> Option<Value> {
+    let patch = reply.body["response"]["patch"].as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    let mut out = object.clone();
+    json_patch::patch(&mut out, &patch).unwrap();
+    Some(out)
+}
+
+/// Synced, and no policy object at all (the policy was deleted).
+fn no_policy_object() -> Snapshot {
+    Snapshot::from_policies([])
+}
+
+/// Issue 22 item 5: with no policy object left for the namespace, an object
+/// carrying the engine's records gets them undone at admission, and the
+/// answer says why.
+#[test]
+fn no_policy_object_undoes_the_records_of_an_object() {
+    let pdb = reapplied_pdb();
+    let reply = review(
+        &no_policy_object(),
+        &review_json("UPDATE", "knative-serving", pdb.clone()),
+        &ReviewOptions::default(),
+    );
+    assert_eq!(reply.outcome, Outcome::Patched);
+    let after = patched(&reply, &pdb).expect("a patch");
+    assert_eq!(
+        after["spec"],
+        serde_json::json!({"minAvailable": "80%", "selector": {"matchLabels": {"app": "activator"}}}),
+        "the release's budget alone"
+    );
+    assert!(after["metadata"].get("annotations").is_none(), "{after}");
+    let warnings = reply.body["response"]["warnings"].as_array().unwrap();
+    assert!(
+        !warnings.is_empty()
+            && warnings.iter().all(|w| w
+                .as_str()
+                .unwrap()
+                .contains("no policy governs the namespace any more")),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn no_policy_object_leaves_an_object_without_records_alone() {
+    let mut pdb = reapplied_pdb();
+    pdb["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    // A number no `Value` can hold: only building the object would see it.
+    pdb["spec"]["selector"]["x"] = serde_json::json!(0);
+    let body = String::from_utf8(review_json("UPDATE", "knative-serving", pdb))
+        .unwrap()
+        .replace("\"x\":0", "\"x\":1e400");
+    let reply = review(
+        &no_policy_object(),
+        body.as_bytes(),
+        &ReviewOptions::default(),
+    );
+    assert_eq!((reply.status, reply.outcome), (200, Outcome::Skipped));
+    assert!(reply.body["response"].get("patch").is_none());
+    assert!(reply.body["response"].get("warnings").is_none());
+}
+
+/// A policy object that exists but is not in force (invalid, in conflict,
+/// outside --governed-namespaces), or sources not synced yet: never undone
+/// (it would lower HA behind a typo or a restart).
+#[test]
+fn a_policy_object_not_in_force_or_no_sync_undoes_nothing() {
+    let pdb = reapplied_pdb();
+    let body = review_json("UPDATE", "knative-serving", pdb);
+    let mut claimed = no_policy_object();
+    claimed.unclaimed = crate::store::Unclaimed::all_but(["knative-serving".to_string()]);
+    let mut unknown = no_policy_object();
+    unknown.unclaimed = crate::store::Unclaimed::Unknown;
+    let mut unsynced = no_policy_object();
+    unsynced.synced = false;
+    for (name, snapshot, outcome) in [
+        ("claimed", claimed, Outcome::Skipped),
+        ("unknown", unknown, Outcome::Skipped),
+        ("not synced", unsynced, Outcome::NotSynced),
+    ] {
+        let reply = review(&snapshot, &body, &ReviewOptions::default());
+        assert_eq!(reply.outcome, outcome, "{name}");
+        assert!(reply.body["response"].get("patch").is_none(), "{name}");
+    }
+}

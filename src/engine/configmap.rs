@@ -4,7 +4,10 @@
 //! (Knative validates `_example` against its checksum annotation); the
 //! release value of a key is recorded before its first change
 //! ([`super::restore`], for the `restore` command). Durations equal in
-//! value to what is there (`1m` vs `60s`) are left as written.
+//! value to what is there (`1m` vs `60s`) are left as written. A recorded
+//! key the policy no longer sets (no `leaderElection`, or not that key) is
+//! put back, the durations only when what Knative then reads passes the
+//! merged check below (else they stay, with a warning).
 //!
 //! The policy's durations are merged over the ConfigMap's (Knative's
 //! defaults for keys neither sets) and checked with client-go's rules; when
@@ -23,9 +26,7 @@ use super::{EngineError, Handled, LEADER_ELECTION_CONFIGMAP, Target};
 use crate::policy::duration::parse_go_duration;
 use crate::policy::schema_check::show;
 use crate::policy::validate::broken_timing_rules;
-use crate::policy::{
-    DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, LeaderElection,
-};
+use crate::policy::{DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD};
 
 const TIMING_KEYS: [&str; 3] = ["lease-duration", "renew-deadline", "retry-period"];
 /// The camelCase keys knative.dev/pkg still reads before the kebab ones.
@@ -116,21 +117,18 @@ fn knative_reads<'v>(
     })
 }
 
-/// Why the merged durations would stop Knative, or None when they are valid
-/// (or the policy sets no duration).
+/// Why the durations Knative would read once `ours` (the policy's, as the
+/// kebab-case keys) are written over `data` would stop it, or None when
+/// they are valid.
 fn merged_timing_problem(
     t: &Target<'_>,
-    le: &LeaderElection,
+    ours: [Option<&str>; 3],
     data: Option<&Map<String, Value>>,
 ) -> Result<Option<String>, EngineError> {
-    let ours = [&le.lease_duration, &le.renew_deadline, &le.retry_period];
-    if ours.iter().all(|v| v.is_none()) {
-        return Ok(None);
-    }
     let mut merged = Vec::with_capacity(3);
     let mut ns = [0u128; 3];
     for i in 0..3 {
-        match knative_reads(t, ours[i].as_deref(), data, i)? {
+        match knative_reads(t, ours[i], data, i)? {
             Ok((read, v)) => {
                 merged.push(read);
                 ns[i] = v;
@@ -164,23 +162,29 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     if t.name != LEADER_ELECTION_CONFIGMAP {
         return Ok((None, Vec::new()));
     }
-    let Some(le) = &t.policy.spec.leader_election else {
+    let le = t.policy.spec.leader_election.as_ref();
+    let buckets = le.and_then(|le| if le.is_enabled() { le.buckets } else { Some(1) });
+    let ours = le.map_or([None; 3], |le| {
+        [
+            le.lease_duration.as_deref(),
+            le.renew_deadline.as_deref(),
+            le.retry_period.as_deref(),
+        ]
+    });
+    // The recorded keys no policy setting asks for any more: undone.
+    let unasked = unasked(t, buckets.is_some(), ours);
+    if le.is_none() && unasked.is_empty() {
         return Ok((None, Vec::new()));
-    };
+    }
     let data = t.object_at(&["data"])?;
     let mut changes = Vec::new();
-    let problem = merged_timing_problem(t, le, data)?;
-    let timings = if problem.is_some() {
+    let undo = undo_plan(t, data, ours, &unasked)?;
+    let timings = if undo.problem.is_some() {
         [None, None, None]
     } else {
-        [
-            le.lease_duration.as_deref().map(Cow::Borrowed),
-            le.renew_deadline.as_deref().map(Cow::Borrowed),
-            le.retry_period.as_deref().map(Cow::Borrowed),
-        ]
+        ours
     };
-    let [lease, renew, retry] = timings;
-    let buckets = if le.is_enabled() { le.buckets } else { Some(1) };
+    let [lease, renew, retry] = timings.map(|v| v.map(Cow::Borrowed));
     let wanted: [(&str, Option<Cow<'_, str>>, bool); 4] = [
         ("buckets", buckets.map(|b| Cow::Owned(b.to_string())), false),
         (TIMING_KEYS[0], lease, true),
@@ -209,10 +213,103 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
             current.map_or("unset".to_string(), |c| format!("{c:?}"))
         )));
     }
-    if let Some(problem) = problem {
+    for r in &unasked {
+        if undo.durations || !TIMING_KEYS.contains(&r.path[1]) {
+            super::restore::undo(t, &mut p, r, &mut changes)?;
+        }
+    }
+    if let Some(problem) = undo.problem {
         changes.push(t.change(format!(
             "warning: leader election durations not written: {problem}"
         )));
     }
+    if let Some(problem) = undo.undo_problem {
+        changes.push(t.change(format!(
+            "warning: the recorded release durations are not put back (records kept): {problem}"
+        )));
+    }
     Ok((p, changes))
+}
+
+/// The records of the keys the policy does not set (`buckets`: whether it
+/// sets the buckets; `ours`: its durations): what no policy setting asks
+/// for any more. Only annotations are looked at.
+fn unasked(
+    t: &Target<'_>,
+    buckets: bool,
+    ours: [Option<&str>; 3],
+) -> Vec<&'static super::restore::Recorded> {
+    let asked = |key: &str| match TIMING_KEYS.iter().position(|k| *k == key) {
+        Some(i) => ours[i].is_some(),
+        None => buckets,
+    };
+    super::restore::LEADER_ELECTION_KEYS
+        .iter()
+        .filter(|r| !asked(r.path[1]))
+        .filter(|r| super::restore::annotation(t.object, r.annotation).is_some())
+        .collect()
+}
+
+/// What the merged-duration check allows once the unasked records are
+/// undone.
+struct UndoPlan {
+    /// Why the policy's durations are held back (None: written).
+    problem: Option<String>,
+    /// Whether the recorded durations are put back.
+    durations: bool,
+    /// Why they are not.
+    undo_problem: Option<String>,
+}
+
+/// Checks the durations Knative would read with the unasked recorded
+/// durations put back (`data` as it would be after the undo) and the
+/// policy's written: both when that is valid; else the undo alone when
+/// that is; else neither (the ConfigMap keeps its durations, as when the
+/// policy's are held back). Never a ConfigMap client-go would refuse.
+fn undo_plan(
+    t: &Target<'_>,
+    data: Option<&Map<String, Value>>,
+    ours: [Option<&str>; 3],
+    unasked: &[&super::restore::Recorded],
+) -> Result<UndoPlan, EngineError> {
+    let undone: Vec<_> = unasked
+        .iter()
+        .filter(|r| TIMING_KEYS.contains(&r.path[1]))
+        .collect();
+    let writes = ours.iter().any(Option::is_some);
+    if undone.is_empty() {
+        let problem = match writes {
+            true => merged_timing_problem(t, ours, data)?,
+            false => None,
+        };
+        return Ok(UndoPlan {
+            problem,
+            durations: false,
+            undo_problem: None,
+        });
+    }
+    let mut after = data.cloned().unwrap_or_default();
+    for r in &undone {
+        match super::restore::recorded(t.object, r).map_err(|e| t.malformed(e))? {
+            Some(Some(value)) => {
+                after.insert(r.path[1].to_string(), value);
+            }
+            _ => {
+                after.remove(r.path[1]);
+            }
+        }
+    }
+    let both = match writes {
+        true => merged_timing_problem(t, ours, Some(&after))?,
+        false => None,
+    };
+    let alone = match &both {
+        None if writes => None,
+        _ => merged_timing_problem(t, [None; 3], Some(&after))?,
+    };
+    Ok(UndoPlan {
+        problem: both,
+        durations: alone.is_none(),
+        undo_problem: alone,
+    })
 }

@@ -74,6 +74,9 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     if let Some(disable) = leader::want_flag(t, replicas) {
         leader::flag(t, &mut p, disable, &mut changes)?;
     }
+    if t.policy.spec.leader_election.is_none() {
+        restore::leader::undo(t, &mut p, replicas, &mut changes)?;
+    }
     leader::hash(t, &mut p, &mut changes)?;
     Ok((p, changes))
 }

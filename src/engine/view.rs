@@ -43,6 +43,46 @@ enum Shape {
 
 use Shape::{Items, Keep, Object};
 
+/// The annotations that record what the engine replaced.
+const RECORDS: Shape = Object(&[
+    (ORIGINAL_MIN, Keep),
+    (ORIGINAL_MAX, Keep),
+    (WRITTEN_MIN, Keep),
+    (WRITTEN_MAX, Keep),
+    (pdb::ORIGINAL, Keep),
+    (pdb::WRITTEN, Keep),
+    (restore::REPLICAS.annotation, Keep),
+    (restore::ROLLOUT_MAX_UNAVAILABLE.annotation, Keep),
+    (restore::TOPOLOGY_SPREAD.annotation, Keep),
+    (restore::ORIGINAL_DISABLE_HA, Keep),
+    (restore::LEADER_ELECTION_KEYS[0].annotation, Keep),
+    (restore::LEADER_ELECTION_KEYS[1].annotation, Keep),
+    (restore::LEADER_ELECTION_KEYS[2].annotation, Keep),
+    (restore::LEADER_ELECTION_KEYS[3].annotation, Keep),
+]);
+
+/// What [`records`] reads: the records, the opt-out label and the
+/// leader-election hash of a pod template.
+const RECORDS_ONLY: Shape = Object(&[
+    (
+        "metadata",
+        Object(&[
+            ("labels", Object(&[(super::SKIP_LABEL, Keep)])),
+            ("annotations", RECORDS),
+        ]),
+    ),
+    (
+        "spec",
+        Object(&[(
+            "template",
+            Object(&[(
+                "metadata",
+                Object(&[("annotations", Object(&[(HASH_ANNOTATION, Keep)]))]),
+            )]),
+        )]),
+    ),
+]);
+
 const METADATA: Shape = Object(&[
     ("name", Keep),
     ("namespace", Keep),
@@ -52,25 +92,7 @@ const METADATA: Shape = Object(&[
     ("labels", Object(&[(super::SKIP_LABEL, Keep)])),
     // The records: HorizontalPodAutoscaler and PodDisruptionBudget (what the
     // engine found and last wrote), and `restore`'s release values.
-    (
-        "annotations",
-        Object(&[
-            (ORIGINAL_MIN, Keep),
-            (ORIGINAL_MAX, Keep),
-            (WRITTEN_MIN, Keep),
-            (WRITTEN_MAX, Keep),
-            (pdb::ORIGINAL, Keep),
-            (pdb::WRITTEN, Keep),
-            (restore::REPLICAS.annotation, Keep),
-            (restore::ROLLOUT_MAX_UNAVAILABLE.annotation, Keep),
-            (restore::TOPOLOGY_SPREAD.annotation, Keep),
-            (restore::ORIGINAL_DISABLE_HA, Keep),
-            (restore::LEADER_ELECTION_KEYS[0].annotation, Keep),
-            (restore::LEADER_ELECTION_KEYS[1].annotation, Keep),
-            (restore::LEADER_ELECTION_KEYS[2].annotation, Keep),
-            (restore::LEADER_ELECTION_KEYS[3].annotation, Keep),
-        ]),
-    ),
+    ("annotations", RECORDS),
 ]);
 
 const CONTAINER: Shape = Object(&[("name", Keep), ("args", Keep)]);
@@ -140,6 +162,17 @@ pub fn parse(json: &str) -> serde_json::Result<Value> {
     let value = Seed.deserialize(&mut de)?;
     de.end()?;
     Ok(value)
+}
+
+/// Whether the object in `json` carries the engine's records
+/// ([`restore::carries_records`]), read from the text without building the
+/// object: only the record annotations are kept. False when the text cannot
+/// be read.
+pub fn records(json: &str) -> bool {
+    let mut de = serde_json::Deserializer::from_str(json);
+    ShapeSeed(&RECORDS_ONLY)
+        .deserialize(&mut de)
+        .is_ok_and(|v| restore::carries_records(&v))
 }
 
 /// Reads the engine's view of an object from any deserializer (for a

@@ -26,7 +26,7 @@ mod timing;
 pub mod validate;
 pub mod wrapped;
 
-pub use parse::{parse_policies, split_documents};
+pub use parse::{parse_policies, split_documents, written_target, written_target_yaml};
 pub use spec::{
     AntiAffinityType, HighAvailabilityPolicy, HighAvailabilityPolicySpec,
     HighAvailabilityPolicyStatus, LeaderElection, PodAntiAffinity, PodDisruptionBudgetPolicy,

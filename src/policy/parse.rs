@@ -43,6 +43,19 @@ impl Policy {
     }
 }
 
+/// The `spec.targetNamespace` a policy document names, valid or not (a
+/// non-empty string); None when it names none (for the namespaces a policy
+/// object claims even while it is invalid: `store::Unclaimed`).
+pub fn written_target(doc: &serde_json::Value) -> Option<String> {
+    let target = doc.get("spec")?.get("targetNamespace")?.as_str()?;
+    (!target.is_empty()).then(|| target.to_string())
+}
+
+/// [`written_target`] of a YAML (or JSON) document.
+pub fn written_target_yaml(text: &str) -> Option<String> {
+    written_target(&serde_saphyr::from_str::<serde_json::Value>(text).ok()?)
+}
+
 /// Splits multi-document YAML into `(1-based index, text)` pairs, skipping
 /// documents that hold only comments and blank lines. The index counts every
 /// document, skipped or not, so it matches what a reader counts in the file.

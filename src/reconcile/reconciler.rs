@@ -2,6 +2,7 @@
 //! Lease election and, while it holds the Lease, polls the policy snapshot
 //! and runs [`reconcile_once`] over the namespaces that are due.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -12,7 +13,7 @@ use super::metrics::ReconcileMetrics;
 use super::rate::RateLimiter;
 use super::run::{MayWrite, RunOptions, reconcile_once};
 use super::schedule::{self, Schedule};
-use crate::store::PolicyStore;
+use crate::store::{PolicyStore, Snapshot};
 
 /// The running reconciler.
 pub struct Reconciler {
@@ -84,6 +85,7 @@ impl Reconciler {
         self.log_start();
         let mut limiter = RateLimiter::new(self.config.rate);
         let mut schedule = Schedule::new(self.config.interval);
+        let mut released = Released::default();
         let mut poll = tokio::time::interval(self.config.poll);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -99,12 +101,17 @@ impl Reconciler {
                 }
                 _ = poll.tick() => {}
             }
+            // Every replica remembers which namespaces it saw governed, so
+            // that a new leader knows where a policy was deleted.
+            released.observe(&self.store.load());
             if !*leader_rx.borrow() {
                 continue;
             }
             let (leader, stopping) = (leader_rx.clone(), stop.clone());
             let may_write = move || *leader.borrow() && !*stopping.borrow();
             self.tick(&mut schedule, &mut limiter, &may_write).await;
+            self.restore_released(&mut released, &mut limiter, &may_write)
+                .await;
         }
         let _ = election.await;
         tracing::info!("reconciler stopped");
@@ -121,6 +128,47 @@ impl Reconciler {
             rate = config.rate,
             "reconciler starting"
         );
+    }
+
+    /// As the leader: one pass over the namespaces whose policy was deleted
+    /// ([`Released`]), undoing the engine's records there.
+    async fn restore_released(
+        &self,
+        released: &mut Released,
+        limiter: &mut RateLimiter,
+        may_write: &dyn MayWrite,
+    ) {
+        let snapshot = self.store.load();
+        let mut due = released.due(&snapshot);
+        due.retain(|ns| self.config.governed.allows(ns));
+        if due.is_empty() {
+            return;
+        }
+        tracing::info!(
+            namespaces = %due.iter().cloned().collect::<Vec<_>>().join(","),
+            "reconcile: no policy governs these namespaces any more; undoing the engine's records"
+        );
+        let options = RunOptions {
+            dry_run: self.config.dry_run,
+            pod_templates: self.config.pod_templates,
+        };
+        let report = super::run::restore_unclaimed(
+            &self.client,
+            &due,
+            options,
+            limiter,
+            &self.metrics,
+            may_write,
+            Some(&self.events),
+        )
+        .await;
+        tracing::info!(
+            objects = report.objects.len(),
+            written = report.written(),
+            ok = report.ok(),
+            "reconcile: restore pass done"
+        );
+        released.done(&due, report.ok());
     }
 
     /// One poll as the leader: runs over the namespaces that are due, if any.
@@ -170,5 +218,54 @@ impl Reconciler {
             "reconcile run done"
         );
         schedule.done(now, due.full, report.ok());
+    }
+}
+
+/// The namespaces this process saw governed, for one restore pass each once
+/// no policy object names them any more (their policy deleted): the
+/// reconciler's part of issue 22 item 5 (admission undoes the records of
+/// the objects it is sent; this pass, of the others).
+#[derive(Debug, Default)]
+pub(super) struct Released {
+    /// Had a policy in force since this process started, not restored since.
+    governed: BTreeSet<String>,
+    /// Whose last pass failed, and when: retried after
+    /// [`super::RETRY_AFTER_ERROR`].
+    failed: BTreeMap<String, tokio::time::Instant>,
+}
+
+impl Released {
+    pub(super) fn observe(&mut self, snapshot: &Snapshot) {
+        if snapshot.synced {
+            for ns in snapshot.policies.keys() {
+                self.failed.remove(ns);
+                self.governed.insert(ns.clone());
+            }
+        }
+    }
+
+    /// Governed before, no policy object now (a failed one again after a while).
+    pub(super) fn due(&self, snapshot: &Snapshot) -> BTreeSet<String> {
+        self.governed
+            .iter()
+            .filter(|ns| snapshot.unclaimed(ns))
+            .filter(|ns| {
+                self.failed
+                    .get(*ns)
+                    .is_none_or(|at| at.elapsed() >= super::RETRY_AFTER_ERROR)
+            })
+            .cloned()
+            .collect()
+    }
+
+    pub(super) fn done(&mut self, namespaces: &BTreeSet<String>, ok: bool) {
+        for ns in namespaces {
+            if ok {
+                self.governed.remove(ns);
+                self.failed.remove(ns);
+            } else {
+                self.failed.insert(ns.clone(), tokio::time::Instant::now());
+            }
+        }
     }
 }

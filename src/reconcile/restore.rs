@@ -254,3 +254,46 @@ fn describe(e: &kube::Error) -> String {
         other => crate::kubeclient::reason(other),
     }
 }
+
+/// The reconciler's plan for an object of a namespace no policy object
+/// names any more (its policy deleted): [`engine::restore::undo_unclaimed`]'s
+/// patch as a [`super::Drift`]. With `pod_templates == false`, a patch that
+/// touches the pod template, or of `config-leader-election` (its keys take
+/// effect on the restart the template change makes), is held back whole: no
+/// half restore. None when the object carries no record (or nothing changes).
+pub fn plan_unclaimed(
+    namespace: &str,
+    object: &Value,
+    pod_templates: bool,
+) -> Result<Option<super::Drift>, engine::EngineError> {
+    let outcome = engine::restore::undo_unclaimed(namespace, object)?;
+    let Some(kind) = Kind::of(object).filter(|_| !outcome.mutation.is_empty()) else {
+        return Ok(None);
+    };
+    let meta = &object["metadata"];
+    let name = meta["name"].as_str().unwrap_or_default().to_string();
+    let patch = outcome.mutation.patch;
+    let rolls = patch.0.iter().any(super::plan::touches_pod_template);
+    let whole = rolls || (kind == Kind::ConfigMap && name == engine::LEADER_ELECTION_CONFIGMAP);
+    let (patch, held_back) = match pod_templates || !whole {
+        true => (patch, 0),
+        false => (Patch(Vec::new()), patch.0.len()),
+    };
+    Ok(Some(super::Drift {
+        kind,
+        namespace: namespace.to_string(),
+        name,
+        resource_version: meta["resourceVersion"].as_str().map(str::to_string),
+        changes: outcome
+            .mutation
+            .changes
+            .into_iter()
+            .map(|change| super::ChangeLine {
+                change,
+                rolls_pods: rolls,
+            })
+            .collect(),
+        patch,
+        held_back,
+    }))
+}

@@ -66,6 +66,34 @@ pub async fn reconcile_once(
     run.over(snapshot, namespaces).await
 }
 
+/// One pass over `namespaces`, which no policy object names any more (their
+/// policy deleted, [`Snapshot::unclaimed`]): every object carrying the
+/// engine's records gets them undone, as at admission
+/// ([`crate::engine::restore::undo_unclaimed`]); objects without records
+/// are left alone. Written like [`reconcile_once`]'s (`dry_run`, rate,
+/// conflicts, Events).
+#[allow(clippy::too_many_arguments)]
+pub async fn restore_unclaimed(
+    client: &kube::Client,
+    namespaces: &BTreeSet<String>,
+    options: RunOptions,
+    limiter: &mut RateLimiter,
+    metrics: &ReconcileMetrics,
+    may_write: &dyn MayWrite,
+    events: Option<&Recorder>,
+) -> RunReport {
+    let run = Run {
+        client,
+        options,
+        limiter,
+        metrics,
+        may_write,
+        events,
+        report: RunReport::default(),
+    };
+    run.over_unclaimed(namespaces).await
+}
+
 /// What every step of a run shares: where and how it writes, how fast,
 /// what it counts, whether it may still write, and what it found so far.
 struct Run<'a> {
@@ -78,9 +106,11 @@ struct Run<'a> {
     report: RunReport,
 }
 
-/// One governed object, and what it is brought in line with.
+/// One governed object, and what it is brought in line with: its policy,
+/// or none (no policy object names the namespace any more: the engine's
+/// records are undone, [`super::restore::plan_unclaimed`]).
 struct Target<'a> {
-    policy: &'a Policy,
+    policy: Option<&'a Policy>,
     ctx: &'a Context,
     namespace: &'a str,
     kind: Kind,
@@ -164,7 +194,23 @@ impl Run<'_> {
                 break;
             }
             let targets = snapshot.hpa_targets.get(namespace);
-            if let Err(e) = self.namespace(policy, namespace, targets).await {
+            if let Err(e) = self.namespace(Some(policy), namespace, targets).await {
+                tracing::warn!(namespace = %namespace, error = %e, "reconcile: namespace failed");
+                self.report.errors.push(e.to_string());
+            }
+        }
+        self.metrics.run(self.report.ok());
+        self.report
+    }
+
+    /// Namespaces no policy object names any more, once each: every
+    /// object carrying the engine's records gets them undone.
+    async fn over_unclaimed(mut self, namespaces: &BTreeSet<String>) -> RunReport {
+        for namespace in namespaces {
+            if !self.may_write.may_write() && !self.options.dry_run {
+                break;
+            }
+            if let Err(e) = self.namespace(None, namespace, None).await {
                 tracing::warn!(namespace = %namespace, error = %e, "reconcile: namespace failed");
                 self.report.errors.push(e.to_string());
             }
@@ -177,7 +223,7 @@ impl Run<'_> {
     /// per-object failures are recorded in the report.
     async fn namespace(
         &mut self,
-        policy: &Policy,
+        policy: Option<&Policy>,
         namespace: &str,
         snapshot_targets: Option<&BTreeSet<String>>,
     ) -> Result<()> {
@@ -273,13 +319,17 @@ impl Run<'_> {
     /// (or the engine cannot handle it).
     fn plan(&self, t: &Target<'_>, current: &Value) -> Result<Drift, Outcome> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        match plan::plan(
-            t.policy,
-            namespace,
-            current,
-            t.ctx,
-            self.options.pod_templates,
-        ) {
+        let planned = match t.policy {
+            Some(policy) => plan::plan(
+                policy,
+                namespace,
+                current,
+                t.ctx,
+                self.options.pod_templates,
+            ),
+            None => super::restore::plan_unclaimed(namespace, current, self.options.pod_templates),
+        };
+        match planned {
             Ok(Some(drift)) => Ok(drift),
             Ok(None) => {
                 tracing::debug!(kind, namespace, name, "reconcile: in line");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::policy::{Policy, PolicyError};
 use crate::sources::Governed;
-use crate::store::{PolicyStore, Snapshot};
+use crate::store::{PolicyStore, Snapshot, Unclaimed};
 use crate::telemetry::Metrics;
 
 /// How often the file is re-read.
@@ -99,7 +99,24 @@ pub fn load_governed(path: &Path, governed: &Governed) -> Result<(Vec<u8>, Snaps
     let text = String::from_utf8_lossy(&bytes);
     let policies = parse(&text, path)?;
     check_governed(&policies, governed, path)?;
-    Ok((bytes, Snapshot::from_policies(policies)))
+    Ok((bytes, governed_snapshot(policies, governed)))
+}
+
+/// The snapshot of a valid file: its policies, and every other namespace
+/// in `governed` unclaimed (the file is the only policy object).
+fn governed_snapshot(policies: Vec<Policy>, governed: &Governed) -> Snapshot {
+    let mut snapshot = Snapshot::from_policies(policies);
+    snapshot.unclaimed = std::mem::take(&mut snapshot.unclaimed).within(governed);
+    snapshot
+}
+
+/// The previous snapshot, with no namespace unclaimed: the file now holds
+/// something that cannot be read as policies, which may name any namespace.
+fn keep_previous(store: &PolicyStore) {
+    store.update(|s| Snapshot {
+        unclaimed: Unclaimed::Unknown,
+        ..s.clone()
+    });
 }
 
 /// A policy file source.
@@ -150,6 +167,7 @@ impl FileSource {
                 // A missing file (e.g. mid symlink swap) keeps the old policy;
                 // report it once.
                 self.last.take()?;
+                keep_previous(&self.store);
                 let err = FileSourceError::Read {
                     path: self.path.clone(),
                     error,
@@ -168,7 +186,7 @@ impl FileSource {
             .and_then(|p| check_governed(&p, &self.governed, &self.path).map(|()| p))
         {
             Ok(policies) => {
-                let snapshot = Snapshot::from_policies(policies);
+                let snapshot = governed_snapshot(policies, &self.governed);
                 let count = snapshot.policies.len();
                 self.store.publish(snapshot);
                 self.metrics.policy_reload(true);
@@ -176,6 +194,7 @@ impl FileSource {
                 Some(Ok(()))
             }
             Err(err) => {
+                keep_previous(&self.store);
                 self.metrics.policy_reload(false);
                 tracing::error!(error = %with_causes(&err), "invalid policy file; keeping the previous policy");
                 Some(Err(err))
@@ -285,11 +304,16 @@ mod tests {
         assert!(store.load().policy_for("other-ns").is_some());
         assert!(store.load().policy_for("knative-serving").is_none());
 
+        // The file names other-ns only: knative-serving is unclaimed (its
+        // records are undone at admission)...
+        assert!(store.load().unclaimed("knative-serving"));
         std::fs::write(&path, "apiVersion: [").unwrap();
         assert!(matches!(src.poll(), Some(Err(_))));
         assert!(
             store.load().policy_for("other-ns").is_some(),
             "old policy kept"
         );
+        // ...until the file cannot be read: it may name any namespace.
+        assert!(!store.load().unclaimed("knative-serving"));
     }
 }

@@ -153,6 +153,28 @@ class Lifecycle(ClusterCase):
         annotations = self.kubectl.json("-n", GOVERNED, "deployment", "controller")["metadata"].get("annotations", {})
         self.assertEqual([k for k in annotations if k.startswith("knativeha.dev/")], [], "records left")
 
+    def test_policy_deleted_then_the_release_applies_again(self):
+        """Issue 22 item 5: with the policy deleted (the webhook still installed, nothing restored by hand),
+        the release's next `kubectl apply` succeeds: the webhook undoes its records on the objects the apply
+        writes (the PDBs' re-added minAvailable beside maxUnavailable failed before)."""
+        self.governed_install()
+        pdb = self.kubectl.json("-n", GOVERNED, "pdb", "activator-pdb")["spec"]
+        self.assertEqual(pdb.get("maxUnavailable"), 1, "governed first")
+        self.kubectl.run("delete", "highavailabilitypolicy", "serving")
+        wait_for(lambda: self.probe_replicas() == 1, "the namespace to be ungoverned", 30)
+        for f in self.install.knative_files():
+            r = self.kubectl.apply(str(f), check=False)
+            self.assertEqual(r.returncode, 0, f"kubectl apply -f {f.name} with the policy deleted: {r.stderr}")
+        for name in ("activator-pdb", "webhook-pdb"):
+            obj = self.kubectl.json("-n", GOVERNED, "pdb", name)
+            self.assertEqual(obj["spec"].get("minAvailable"), "80%", name)
+            self.assertNotIn("maxUnavailable", obj["spec"], name)
+            records = [k for k in obj["metadata"].get("annotations", {}) if k.startswith("knativeha.dev/")]
+            self.assertEqual(records, [], f"{name}: records left")
+        self.assertEqual(self.kubectl.json("-n", GOVERNED, "hpa", "activator")["spec"]["minReplicas"], 1)
+        self.assertEqual(self.replicas("autoscaler"), 1, "the release's replicas")
+        self.assertEqual(self.replicas("controller"), 1, "the release sets none: the record (unset) is put back")
+
     def test_opt_out_label_is_honoured_everywhere(self):
         """Issue 22 item 6 (was pinned: preview patched it, the reconciler scaled it back)."""
         server = self.governed_install("reconcile.interval=3s", "reconcile.dryRun=false")

@@ -37,7 +37,9 @@ pub mod wait;
 
 use std::path::PathBuf;
 
+use knative_ha_webhook::engine::{self, Context, Input, Operation};
 use knative_ha_webhook::policy::Policy;
+use serde_json::Value;
 
 pub use cli::{Proc, bin, run, run_stdin, spawn_logged, spawn_serve, stderr, stdout};
 pub use corpus::{FIXTURES, fixture, fixture_objects};
@@ -58,4 +60,50 @@ pub fn example_policy_path() -> PathBuf {
 pub fn load_policy(rel: &str) -> Policy {
     let text = std::fs::read_to_string(repo_path(rel)).expect("policy readable");
     Policy::from_yaml(&text).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// A policy `p` for `knative-serving` ([`corpus::GOVERNED`]) whose spec is
+/// `spec` (YAML lines indented by two spaces).
+pub fn serving_policy(spec: &str) -> Policy {
+    let text = format!(
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: {}\n{spec}",
+        corpus::GOVERNED
+    );
+    Policy::from_yaml(&text).unwrap_or_else(|e| panic!("{spec}: {e}"))
+}
+
+/// The object after the engine's patch (CREATE in [`corpus::GOVERNED`], as
+/// `kubectl apply` sends it), applied with the independent applier.
+pub fn mutated(policy: &Policy, object: &Value) -> Value {
+    let input = Input {
+        operation: Operation::Create,
+        namespace: corpus::GOVERNED,
+        object,
+    };
+    let m = engine::mutate(policy, &input, &Context::default())
+        .unwrap_or_else(|e| panic!("{}: {e}", corpus::label(object)));
+    apply_rfc6902(object, &serde_json::to_value(&m.patch).unwrap()).expect("the patch applies")
+}
+
+/// The pointers where `a` and `b` differ, with both values (for failure
+/// messages).
+pub fn differences(a: &Value, b: &Value) -> Vec<String> {
+    fn diff(a: &Value, b: &Value, at: String, out: &mut Vec<String>) {
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                for k in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
+                    let (l, r) = (
+                        x.get(k).unwrap_or(&Value::Null),
+                        y.get(k).unwrap_or(&Value::Null),
+                    );
+                    diff(l, r, format!("{at}/{k}"), out);
+                }
+            }
+            _ if a != b => out.push(format!("{at}: {a} != {b}")),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    diff(a, b, String::new(), &mut out);
+    out
 }

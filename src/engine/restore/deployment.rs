@@ -42,7 +42,7 @@ pub(super) fn engine_owned(object: &Value, p: &mut Option<Patcher>) -> Result<Ve
         texts.push("pod anti-affinity: the engine's own term removed (restored)".to_string());
     }
     if let Some(text) = disable_ha(object, p)? {
-        texts.push(text);
+        texts.push(format!("{text} (restored)"));
     }
     if let Some(hash) = crate::engine::lookup(object, HASH) {
         let pt = p.get_or_insert_with(|| Patcher::new(object));
@@ -60,8 +60,12 @@ const CONTAINERS: &[&str] = &["spec", "template", "spec", "containers"];
 
 /// Puts `--disable-ha` back as recorded in [`ORIGINAL_DISABLE_HA`]: removed
 /// from every container when the release did not carry it, added to the
-/// Knative container when it did. The change text; None without a record.
-fn disable_ha(object: &Value, p: &mut Option<Patcher>) -> Result<Option<String>, String> {
+/// Knative container when it did; the record dropped. The change text; None
+/// without a record.
+pub(super) fn disable_ha(
+    object: &Value,
+    p: &mut Option<Patcher>,
+) -> Result<Option<String>, String> {
     let Some(text) = annotation(object, ORIGINAL_DISABLE_HA) else {
         return Ok(None);
     };
@@ -96,7 +100,7 @@ fn disable_ha(object: &Value, p: &mut Option<Patcher>) -> Result<Option<String>,
         } else {
             pt.set(&args, serde_json::json!([flag]))?;
         }
-        format!("container args + {flag} (restored)")
+        format!("container args + {flag}")
     } else if !had {
         // The flag out of every container; an args list left empty (the
         // engine created it, or removed the flag earlier) goes too.
@@ -131,7 +135,7 @@ fn disable_ha(object: &Value, p: &mut Option<Patcher>) -> Result<Option<String>,
             }
         }
         if removed {
-            format!("container args - {flag} (restored)")
+            format!("container args - {flag}")
         } else {
             format!("{flag} absent as recorded; record {ORIGINAL_DISABLE_HA} removed")
         }

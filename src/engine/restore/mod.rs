@@ -10,8 +10,12 @@
 //!
 //! Undo in the engine: when no policy setting asks for a recorded field any
 //! more (a later policy without `podDisruptionBudget`, without Required
-//! anti-affinity, without spread constraints, without replicas), the engine
-//! puts the recorded value back and drops the record.
+//! anti-affinity, without spread constraints, without replicas, without
+//! `leaderElection` or one of its keys: [`super::configmap`], [`leader`]),
+//! the engine puts the recorded value back and drops the record.
+//!
+//! Where no policy object exists at all (the policy deleted), admission
+//! applies [`restore`] to an object carrying records ([`undo_unclaimed`]).
 //!
 //! [`restore`]: a pure function from an object to the patch that puts every
 //! governed field back to its release value and removes every record, for
@@ -23,6 +27,10 @@
 //! annotation on the pod template.
 
 mod deployment;
+pub(crate) mod leader;
+mod unclaimed;
+
+pub use unclaimed::{WHY, carries_records, undo_unclaimed};
 
 use serde_json::{Map, Value};
 
@@ -115,13 +123,13 @@ pub(crate) fn recorded_key(key: &str) -> Vec<&'static Recorded> {
 }
 
 /// The record of `key`, as written; None when there is none.
-pub(super) fn annotation<'v>(object: &'v Value, key: &str) -> Option<&'v Value> {
+pub(crate) fn annotation<'v>(object: &'v Value, key: &str) -> Option<&'v Value> {
     super::lookup(object, &["metadata", "annotations", key])
 }
 
 /// The recorded value of `r`: `None` when not recorded, `Some(None)` when
 /// the field was unset.
-fn recorded(object: &Value, r: &Recorded) -> Result<Option<Option<Value>>, String> {
+pub(crate) fn recorded(object: &Value, r: &Recorded) -> Result<Option<Option<Value>>, String> {
     let Some(text) = annotation(object, r.annotation) else {
         return Ok(None);
     };

@@ -98,6 +98,11 @@ pub fn observe(cm: &ConfigMap) -> Observed {
             last_valid_generation: None,
             last_valid_refusal,
             error: None,
+            target: cm
+                .data
+                .as_ref()
+                .and_then(|d| d.get(DATA_KEY))
+                .and_then(|text| crate::policy::written_target_yaml(text)),
         },
         parsed,
         status: ObservedStatus {

@@ -57,6 +57,9 @@ pub struct PolicyObject {
     pub last_valid_refusal: Option<Refusal>,
     /// Why the current version is invalid (None when it is valid).
     pub error: Option<String>,
+    /// The `spec.targetNamespace` the current version names, valid or not
+    /// (None when none can be read): a namespace it claims.
+    pub target: Option<String>,
 }
 
 impl PolicyObject {
@@ -225,6 +228,7 @@ mod tests {
             last_valid_generation: Some(1),
             last_valid_refusal: None,
             error: None,
+            target: Some(ns.to_string()),
         }
     }
 

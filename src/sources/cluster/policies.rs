@@ -52,6 +52,7 @@ pub(crate) const NOT_APPLIED: &str = "cannot be read back by this release, so it
 pub fn observe(obj: &DynamicObject) -> Observed {
     let name = obj.name_any();
     let status = ObservedStatus::from_object(&obj.data);
+    let target = crate::policy::written_target(&obj.data);
     let parsed = Policy::from_json(&policy_document(obj))
         .map(|mut p| {
             if p.name.is_empty() {
@@ -72,6 +73,7 @@ pub fn observe(obj: &DynamicObject) -> Observed {
         last_valid_generation: obj.metadata.generation,
         last_valid_refusal: None,
         error: None,
+        target,
     };
     let parsed = match (parsed, &status.last_valid) {
         (Ok(policy), _) => Ok(policy),

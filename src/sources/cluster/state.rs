@@ -16,7 +16,7 @@ use super::status;
 use super::writer::WriteReq;
 use super::{ClusterError, ClusterMetrics, Item, Msg, Source};
 use crate::sources::Governed;
-use crate::store::{PolicyStore, Snapshot};
+use crate::store::{PolicyStore, Snapshot, Unclaimed};
 
 /// How often failed status writes are retried.
 const RETRY_INTERVAL: Duration = Duration::from_secs(5);
@@ -120,15 +120,25 @@ impl State {
         // A change the request path cannot see (a status write, the
         // last-valid annotation, a conflict's loser) publishes nothing.
         let current = store.load();
+        let unclaimed = unclaimed(
+            self.policies
+                .live
+                .values()
+                .chain(self.configmaps.live.values())
+                .map(|t| &t.object),
+            &self.governed,
+        );
         let same = self.published_once
             && current.synced == synced
             && current.policies == merged.policies
-            && &current.hpa_targets == self.hpas.targets();
+            && &current.hpa_targets == self.hpas.targets()
+            && current.unclaimed == unclaimed;
         if !same {
             store.publish(Snapshot {
                 policies: merged.policies.clone(),
                 hpa_targets: self.hpas.targets().clone(),
                 synced,
+                unclaimed,
             });
             metrics.published.inc();
             self.published_once = true;
@@ -192,6 +202,26 @@ impl State {
         self.sent.forget_gone(live);
         Ok(())
     }
+}
+
+/// The namespaces no policy object names ([`Unclaimed`]): every object's
+/// current target and its last valid version's; not known at all while
+/// some object names none that can be read.
+fn unclaimed<'a>(
+    objects: impl Iterator<Item = &'a PolicyObject>,
+    governed: &Governed,
+) -> Unclaimed {
+    let mut claimed = BTreeSet::new();
+    for obj in objects {
+        let Some(target) = &obj.target else {
+            return Unclaimed::Unknown;
+        };
+        claimed.insert(target.clone());
+        if let Some(p) = &obj.last_valid {
+            claimed.insert(p.spec.target_namespace.clone());
+        }
+    }
+    Unclaimed::all_but(claimed).within(governed)
 }
 
 /// Logs which object governs which namespace when that changes.

@@ -1,0 +1,64 @@
+//! The engine's undo of leader election on a Deployment once the policy
+//! sets no `leaderElection` any more: the settings hash goes (the
+//! leader-elected Deployments roll together onto the release's
+//! `config-leader-election`) and `--disable-ha` goes back as recorded in
+//! [`ORIGINAL_DISABLE_HA`], but only where the invariant of
+//! [`crate::engine::leader`] allows it (one replica, no HPA): elsewhere the
+//! flag stays off and the record stays, to be put back when it may be.
+
+use super::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
+use crate::engine::leader::HASH_ANNOTATION;
+use crate::engine::patch::Patcher;
+use crate::engine::{EngineError, Target};
+use crate::policy::schema_check::show;
+
+const HASH: &[&str] = &[
+    "spec",
+    "template",
+    "metadata",
+    "annotations",
+    HASH_ANNOTATION,
+];
+
+/// Undoes what leader election wrote on the Deployment `t` (its policy has
+/// no `leaderElection`); `replicas` is the count after the mutation.
+pub(crate) fn undo(
+    t: &Target<'_>,
+    p: &mut Option<Patcher>,
+    replicas: i64,
+    changes: &mut Vec<String>,
+) -> Result<(), EngineError> {
+    flag(t, p, replicas, changes)?;
+    if let Some(hash) = crate::engine::lookup(t.object, HASH) {
+        let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+        remove_pruned(pt, HASH);
+        changes.push(t.change(format!(
+            "pod template annotation {HASH_ANNOTATION} {} -> removed (no policy setting asks for leader election settings any more: the leader-elected Deployments restart together)",
+            show(hash)
+        )));
+    }
+    Ok(())
+}
+
+/// `--disable-ha` back as recorded, and the record dropped, when the
+/// invariant allows the recorded state.
+fn flag(
+    t: &Target<'_>,
+    p: &mut Option<Patcher>,
+    replicas: i64,
+    changes: &mut Vec<String>,
+) -> Result<(), EngineError> {
+    // (A malformed record is reported by `disable_ha`.)
+    let had = annotation(t.object, ORIGINAL_DISABLE_HA).and_then(|v| v.as_str()) == Some("true");
+    if had && (replicas != 1 || t.is_hpa_backed(t.name)) {
+        // Several replicas (or an HPA) without a leader all reconcile every
+        // key: the flag stays off until the release's one replica is back.
+        return Ok(());
+    }
+    if let Some(text) = super::deployment::disable_ha(t.object, p).map_err(|e| t.malformed(e))? {
+        changes.push(t.change(format!(
+            "{text} (the recorded release value: no policy setting asks for leader election any more)"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! Where no policy object exists at all (the policy deleted,
+//! [`crate::store::Snapshot::unclaimed`]): an object carrying the engine's
+//! records gets [`super::restore`]'s patch at admission, so the release's
+//! next `kubectl apply` (which would re-add a PDB's `minAvailable` beside the
+//! engine's `maxUnavailable`, and fail) puts the release back instead. An
+//! object without records is left alone after a look at its annotations:
+//! the engine does not run.
+
+use serde_json::Value;
+
+use super::{HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, ORIGINAL_DISABLE_HA, Recorded};
+use super::{REPLICAS, ROLLOUT_MAX_UNAVAILABLE, TOPOLOGY_SPREAD};
+use crate::engine::{EngineError, Outcome, SKIP_LABEL, hpa, leader, lookup, pdb};
+
+/// Why the change lines of [`undo_unclaimed`] are made.
+pub const WHY: &str = "no policy governs the namespace any more";
+
+/// The object annotations that record what the engine replaced.
+const RECORDS: [&str; 14] = [
+    REPLICAS.annotation,
+    ROLLOUT_MAX_UNAVAILABLE.annotation,
+    TOPOLOGY_SPREAD.annotation,
+    HPA_MIN.annotation,
+    HPA_MAX.annotation,
+    hpa::WRITTEN_MIN,
+    hpa::WRITTEN_MAX,
+    pdb::ORIGINAL,
+    pdb::WRITTEN,
+    ORIGINAL_DISABLE_HA,
+    key(&LEADER_ELECTION_KEYS[0]),
+    key(&LEADER_ELECTION_KEYS[1]),
+    key(&LEADER_ELECTION_KEYS[2]),
+    key(&LEADER_ELECTION_KEYS[3]),
+];
+
+const fn key(r: &Recorded) -> &'static str {
+    r.annotation
+}
+
+/// True when the object carries one of the engine's records (or the
+/// leader-election hash it owns on a pod template) and is not labelled
+/// [`SKIP_LABEL`]: a look at a few annotation keys, nothing copied.
+pub fn carries_records(object: &Value) -> bool {
+    let has = |path: &[&str], key: &str| {
+        lookup(object, path)
+            .and_then(Value::as_object)
+            .is_some_and(|a| a.contains_key(key))
+    };
+    let skipped = lookup(object, &["metadata", "labels", SKIP_LABEL])
+        .and_then(Value::as_str)
+        .is_some_and(|v| v == "true");
+    !skipped
+        && (RECORDS.iter().any(|k| has(&["metadata", "annotations"], k))
+            || has(
+                &["spec", "template", "metadata", "annotations"],
+                leader::HASH_ANNOTATION,
+            ))
+}
+
+/// The engine's answer for a CREATE or UPDATE of `object` in `namespace`
+/// where no policy object exists: nothing for an object without records
+/// ([`carries_records`]); else [`super::restore`]'s patch, every change
+/// line saying why ([`WHY`]).
+pub fn undo_unclaimed(namespace: &str, object: &Value) -> Result<Outcome, EngineError> {
+    if !object.is_object() {
+        return Err(EngineError::NotAnObject);
+    }
+    if !carries_records(object) {
+        return Ok(Outcome::default());
+    }
+    let mut outcome = super::restore(namespace, object)?;
+    for line in &mut outcome.mutation.changes {
+        let text = line.strip_suffix(" (restored)").unwrap_or(line);
+        *line = format!("{text} ({WHY}: the release value, record removed)");
+    }
+    Ok(outcome)
+}
