@@ -159,6 +159,32 @@ fn merged_timing_problem(
     ))
 }
 
+/// True for the keys of `config-leader-election` the duration rules read
+/// (kebab-case and legacy): what [`super::Context::leader_election`] needs.
+pub fn is_duration_key(key: &str) -> bool {
+    TIMING_KEYS.contains(&key) || LEGACY_KEYS.contains(&key)
+}
+
+/// The duration keys of a `config-leader-election`'s `data`.
+pub fn duration_data(data: &Map<String, Value>) -> Map<String, Value> {
+    data.iter()
+        .filter(|(k, _)| is_duration_key(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Whether `config-leader-election` holding `data` holds the policy's
+/// durations back: the decision of [`mutate`] (the same function), for a
+/// leader-elected Deployment's hash ([`super::leader`]). A value Knative
+/// would refuse (not a string) holds them back too: nothing is written.
+pub(crate) fn durations_held_back(
+    t: &Target<'_>,
+    le: &LeaderElection,
+    data: &Map<String, Value>,
+) -> bool {
+    !matches!(merged_timing_problem(t, le, Some(data)), Ok(None))
+}
+
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     // Cheap exit before anything is copied: other ConfigMaps can be large.
     if t.name != LEADER_ELECTION_CONFIGMAP {
