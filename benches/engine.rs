@@ -35,6 +35,7 @@ static POLICY: LazyLock<Policy> = LazyLock::new(|| {
 static CONTEXT: LazyLock<Context> = LazyLock::new(|| Context {
     // The HPAs of 2-serving-core.yaml target these two.
     hpa_targets: BTreeSet::from(["activator".to_string(), "webhook".to_string()]),
+    ..Default::default()
 });
 
 const UNGOVERNED_CASES: &[&str] = &[

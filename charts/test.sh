@@ -321,7 +321,9 @@ assert not any("horizontalpodautoscalers" in r["resources"] for r in cr["rules"]
 roles = sorted(d["metadata"]["namespace"] for d in docs
                if d["kind"] == "Role" and d["metadata"]["name"].endswith("-hpas")
                and d["rules"] == [{"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"],
-                                   "verbs": ["list", "watch"]}])
+                                   "verbs": ["list", "watch"]},
+                                  {"apiGroups": [""], "resources": ["configmaps"],
+                                   "resourceNames": ["config-leader-election"], "verbs": ["list", "watch"]}])
 assert roles == ["knative-serving", "kourier-system"], roles
 args = [d for d in docs if d["kind"] == "Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
 i = args.index("--governed-namespaces")

@@ -2,13 +2,14 @@
 //!
 //! `preview` runs the engine over manifests exactly as the admission server
 //! would (operation CREATE, namespace from `metadata.namespace`, `default`
-//! when absent; HPA targets taken from the HPAs in the input).
+//! when absent; HPA targets taken from the HPAs in the input, the
+//! `config-leader-election` data from the ConfigMap in the input).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::engine::{self, Context, Input, Kind, Operation};
 use crate::policy::{self, Policy};
@@ -75,6 +76,23 @@ pub fn hpa_targets(docs: &[Document]) -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
+/// The duration keys of each namespace's `config-leader-election` in the
+/// input ([`Context::leader_election`]).
+pub fn leader_election_data(docs: &[Document]) -> BTreeMap<String, Map<String, Value>> {
+    docs.iter()
+        .filter(|d| Kind::of(&d.value) == Some(Kind::ConfigMap))
+        .filter(|d| {
+            d.value.pointer("/metadata/name").and_then(Value::as_str)
+                == Some(engine::LEADER_ELECTION_CONFIGMAP)
+        })
+        .map(|d| {
+            let data = d.value.get("data").and_then(Value::as_object);
+            let data = data.map(engine::configmap::duration_data);
+            (namespace_of(&d.value).to_string(), data.unwrap_or_default())
+        })
+        .collect()
+}
+
 /// Workload and exclude names of each policy that match no Deployment of
 /// its namespace in `docs` and no Knative Deployment, one line each.
 pub fn name_warnings(policies: &BTreeMap<String, Policy>, docs: &[Document]) -> Vec<String> {
@@ -115,6 +133,7 @@ pub fn preview_documents(
     docs: Vec<Document>,
 ) -> anyhow::Result<Vec<Previewed>> {
     let targets = hpa_targets(&docs);
+    let leader_election = leader_election_data(&docs);
     let mut out = Vec::with_capacity(docs.len());
     for doc in docs {
         let namespace = namespace_of(&doc.value).to_string();
@@ -123,6 +142,7 @@ pub fn preview_documents(
             Some(policy) => {
                 let ctx = Context {
                     hpa_targets: targets.get(&namespace).cloned().unwrap_or_default(),
+                    leader_election: leader_election.get(&namespace).cloned(),
                 };
                 let input = Input {
                     operation: Operation::Create,

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::engine::{self, Context, EngineError, Input, Mutation};
 use crate::policy::Policy;
@@ -21,6 +21,9 @@ pub struct Snapshot {
     pub policies: BTreeMap<String, Arc<Policy>>,
     /// Per namespace: Deployment names targeted by a HorizontalPodAutoscaler.
     pub hpa_targets: BTreeMap<String, BTreeSet<String>>,
+    /// Per namespace: the duration keys of `config-leader-election`
+    /// ([`Context::leader_election`]; none in the file-policy mode).
+    pub leader_election: BTreeMap<String, Map<String, Value>>,
     /// True once every source has completed its first full sync.
     pub synced: bool,
     /// Where no policy object exists at all ([`Snapshot::unclaimed`]).
@@ -91,6 +94,7 @@ impl Snapshot {
             unclaimed: Unclaimed::all_but(policies.keys().cloned()),
             policies,
             hpa_targets: BTreeMap::new(),
+            leader_election: BTreeMap::new(),
             synced: true,
         }
     }
@@ -115,16 +119,18 @@ impl Snapshot {
         };
         let ctx = Context {
             hpa_targets: self.hpa_targets_in(input.namespace).clone(),
+            leader_election: self.leader_election.get(input.namespace).cloned(),
         };
         engine::mutate(policy, input, &ctx).map(Some)
     }
 
-    /// What governs `namespace`, looked up once: the policy and the HPA
-    /// targets there. `None` when no policy governs it.
+    /// What governs `namespace`, looked up once: the policy, the HPA
+    /// targets and the `config-leader-election` data there. `None` when no policy governs it.
     pub fn governed(&self, namespace: &str) -> Option<Governed<'_>> {
         Some(Governed {
             policy: self.policy_for(namespace)?,
             hpa_targets: self.hpa_targets_in(namespace),
+            leader_election: self.leader_election.get(namespace),
         })
     }
 
@@ -139,6 +145,7 @@ impl Snapshot {
 pub struct Governed<'s> {
     pub policy: &'s Policy,
     pub hpa_targets: &'s BTreeSet<String>,
+    pub leader_election: Option<&'s Map<String, Value>>,
 }
 
 impl Governed<'_> {
@@ -146,8 +153,14 @@ impl Governed<'_> {
     /// governed `namespace` (the object may be the engine's view of it,
     /// [`engine::view`]).
     pub fn mutate(&self, namespace: &str, object: &Value) -> Result<Mutation, EngineError> {
-        engine::mutate_governed(self.policy, namespace, object, self.hpa_targets)
-            .map(|o| o.mutation)
+        engine::mutate_governed(
+            self.policy,
+            namespace,
+            object,
+            self.hpa_targets,
+            self.leader_election,
+        )
+        .map(|o| o.mutation)
     }
 }
 

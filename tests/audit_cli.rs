@@ -90,6 +90,7 @@ fn drifting(api: &FakeApi, policy: &Policy) -> BTreeSet<(String, String)> {
         .collect();
     let ctx = knative_ha_webhook::engine::Context {
         hpa_targets: targets,
+        ..Default::default()
     };
     objects
         .iter()

@@ -462,6 +462,7 @@ fn hpa_targets_from_context_are_not_given_replicas() {
     );
     let ctx = Context {
         hpa_targets: BTreeSet::from(["autoscaler".to_string()]),
+        ..Default::default()
     };
     let m = engine::mutate(&policy, &input, &ctx).unwrap();
     let (patch, changes) = without_hash(serde_json::to_value(&m.patch).unwrap(), m.changes);

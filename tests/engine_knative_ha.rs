@@ -22,6 +22,7 @@ fn policy(spec: &str) -> Policy {
 fn ctx() -> Context {
     Context {
         hpa_targets: BTreeSet::from(["activator".to_string(), "webhook".to_string()]),
+        ..Default::default()
     }
 }
 

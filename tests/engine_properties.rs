@@ -408,6 +408,7 @@ fn arb_object() -> impl Strategy<Value = (Value, Option<&'static str>)> {
 fn arb_ctx() -> impl Strategy<Value = Context> {
     prop::sample::subsequence(NAMES.to_vec(), 0..3).prop_map(|names| Context {
         hpa_targets: names.into_iter().map(String::from).collect::<BTreeSet<_>>(),
+        ..Default::default()
     })
 }
 

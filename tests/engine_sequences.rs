@@ -56,6 +56,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
 fn mutate(policy: &Policy, object: &Value) -> Value {
     let ctx = Context {
         hpa_targets: BTreeSet::from(["activator".to_string(), "webhook".to_string()]),
+        ..Default::default()
     };
     let out = engine::mutate_object(
         policy,

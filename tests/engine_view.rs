@@ -73,6 +73,7 @@ static OBJECTS: LazyLock<Vec<Value>> = LazyLock::new(|| {
 fn context() -> Context {
     Context {
         hpa_targets: BTreeSet::from(["activator".to_string(), "webhook".to_string()]),
+        ..Default::default()
     }
 }
 

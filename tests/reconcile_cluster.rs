@@ -108,6 +108,7 @@ fn expectations(api: &FakeApi, keys: &[Key], policy: &Policy) -> BTreeMap<Key, O
                     .iter()
                     .filter_map(|t| t.strip_prefix(&format!("{}/", k.1)).map(str::to_string))
                     .collect(),
+                ..Default::default()
             };
             let out = engine::mutate_object(
                 policy,

@@ -27,6 +27,7 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
     let policy = Policy::from_yaml(&std::fs::read_to_string(&policy_path).unwrap()).unwrap();
     let ctx = knative_ha_webhook::engine::Context {
         hpa_targets: ["activator".to_string(), "webhook".to_string()].into(),
+        ..Default::default()
     };
     for ((group, plural), obj) in support::corpus::reconciled_objects() {
         let created = api.create(group, plural, obj);

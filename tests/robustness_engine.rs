@@ -26,6 +26,7 @@ static OBJECTS: LazyLock<Vec<(String, Value)>> = LazyLock::new(corpus::governed_
 fn context() -> Context {
     Context {
         hpa_targets: BTreeSet::from(["activator".to_string(), "webhook".to_string()]),
+        ..Default::default()
     }
 }
 

@@ -26,6 +26,7 @@ static OBJECTS: LazyLock<Vec<(String, Value)>> = LazyLock::new(corpus::governed_
 fn drive_engine(policy: &Policy) -> Result<(), String> {
     let ctx = Context {
         hpa_targets: BTreeSet::from(["activator".to_string()]),
+        ..Default::default()
     };
     let namespace = policy.spec.target_namespace.as_str();
     for (label, object) in OBJECTS.iter() {

@@ -34,9 +34,12 @@ EXPECTED_CLUSTER_RULES = [
     {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies"], "verbs": ["list", "watch"]},
     {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies/status"], "verbs": ["patch"]},
 ]
-# HPAs: list/watch in each governed namespace only (serve --governed-namespaces watches nowhere else).
+# HPAs and config-leader-election (by name: the watch's field selector): list/watch in each governed
+# namespace only (serve --governed-namespaces watches nowhere else).
 EXPECTED_HPA_RULES = [
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["config-leader-election"],
+     "verbs": ["list", "watch"]},
 ]
 EXPECTED_ROLE_RULES = [
     # patch: the knativeha.dev/last-valid-policy annotation on policy ConfigMaps.

@@ -19,6 +19,7 @@ static POLICY: LazyLock<Policy> =
 static OBJECTS: LazyLock<Vec<(String, Value)>> = LazyLock::new(corpus::governed_objects);
 static CONTEXT: LazyLock<Context> = LazyLock::new(|| Context {
     hpa_targets: BTreeSet::from(["activator".to_string(), "webhook".to_string()]),
+    ..Default::default()
 });
 const OPERATIONS: [Operation; 4] = [
     Operation::Create,

@@ -157,6 +157,40 @@ fn merged_timing_problem(
     ))
 }
 
+/// True for the keys of `config-leader-election` the duration rules read
+/// (kebab-case and legacy): what [`super::Context::leader_election`] needs.
+pub fn is_duration_key(key: &str) -> bool {
+    TIMING_KEYS.contains(&key) || LEGACY_KEYS.contains(&key)
+}
+
+/// The duration keys of a `config-leader-election`'s `data`.
+pub fn duration_data(data: &Map<String, Value>) -> Map<String, Value> {
+    data.iter()
+        .filter(|(k, _)| is_duration_key(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Whether `config-leader-election` holding `data` holds the policy's
+/// durations back: the decision of [`mutate`] (the same function), for a
+/// leader-elected Deployment's hash ([`super::leader`]). A value Knative
+/// would refuse (not a string) holds them back too: nothing is written.
+/// (The ConfigMap's records of durations being undone at the same time are
+/// not known here: the Deployment's view has only the duration keys.)
+pub(crate) fn durations_held_back(
+    t: &Target<'_>,
+    le: &crate::policy::LeaderElection,
+    data: &Map<String, Value>,
+) -> bool {
+    let ours = [
+        le.lease_duration.as_deref(),
+        le.renew_deadline.as_deref(),
+        le.retry_period.as_deref(),
+    ];
+    ours.iter().any(Option::is_some)
+        && !matches!(merged_timing_problem(t, ours, Some(data)), Ok(None))
+}
+
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     // Cheap exit before anything is copied: other ConfigMaps can be large.
     if t.name != LEADER_ELECTION_CONFIGMAP {

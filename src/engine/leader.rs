@@ -45,12 +45,13 @@ impl std::fmt::Write for Fnv1a {
 /// durations, normalised so `1m` and `60s` agree): FNV-1a 64 of
 /// `enabled=..;buckets=..;lease=..;renew=..;retry=..` as 16 hex digits.
 pub fn settings_hash(le: &LeaderElection) -> String {
-    settings_hash_text(le).as_str().to_string()
+    settings_hash_text(le, false).as_str().to_string()
 }
 
 /// [`settings_hash`] without an allocation (it runs on every admission of
-/// a leader-elected Deployment).
-fn settings_hash_text(le: &LeaderElection) -> HashText {
+/// a leader-elected Deployment); with `held_back`, as if the policy set no
+/// duration (`config-leader-election` gets none of them).
+fn settings_hash_text(le: &LeaderElection, held_back: bool) -> HashText {
     use std::fmt::Write as _;
     struct Duration<'a>(&'a Option<String>);
     impl std::fmt::Display for Duration<'_> {
@@ -70,12 +71,14 @@ fn settings_hash_text(le: &LeaderElection) -> HashText {
         Some(b) => write!(h, "{b}"),
         None => h.write_str("default"),
     };
+    let none = &None;
+    let written = |d| if held_back { none } else { d };
     let _ = write!(
         h,
         ";lease={};renew={};retry={}",
-        Duration(&le.lease_duration),
-        Duration(&le.renew_deadline),
-        Duration(&le.retry_period)
+        Duration(written(&le.lease_duration)),
+        Duration(written(&le.renew_deadline)),
+        Duration(written(&le.retry_period))
     );
     let mut text = [0u8; 16];
     for (i, byte) in text.iter_mut().enumerate() {
@@ -96,7 +99,9 @@ impl HashText {
 }
 
 /// Sets the hash annotation on governed leader-elected Deployments when the
-/// policy has leader election settings.
+/// policy has leader election settings: of what `config-leader-election`
+/// gets, so without the durations when the namespace's ConfigMap (if known)
+/// holds them back.
 pub(crate) fn hash(
     t: &Target<'_>,
     p: &mut Option<Patcher>,
@@ -108,7 +113,10 @@ pub(crate) fn hash(
     if !LEADER_ELECTED_DEPLOYMENTS.contains(&t.name) {
         return Ok(());
     }
-    let want = settings_hash_text(le);
+    let held_back = t
+        .leader_election
+        .is_some_and(|data| super::configmap::durations_held_back(t, le, data));
+    let want = settings_hash_text(le, held_back);
     let want = want.as_str();
     let current = super::lookup(t.object, HASH_PATH);
     if current.and_then(Value::as_str) == Some(want) {

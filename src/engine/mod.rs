@@ -118,6 +118,12 @@ pub struct Context {
     /// HorizontalPodAutoscaler targets (in addition to the built-in
     /// Knative HPA-backed names).
     pub hpa_targets: BTreeSet<String>,
+    /// The `data` of the namespace's `config-leader-election` ConfigMap
+    /// (only its duration keys are read), `None` when unknown or absent.
+    /// A leader-elected Deployment's hash leaves out the policy's durations
+    /// when this data makes the ConfigMap hold them back
+    /// ([`configmap::durations_held_back`]): it follows what Knative reads.
+    pub leader_election: Option<serde_json::Map<String, Value>>,
 }
 
 /// The result of mutating one object.
@@ -236,18 +242,25 @@ pub fn mutate_object(policy: &Policy, input: &Input<'_>, ctx: &Context) -> Resul
     if !matches!(input.operation, Operation::Create | Operation::Update) {
         return Ok(Outcome::default());
     }
-    mutate_governed(policy, input.namespace, input.object, &ctx.hpa_targets)
+    mutate_governed(
+        policy,
+        input.namespace,
+        input.object,
+        &ctx.hpa_targets,
+        ctx.leader_election.as_ref(),
+    )
 }
 
 /// The engine for a CREATE or UPDATE of `object` in `namespace` (the
 /// caller checked the operation: the admission path does it once, on its
 /// way in). Objects outside `policy.spec.target_namespace` never get a
-/// patch. `hpa_targets` as in [`Context`].
+/// patch. `hpa_targets` and `leader_election` as in [`Context`].
 pub fn mutate_governed(
     policy: &Policy,
     namespace: &str,
     object: &Value,
     hpa_targets: &BTreeSet<String>,
+    leader_election: Option<&serde_json::Map<String, Value>>,
 ) -> Result<Outcome> {
     let Some(obj) = object.as_object() else {
         return Err(EngineError::NotAnObject);
@@ -277,6 +290,7 @@ pub fn mutate_governed(
     let target = Target {
         policy,
         hpa_targets,
+        leader_election,
         kind,
         namespace,
         name,

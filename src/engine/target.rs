@@ -13,6 +13,8 @@ pub(crate) struct Target<'a> {
     pub policy: &'a Policy,
     /// [`Context::hpa_targets`].
     pub hpa_targets: &'a BTreeSet<String>,
+    /// [`Context::leader_election`].
+    pub leader_election: Option<&'a serde_json::Map<String, Value>>,
     pub kind: Kind,
     pub namespace: &'a str,
     pub name: &'a str,

@@ -117,6 +117,7 @@ pub async fn audit(
         let listed = objects::list_namespace(client, ns).await?;
         let ctx = crate::engine::Context {
             hpa_targets: listed.hpa_targets.clone(),
+            leader_election: listed.leader_election.clone(),
         };
         for object in &listed.objects {
             report.objects += 1;

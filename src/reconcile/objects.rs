@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, ListParams};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::error::{ReconcileError, Result};
-use crate::engine::{Kind, LEADER_ELECTION_CONFIGMAP};
+use crate::engine::{Kind, LEADER_ELECTION_CONFIGMAP, configmap};
 
 /// The API resource a governed kind is read and written as. The reconciler
 /// lists the four kinds; a `Scale` is the Deployment's subresource, seen only
@@ -50,6 +50,9 @@ pub struct Listed {
     pub objects: Vec<Value>,
     /// Deployments some listed HPA scales.
     pub hpa_targets: BTreeSet<String>,
+    /// The duration keys of the listed `config-leader-election`
+    /// ([`crate::engine::Context::leader_election`]).
+    pub leader_election: Option<Map<String, Value>>,
 }
 
 /// Objects per list request: a namespace with thousands of objects is read
@@ -119,6 +122,8 @@ pub async fn list_namespace(client: &kube::Client, namespace: &str) -> Result<Li
     )
     .await?
     {
+        let data = cm.get("data").and_then(Value::as_object);
+        listed.leader_election = Some(data.map(configmap::duration_data).unwrap_or_default());
         listed.objects.push(cm);
     }
     Ok(listed)

@@ -169,13 +169,17 @@ fn changes_text(d: &Drift) -> String {
         .join("; ")
 }
 
-/// The engine's context: the HPA targets listed now and those in the snapshot.
-fn context_for(snapshot_targets: Option<&BTreeSet<String>>, listed: &BTreeSet<String>) -> Context {
-    let mut hpa_targets = listed.clone();
+/// The engine's context: the HPA targets listed now and those in the
+/// snapshot; `config-leader-election` as listed now.
+fn context_for(snapshot_targets: Option<&BTreeSet<String>>, listed: &objects::Listed) -> Context {
+    let mut hpa_targets = listed.hpa_targets.clone();
     if let Some(t) = snapshot_targets {
         hpa_targets.extend(t.iter().cloned());
     }
-    Context { hpa_targets }
+    Context {
+        hpa_targets,
+        leader_election: listed.leader_election.clone(),
+    }
 }
 
 impl Run<'_> {
@@ -228,7 +232,7 @@ impl Run<'_> {
         snapshot_targets: Option<&BTreeSet<String>>,
     ) -> Result<()> {
         let listed = objects::list_namespace(self.client, namespace).await?;
-        let ctx = context_for(snapshot_targets, &listed.hpa_targets);
+        let ctx = context_for(snapshot_targets, &listed);
         let mut drift: BTreeMap<&'static str, i64> = BTreeMap::new();
         for object in &listed.objects {
             let Some(kind) = Kind::of(object) else {

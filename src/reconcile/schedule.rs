@@ -1,12 +1,14 @@
 //! When the leader reconciles which namespaces: all of them on a full run
 //! (the first after acquiring the Lease, then every `--reconcile-interval`,
-//! sooner after a failed run), else those whose policy or HPA targets
-//! changed since they were last reconciled.
+//! sooner after a failed run), else those whose policy, HPA targets or
+//! `config-leader-election` duration keys changed since they were last
+//! reconciled.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 use crate::policy::Policy;
@@ -15,8 +17,11 @@ use crate::store::Snapshot;
 /// After a failed run: when to try again (instead of the full interval).
 pub const RETRY_AFTER_ERROR: Duration = Duration::from_secs(30);
 
-/// What a namespace was last reconciled against: its policy and HPA targets.
-pub(super) type Seen = BTreeMap<String, (Arc<Policy>, BTreeSet<String>)>;
+/// What a namespace was last reconciled against: its policy, HPA targets
+/// and `config-leader-election` duration keys (the hold-back of the
+/// leader-election hash).
+pub(super) type Seen =
+    BTreeMap<String, (Arc<Policy>, BTreeSet<String>, Option<Map<String, Value>>)>;
 
 /// What each namespace of `snapshot` would be reconciled against.
 pub(super) fn seen(snapshot: &Snapshot) -> Seen {
@@ -29,20 +34,21 @@ pub(super) fn seen(snapshot: &Snapshot) -> Seen {
                 (
                     p.clone(),
                     snapshot.hpa_targets.get(ns).cloned().unwrap_or_default(),
+                    snapshot.leader_election.get(ns).cloned(),
                 ),
             )
         })
         .collect()
 }
 
-/// Namespaces whose policy or HPA targets differ between `before` and `now`
-/// (and that still have a policy).
+/// Namespaces whose policy, HPA targets or leader-election keys differ
+/// between `before` and `now` (and that still have a policy).
 fn changed(before: &Seen, now: &Seen) -> BTreeSet<String> {
     now.iter()
-        .filter(|(ns, (p, t))| {
+        .filter(|(ns, (p, t, le))| {
             before
                 .get(*ns)
-                .is_none_or(|(bp, bt)| **bp != **p || bt != t)
+                .is_none_or(|(bp, bt, ble)| **bp != **p || bt != t || ble != le)
         })
         .map(|(ns, _)| ns.clone())
         .collect()
@@ -119,26 +125,29 @@ mod tests {
     #[test]
     fn changed_namespaces() {
         let before: Seen = [
-            ("a".to_string(), (policy("a", 3), BTreeSet::new())),
-            ("b".to_string(), (policy("b", 3), BTreeSet::new())),
-            ("c".to_string(), (policy("c", 3), BTreeSet::new())),
+            ("a".to_string(), (policy("a", 3), BTreeSet::new(), None)),
+            ("b".to_string(), (policy("b", 3), BTreeSet::new(), None)),
+            ("c".to_string(), (policy("c", 3), BTreeSet::new(), None)),
+            ("e".to_string(), (policy("e", 3), BTreeSet::new(), None)),
         ]
         .into();
         let mut now = before.clone();
-        now.insert("a".into(), (policy("a", 4), BTreeSet::new()));
-        now.insert("b".into(), (policy("b", 3), ["x".to_string()].into()));
-        now.insert("d".into(), (policy("d", 3), BTreeSet::new()));
+        let retry = Map::from_iter([("retryPeriod".to_string(), Value::from("30s"))]);
+        now.insert("e".into(), (policy("e", 3), BTreeSet::new(), Some(retry)));
+        now.insert("a".into(), (policy("a", 4), BTreeSet::new(), None));
+        now.insert("b".into(), (policy("b", 3), ["x".to_string()].into(), None));
+        now.insert("d".into(), (policy("d", 3), BTreeSet::new(), None));
         now.remove("c");
         let got: Vec<String> = changed(&before, &now).into_iter().collect();
-        assert_eq!(got, vec!["a", "b", "d"]);
+        assert_eq!(got, vec!["a", "b", "d", "e"]);
         assert!(changed(&now, &now).is_empty());
     }
 
     #[test]
     fn full_first_then_changed_then_full_after_restart_or_interval() {
-        let a: Seen = [("a".to_string(), (policy("a", 3), BTreeSet::new()))].into();
+        let a: Seen = [("a".to_string(), (policy("a", 3), BTreeSet::new(), None))].into();
         let mut ab = a.clone();
-        ab.insert("b".into(), (policy("b", 3), BTreeSet::new()));
+        ab.insert("b".into(), (policy("b", 3), BTreeSet::new(), None));
         let names = |d: &Due| d.namespaces.iter().cloned().collect::<Vec<_>>();
 
         let mut s = Schedule::new(Duration::from_secs(3600));

@@ -211,6 +211,34 @@ class Lifecycle(ClusterCase):
         self.assertEqual(json.loads(self.kubectl.run("-n", GOVERNED, "get", "hpa", "activator", "-o", "json").stdout)
                          ["spec"]["minReplicas"], 5)
 
+    def test_held_back_durations_leave_the_hash_alone(self):
+        """Issue 22 item 7: the hash covers what config-leader-election really gets (serve watches it)."""
+        self.governed_install()
+        # The policy sets only renewDeadline: 20s; the ConfigMap's retry-period 30s makes the merged set
+        # invalid (20s < 1.2 x 30s), so the ConfigMap gets no duration from the policy.
+        self.kubectl.run("patch", "highavailabilitypolicy", "serving", "--type=merge", "-p",
+                         '{"spec":{"leaderElection":{"leaseDuration":null,"retryPeriod":null,"renewDeadline":"20s"}}}')
+        self.wait_policy("serving", "True", "Valid")
+        r = self.kubectl.run("-n", GOVERNED, "patch", "configmap", "config-leader-election", "--type=merge",
+                             "-p", '{"data":{"retry-period":"30s"}}')
+        self.assertIn("leader election durations not written", r.stderr)
+        text = "enabled=true;buckets=5;lease=default;renew=default;retry=default"
+        fnv = 0xCBF29CE484222325
+        for byte in text.encode():
+            fnv = ((fnv ^ byte) * 0x100000001B3) % 2**64
+        want = f"{fnv:016x}"
+        pokes = iter(range(1_000_000))
+
+        def hash_after_an_update():
+            # Each UPDATE is admitted with the server's snapshot, which has the ConfigMap once its watch saw it.
+            self.kubectl.run("-n", GOVERNED, "annotate", "--overwrite", "deployment", "controller",
+                             f"khw-e2e/poke={next(pokes)}")
+            d = self.kubectl.json("-n", GOVERNED, "deployment", "controller")
+            got = d["spec"]["template"]["metadata"].get("annotations", {}).get("knativeha.dev/leader-election-hash")
+            return got == want
+
+        wait_for(hash_after_an_update, f"the controller's hash to be {want} (no durations)", 30, every_s=1)
+
 
 if __name__ == "__main__":
     unittest.main()

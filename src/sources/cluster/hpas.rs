@@ -177,14 +177,9 @@ impl NamespaceTargets {
     }
 }
 
-/// What an HPA watcher tells the state, only when one of the two is news.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct HpaUpdate {
-    /// The namespace's targeted Deployments, when they changed.
-    pub targets: Option<BTreeSet<String>>,
-    /// This completed the watcher's first list.
-    pub first_list: bool,
-}
+/// What an HPA watcher tells the state: the namespace's targeted
+/// Deployments when they changed, and whether its first list completed.
+pub(crate) type HpaUpdate = super::namespace_watches::Update<BTreeSet<String>>;
 
 /// One HPA watcher's view of its namespace, kept in the watcher's task:
 /// the targets, a relist in progress, whether the first list completed.
@@ -203,7 +198,7 @@ impl WatchTargets {
     pub(crate) fn apply(&mut self, change: Change) -> Option<HpaUpdate> {
         let target = |item: Item| match item {
             Item::Hpa(t) => Some(t.deployment),
-            Item::Policy(_) => None,
+            Item::Policy(_) | Item::LeaderElection(_) => None,
         };
         let mut first_list = false;
         let changed = match change {
@@ -237,7 +232,7 @@ impl WatchTargets {
             }
         };
         (changed || first_list).then(|| HpaUpdate {
-            targets: changed.then(|| self.targets.targets()),
+            value: changed.then(|| self.targets.targets()),
             first_list,
         })
     }

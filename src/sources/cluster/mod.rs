@@ -6,9 +6,10 @@
 //!   into [`Msg`]s; it also keeps the `source_up` / `watch_errors` metrics
 //!   and logs outages (once) and reconnects.
 //! - `policies`, `configmaps`, `hpas`: per-source conversion and validation.
-//! - `hpa_watches`: HPAs are watched only in the namespaces where a policy
-//!   is in force, one watcher per namespace, started and stopped by the
-//!   state as policies come and go.
+//! - `namespace_watches`: what is watched only in the namespaces where a
+//!   policy is in force, one watcher per namespace and kind, started and
+//!   stopped by the state as policies come and go: HPAs (`hpa_watches`) and
+//!   the ConfigMap `config-leader-election` (`leader_election`).
 //! - `source_state`: per-source objects and a relist in progress, with the
 //!   last valid version of each policy object.
 //! - `state`: merge, publication of [`crate::store::Snapshot`]s, and the
@@ -31,8 +32,10 @@ use crate::store::PolicyStore;
 pub mod configmaps;
 mod hpa_watches;
 pub mod hpas;
+mod leader_election;
 pub mod merge;
 mod metrics;
+mod namespace_watches;
 pub mod policies;
 mod sent;
 mod source_state;
@@ -77,12 +80,14 @@ pub enum ClusterError {
 
 pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
 
-/// The three watched sources.
+/// The watched sources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Source {
     Policies,
     ConfigMaps,
     Hpas,
+    /// `config-leader-election` of the namespaces with a policy in force.
+    LeaderElection,
 }
 
 impl Source {
@@ -92,6 +97,7 @@ impl Source {
             Source::Policies => "policies",
             Source::ConfigMaps => "configmaps",
             Source::Hpas => "hpas",
+            Source::LeaderElection => "config-leader-election",
         }
     }
 }
@@ -112,6 +118,8 @@ pub struct Observed {
 pub(crate) enum Item {
     Policy(Box<Observed>),
     Hpa(hpas::HpaTarget),
+    /// The duration keys of `config-leader-election`.
+    LeaderElection(serde_json::Map<String, serde_json::Value>),
 }
 
 /// What a watcher tells the state.
@@ -138,6 +146,13 @@ pub(crate) enum Msg {
         namespace: String,
         id: u64,
         update: hpas::HpaUpdate,
+    },
+    /// The `config-leader-election` watcher `id` of `namespace` changed its
+    /// duration keys or completed its first list.
+    LeaderElection {
+        namespace: String,
+        id: u64,
+        update: leader_election::LeaderElectionUpdate,
     },
     /// A status write for this HighAvailabilityPolicy uid failed: retry.
     WriteFailed(String),
@@ -166,17 +181,23 @@ pub async fn run(
     let (tx, rx) = mpsc::unbounded_channel();
     let (write_tx, write_rx) = mpsc::unbounded_channel();
 
-    let spawner = hpa_watches::KubeSpawner {
-        client,
+    let sink = namespace_watches::Sink {
         tx: tx.clone(),
         metrics: metrics.clone(),
+    };
+    let spawners = state::Spawners {
+        hpas: Box::new(hpa_watches::KubeSpawner {
+            client: client.clone(),
+            sink: sink.clone(),
+        }),
+        leader_election: Box::new(leader_election::KubeSpawner { client, sink }),
     };
     let state = state::run(
         rx,
         store,
         write_tx,
         metrics.clone(),
-        Box::new(spawner),
+        spawners,
         config.governed.clone(),
     );
     let writer = writer::run(

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use super::hpa_watches::{HpaWatches, Spawn};
+use super::hpa_watches::{self, HpaWatches};
+use super::leader_election::{self, LeaderElectionWatches};
 use super::merge::{self, Merged, Origin, PolicyObject, Verdict};
 use super::metrics::{SourceLabel, StateLabel};
+use super::namespace_watches::Spawn;
 use super::sent::Sent;
 use super::source_state::{SourceState, Tracked, fold};
 use super::status;
@@ -27,6 +29,8 @@ struct State {
     configmaps: SourceState<Tracked>,
     /// HPA watches of the namespaces with a policy in force.
     hpas: HpaWatches,
+    /// `config-leader-election` watches of the same namespaces.
+    leader_election: LeaderElectionWatches,
     /// `--governed-namespaces`.
     governed: Governed,
     /// Once synced, the source stays synced (a namespace whose HPA watch
@@ -41,12 +45,22 @@ struct State {
     logged: HashMap<(Origin, String), Verdict>,
 }
 
+/// How the per-namespace watchers are started.
+pub(crate) struct Spawners {
+    pub hpas: Box<dyn Spawn>,
+    pub leader_election: Box<dyn Spawn>,
+}
+
 impl State {
-    fn new(spawner: Box<dyn Spawn>, governed: Governed) -> State {
+    fn new(spawners: Spawners, governed: Governed) -> State {
         State {
             policies: SourceState::default(),
             configmaps: SourceState::default(),
-            hpas: HpaWatches::new(spawner),
+            hpas: HpaWatches::new(hpa_watches::WHAT, spawners.hpas),
+            leader_election: LeaderElectionWatches::new(
+                leader_election::WHAT,
+                spawners.leader_election,
+            ),
             governed,
             was_synced: false,
             published_once: false,
@@ -57,14 +71,18 @@ impl State {
     }
 
     fn synced(&self) -> bool {
-        self.was_synced || (self.policies.synced && self.configmaps.synced && self.hpas.synced())
+        self.was_synced
+            || (self.policies.synced
+                && self.configmaps.synced
+                && self.hpas.synced()
+                && self.leader_election.synced())
     }
 
     /// A policy object's new state: folded into its last valid version.
     fn policy_item(prev: Option<&Tracked>, item: Item) -> Option<Tracked> {
         match item {
             Item::Policy(obs) => Some(fold(prev, *obs)),
-            Item::Hpa(_) => None,
+            Item::Hpa(_) | Item::LeaderElection(_) => None,
         }
     }
 
@@ -80,17 +98,20 @@ impl State {
                 self.configmaps.apply(change, Self::policy_item);
                 true
             }
-            Msg::Watch(Source::Hpas, _) => false,
+            Msg::Watch(Source::Hpas | Source::LeaderElection, _) => false,
             Msg::Hpa {
                 namespace,
                 id,
                 update,
-            } => {
-                let (targets, first_list) = self.hpas.apply(&namespace, id, update);
-                // A first list matters before the first sync (it may
-                // complete it), not after.
-                targets || (first_list && !self.was_synced)
-            }
+            } => news(self.was_synced, self.hpas.apply(&namespace, id, update)),
+            Msg::LeaderElection {
+                namespace,
+                id,
+                update,
+            } => news(
+                self.was_synced,
+                self.leader_election.apply(&namespace, id, update),
+            ),
             Msg::WriteFailed(uid) => {
                 self.sent.status.remove(&uid);
                 self.sent.annotation.remove(&uid);
@@ -110,10 +131,12 @@ impl State {
                 .map(|t| &t.object),
             &self.governed,
         );
-        // HPAs matter only where a policy is in force: watch exactly there
-        // (before the first sync too, so that synced includes their lists).
+        // HPAs and config-leader-election matter only where a policy is in
+        // force: watch exactly there (before the first sync too, so that
+        // synced includes their lists).
         if self.policies.synced && self.configmaps.synced {
             self.hpas.set(merged.policies.keys());
+            self.leader_election.set(merged.policies.keys());
         }
         let synced = self.synced();
         self.was_synced = synced;
@@ -131,12 +154,14 @@ impl State {
         let same = self.published_once
             && current.synced == synced
             && current.policies == merged.policies
-            && &current.hpa_targets == self.hpas.targets()
+            && &current.hpa_targets == self.hpas.values()
+            && &current.leader_election == self.leader_election.values()
             && current.unclaimed == unclaimed;
         if !same {
             store.publish(Snapshot {
                 policies: merged.policies.clone(),
-                hpa_targets: self.hpas.targets().clone(),
+                hpa_targets: self.hpas.values().clone(),
+                leader_election: self.leader_election.values().clone(),
                 synced,
                 unclaimed,
             });
@@ -222,6 +247,13 @@ fn unclaimed<'a>(
         }
     }
     Unclaimed::all_but(claimed).within(governed)
+}
+
+/// Whether a per-namespace watcher's update may change the snapshot: its
+/// values changed, or its first list came before the first sync (it may
+/// complete it; after it, it does not matter).
+fn news(was_synced: bool, (changed, first_list): (bool, bool)) -> bool {
+    changed || (first_list && !was_synced)
 }
 
 /// Logs which object governs which namespace when that changes.
@@ -365,10 +397,10 @@ pub(crate) async fn run(
     store: PolicyStore,
     writes: UnboundedSender<WriteReq>,
     metrics: ClusterMetrics,
-    hpa_spawner: Box<dyn Spawn>,
+    spawners: Spawners,
     governed: Governed,
 ) -> Result<(), ClusterError> {
-    let mut state = State::new(hpa_spawner, governed);
+    let mut state = State::new(spawners, governed);
     let mut retry = tokio::time::interval(RETRY_INTERVAL);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut logged_synced = false;
@@ -401,3 +433,7 @@ pub(crate) async fn run(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

@@ -1,0 +1,102 @@
+//! The state's snapshot: what the per-namespace watchers found reaches it.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::engine::leader::{HASH_ANNOTATION, settings_hash};
+use crate::policy::LeaderElection;
+use crate::sources::cluster::hpas::HpaUpdate;
+use crate::sources::cluster::leader_election::{WatchData, into_parts};
+use crate::sources::cluster::namespace_watches::tests::NoSpawn;
+use crate::sources::cluster::{Change, configmaps};
+
+const NS: &str = "knative-serving";
+
+fn configmap(name: &str, data: Value) -> ConfigMap {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "khw", "uid": name},
+        "data": data,
+    }))
+    .unwrap()
+}
+
+/// A state with one policy ConfigMap in force in [`NS`] and the
+/// per-namespace watchers started there (ids 1).
+fn state_with_policy(store: &PolicyStore, metrics: &ClusterMetrics) -> State {
+    let spawners = Spawners {
+        hpas: Box::new(NoSpawn),
+        leader_election: Box::new(NoSpawn),
+    };
+    let mut state = State::new(spawners, Governed::all());
+    let policy = format!(
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: {NS}\n  leaderElection: {{renewDeadline: 20s}}\n"
+    );
+    let observed = configmaps::observe(&configmap("ha", json!({"policy.yaml": policy})));
+    for change in [
+        Change::Init,
+        Change::InitApply("ha".into(), Item::Policy(Box::new(observed))),
+        Change::InitDone,
+    ] {
+        state.apply(Msg::Watch(Source::ConfigMaps, change));
+    }
+    state.apply(Msg::Watch(Source::Policies, Change::Missing));
+    state.publish(store, metrics);
+    state
+}
+
+#[test]
+fn config_leader_election_reaches_the_snapshot_and_the_hash() {
+    let (store, metrics) = (PolicyStore::default(), ClusterMetrics::default());
+    let mut state = state_with_policy(&store, &metrics);
+    assert!(
+        !store.load().synced,
+        "the namespace's watchers have not listed"
+    );
+    let first_list = HpaUpdate {
+        value: None,
+        first_list: true,
+    };
+    state.apply(Msg::Hpa {
+        namespace: NS.into(),
+        id: 1,
+        update: first_list,
+    });
+    // The watcher's fold over its first list of config-leader-election.
+    let mut seen = WatchData::default();
+    let cm = configmap(
+        "config-leader-election",
+        json!({"retryPeriod": "30s", "_example": "..."}),
+    );
+    seen.apply(Change::Init);
+    let (key, data) = into_parts(cm);
+    seen.apply(Change::InitApply(key, Item::LeaderElection(data)));
+    let update = seen.apply(Change::InitDone).expect("first list");
+    assert!(state.apply(Msg::LeaderElection {
+        namespace: NS.into(),
+        id: 1,
+        update,
+    }));
+    state.publish(&store, &metrics);
+    let snapshot = store.load();
+    assert!(snapshot.synced);
+    assert_eq!(
+        Value::Object(snapshot.leader_election[NS].clone()),
+        json!({"retryPeriod": "30s"})
+    );
+    // The request path: renew 20s < 1.2 x retry 30s holds the durations
+    // back, so the hash is the one of no durations.
+    let controller = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "controller", "namespace": NS},
+        "spec": {"template": {"spec": {"containers": [{"name": "controller"}]}}}});
+    let governed = snapshot.governed(NS).expect("governed");
+    let m = governed.mutate(NS, &controller).unwrap();
+    let want = settings_hash(&LeaderElection::default());
+    let line = m.changes.iter().find(|c| c.contains(HASH_ANNOTATION));
+    assert!(line.is_some_and(|c| c.contains(&want)), "{:?}", m.changes);
+    // The policy goes: the watch stops and its data leaves the snapshot.
+    state.apply(Msg::Watch(Source::ConfigMaps, Change::Delete("ha".into())));
+    state.publish(&store, &metrics);
+    assert!(store.load().leader_election.is_empty());
+}
