@@ -58,10 +58,15 @@ fn preview_yaml_prints_every_document_in_order_mutated_where_governed() {
         .unwrap();
     assert_eq!(cm["data"]["_example"], original_cm["data"]["_example"]);
     // Knative's own annotations unchanged; the engine adds only its records
-    // of the release values (issue 22 item 5, for `restore`).
+    // of the release values (issue 22 item 5, for `restore`) and of its own
+    // writes.
     let mut metadata = cm["metadata"].clone();
     let annotations = metadata["annotations"].as_object_mut().unwrap();
-    annotations.retain(|k, _| !k.starts_with("knativeha.dev/original-data-"));
+    assert_eq!(annotations["knativeha.dev/written-data-buckets"], "\"5\"");
+    annotations.retain(|k, _| {
+        !k.starts_with("knativeha.dev/original-data-")
+            && !k.starts_with("knativeha.dev/written-data-")
+    });
     assert_eq!(metadata, original_cm["metadata"]);
     // untouched documents round-trip unchanged
     let gw = find("Deployment", "3scale-kourier-gateway");

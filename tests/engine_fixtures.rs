@@ -42,14 +42,16 @@ fn without_hash(mut patch: Value, changes: Vec<String>) -> (Value, Vec<String>) 
     )
 }
 
-/// `op` without the record annotations of `engine::restore` (null when
+/// `op` without the record annotations of `engine::restore` and the
+/// ConfigMap keys' last writes (null when
 /// nothing else is left of it).
 fn without_records(op: &mut Value) {
     let is_record = |key: &str| {
-        key.starts_with("knativeha.dev/original-")
+        (key.starts_with("knativeha.dev/original-")
             && !key.ends_with("-min-replicas")
             && !key.ends_with("-max-replicas")
-            && key != "knativeha.dev/original-budget"
+            && key != "knativeha.dev/original-budget")
+            || key.starts_with("knativeha.dev/written-data-")
     };
     let path = op["path"].as_str().unwrap_or("").to_string();
     if let Some(key) = path.strip_prefix("/metadata/annotations/") {

@@ -3,7 +3,9 @@
 //! objects: the `config-leader-election` keys as recorded (never into a
 //! set client-go would refuse), the settings hash, and `--disable-ha` as
 //! recorded (never on a Deployment running more than one replica or scaled
-//! by an HPA: the invariant of `engine::leader`).
+//! by an HPA: the invariant of `engine::leader`). What someone else set
+//! since the engine's last write stays: a key changed since, a budget field
+//! a release's apply re-added beside the engine's.
 
 mod support;
 
@@ -152,4 +154,59 @@ fn an_undo_that_client_go_would_refuse_is_not_made() {
         "a warning says why: {:?}",
         m.changes
     );
+}
+
+#[test]
+fn a_key_someone_else_changed_since_the_engine_wrote_it_is_kept_when_the_record_goes() {
+    // The e2e reproduction: a policy writes retry-period 5s; an admin then
+    // sets it to 30s; a later policy no longer sets retryPeriod. The undo
+    // would put the release's unset back over the admin's 30s: it keeps it.
+    let cm = fixture("ConfigMap", GOVERNED, "config-leader-election");
+    let mut first = mutated(&policy(WITH_LEADER_ELECTION), &cm);
+    assert_eq!(first["data"]["retry-period"], "5s");
+    first["data"]["retry-period"] = json!("30s");
+    let second = mutated(
+        &policy("  leaderElection: {buckets: 3, leaseDuration: 30s, renewDeadline: 20s}\n"),
+        &first,
+    );
+    assert_eq!(second["data"]["retry-period"], "30s", "{}", second["data"]);
+    let left = annotations(&second);
+    for record in [
+        "knativeha.dev/original-data-retry-period",
+        "knativeha.dev/written-data-retry-period",
+    ] {
+        assert!(left.get(record).is_none(), "{record} goes: {left}");
+    }
+    // Its own write is still undone where nobody touched it.
+    let third = mutated(&policy(""), &second);
+    assert!(
+        third["data"].get("lease-duration").is_none(),
+        "{}",
+        third["data"]
+    );
+}
+
+#[test]
+fn a_release_apply_that_re_adds_its_budget_beside_the_engine_s_gets_the_release_s_budget() {
+    // The e2e reproduction (a restart on a stricter release): the engine
+    // wrote maxUnavailable 1 over activator-pdb's minAvailable 80%; the
+    // release's `kubectl apply` re-adds minAvailable (its last-applied
+    // never held maxUnavailable) while no policy setting asks for a budget
+    // any more. The API server refuses a PDB with both: the engine's goes.
+    let shipped = fixture("PodDisruptionBudget", GOVERNED, "activator-pdb");
+    assert_eq!(shipped["spec"]["minAvailable"], "80%");
+    let mut applied = mutated(
+        &policy("  replicas: 3\n  podDisruptionBudget: {maxUnavailable: 1}\n"),
+        &shipped,
+    );
+    assert_eq!(applied["spec"]["maxUnavailable"], 1);
+    applied["spec"]["minAvailable"] = json!("80%");
+    let out = mutated(&policy("  replicas: 3\n"), &applied);
+    assert_eq!(
+        out["spec"],
+        shipped["spec"],
+        "{:#?}",
+        differences(&out, &shipped)
+    );
+    assert_eq!(annotations(&out), annotations(&shipped), "no records left");
 }

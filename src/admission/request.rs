@@ -305,7 +305,7 @@ mod tests {
             Some(ObjectIn::View(v)) => {
                 assert_eq!(
                     v,
-                    serde_json::json!({"kind": "Deployment", "metadata": {"name": "c"}})
+                    serde_json::json!({"kind": "Deployment", "metadata": {"name": "c"}, "status": null})
                 )
             }
             _ => panic!("API server order: the view is built in the pass"),

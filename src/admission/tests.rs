@@ -282,13 +282,16 @@ fn legacy_leader_election_keys_hold_the_durations_back_at_admission() {
         .decode(response["patch"].as_str().expect("buckets are written"))
         .unwrap();
     let patch: Value = serde_json::from_slice(&patch).unwrap();
-    // The buckets, and the record of the release value they replace (`restore`).
+    // The buckets, the record of the release value they replace (`restore`)
+    // and of the engine's write.
     assert_eq!(
         patch,
         serde_json::json!([
             {"op": "add", "path": "/metadata/annotations",
              "value": {"knativeha.dev/original-data-buckets": "null"}},
-            {"op": "add", "path": "/data/buckets", "value": "2"}
+            {"op": "add", "path": "/data/buckets", "value": "2"},
+            {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-data-buckets",
+             "value": "\"2\""}
         ])
     );
     let warnings = response["warnings"].as_array().unwrap();
@@ -337,7 +340,10 @@ fn no_policy_object() -> Snapshot {
 /// answer says why.
 #[test]
 fn no_policy_object_undoes_the_records_of_an_object() {
-    let pdb = reapplied_pdb();
+    let mut pdb = reapplied_pdb();
+    // What the view leaves out stays: the patch is computed on the view.
+    pdb["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] =
+        serde_json::json!("{}");
     let reply = review(
         &no_policy_object(),
         &review_json("UPDATE", "knative-serving", pdb.clone()),
@@ -350,7 +356,15 @@ fn no_policy_object_undoes_the_records_of_an_object() {
         serde_json::json!({"minAvailable": "80%", "selector": {"matchLabels": {"app": "activator"}}}),
         "the release's budget alone"
     );
-    assert!(after["metadata"].get("annotations").is_none(), "{after}");
+    let annotations = after["metadata"]["annotations"].as_object().unwrap();
+    assert!(
+        !annotations.keys().any(|k| k.starts_with("knativeha.dev/")),
+        "records removed: {after}"
+    );
+    assert_eq!(
+        annotations["kubectl.kubernetes.io/last-applied-configuration"], "{}",
+        "the other annotations are kept: {after}"
+    );
     let warnings = reply.body["response"]["warnings"].as_array().unwrap();
     assert!(
         !warnings.is_empty()
@@ -406,4 +420,38 @@ fn a_policy_object_not_in_force_or_no_sync_undoes_nothing() {
         assert_eq!(reply.outcome, outcome, "{name}");
         assert!(reply.body["response"].get("patch").is_none(), "{name}");
     }
+}
+
+/// The pod template's labels (left out of the view) survive the hash's
+/// removal where no policy object exists: Deployment's selector needs them.
+#[test]
+fn no_policy_object_keeps_what_the_view_leaves_out_of_a_deployment() {
+    let deployment = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "controller", "namespace": "knative-serving",
+            "annotations": {"knativeha.dev/original-replicas": "1"}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "controller"}},
+            "template": {
+                "metadata": {"labels": {"app": "controller"},
+                    "annotations": {"knativeha.dev/leader-election-hash": "a94b58b82d50d865"}},
+                "spec": {"containers": [{"name": "controller", "image": "i"}]}}}
+    });
+    let reply = review(
+        &no_policy_object(),
+        &review_json("UPDATE", "knative-serving", deployment.clone()),
+        &ReviewOptions::default(),
+    );
+    let after = patched(&reply, &deployment).expect("a patch");
+    assert_eq!(after["spec"]["replicas"], 1, "{after}");
+    assert_eq!(
+        after["spec"]["template"]["metadata"]["labels"],
+        serde_json::json!({"app": "controller"}),
+        "{after}"
+    );
+    assert!(
+        after["spec"]["template"]["metadata"]["annotations"]
+            .get("knativeha.dev/leader-election-hash")
+            .is_none(),
+        "{after}"
+    );
 }

@@ -239,16 +239,22 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         if same {
             continue;
         }
-        let pt = super::restore::patcher(t, &mut p, &super::restore::recorded_key(key))?;
+        let records = super::restore::recorded_key(key);
+        let pt = super::restore::patcher(t, &mut p, &records)?;
         pt.set(&["data", key], json!(want))
             .map_err(|e| t.malformed(e))?;
+        for r in records {
+            super::restore::note_written(t, pt, r, &json!(want))?;
+        }
         changes.push(t.change(format!(
             "data.{key} {} -> {want:?}",
             current.map_or("unset".to_string(), |c| format!("{c:?}"))
         )));
     }
     for r in &unasked {
-        if undo.durations || !TIMING_KEYS.contains(&r.path[1]) {
+        // A key someone else changed since the engine wrote it keeps their
+        // value: only its records go, whatever the durations' check says.
+        if undo.durations || !TIMING_KEYS.contains(&r.path[1]) || theirs(t, r)? {
             super::restore::undo(t, &mut p, r, &mut changes)?;
         }
     }
@@ -284,6 +290,14 @@ fn unasked(
         .collect()
 }
 
+/// Whether someone else changed `r`'s key since the engine wrote it (its
+/// value stays when the record goes).
+fn theirs(t: &Target<'_>, r: &super::restore::Recorded) -> Result<bool, EngineError> {
+    super::restore::changed_since_written(t.object, r)
+        .map(|last| last.is_some())
+        .map_err(|e| t.malformed(e))
+}
+
 /// What the merged-duration check allows once the unasked records are
 /// undone.
 struct UndoPlan {
@@ -306,10 +320,12 @@ fn undo_plan(
     ours: [Option<&str>; 3],
     unasked: &[&super::restore::Recorded],
 ) -> Result<UndoPlan, EngineError> {
-    let undone: Vec<_> = unasked
-        .iter()
-        .filter(|r| TIMING_KEYS.contains(&r.path[1]))
-        .collect();
+    let mut undone = Vec::new();
+    for r in unasked {
+        if TIMING_KEYS.contains(&r.path[1]) && !theirs(t, r)? {
+            undone.push(r);
+        }
+    }
     let writes = ours.iter().any(Option::is_some);
     if undone.is_empty() {
         let problem = match writes {

@@ -122,8 +122,28 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         return Ok((None, changes));
     };
     if written != current {
-        // Someone else changed it since: theirs stays.
-        return Ok((None, changes));
+        // Someone else changed it since: theirs stays. A field set beside
+        // the engine's (a release's `kubectl apply` re-adding its
+        // minAvailable) is theirs too, and the engine's goes: the API
+        // server refuses a PDB holding both.
+        let beside =
+            current.len() > written.len() && written.iter().all(|(k, v)| current.get(k) == Some(v));
+        if !beside {
+            return Ok((None, changes));
+        }
+        let theirs: Map<String, Value> = current
+            .iter()
+            .filter(|(k, _)| !written.contains_key(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let why = format!(
+            "the engine's {} goes: {} was set beside it since, and a PDB cannot hold both",
+            shown(&written),
+            shown(&theirs)
+        );
+        let (p, mut kept) = write(t, &current, &theirs, Some(why))?;
+        changes.append(&mut kept);
+        return Ok((p, changes));
     }
     let blocks = allowed(&current, n).is_some_and(|a| a <= 0);
     let why = if blocks {

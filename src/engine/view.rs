@@ -25,13 +25,11 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::hpa::{ORIGINAL_MAX, ORIGINAL_MIN, WRITTEN_MAX, WRITTEN_MIN};
 use super::leader::HASH_ANNOTATION;
-use super::pdb;
 use super::restore;
 
 /// What to keep of a JSON node.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Shape {
     /// The whole value.
     Keep,
@@ -44,22 +42,18 @@ enum Shape {
 use Shape::{Items, Keep, Object};
 
 /// The annotations that record what the engine replaced.
-const RECORDS: Shape = Object(&[
-    (ORIGINAL_MIN, Keep),
-    (ORIGINAL_MAX, Keep),
-    (WRITTEN_MIN, Keep),
-    (WRITTEN_MAX, Keep),
-    (pdb::ORIGINAL, Keep),
-    (pdb::WRITTEN, Keep),
-    (restore::REPLICAS.annotation, Keep),
-    (restore::ROLLOUT_MAX_UNAVAILABLE.annotation, Keep),
-    (restore::TOPOLOGY_SPREAD.annotation, Keep),
-    (restore::ORIGINAL_DISABLE_HA, Keep),
-    (restore::LEADER_ELECTION_KEYS[0].annotation, Keep),
-    (restore::LEADER_ELECTION_KEYS[1].annotation, Keep),
-    (restore::LEADER_ELECTION_KEYS[2].annotation, Keep),
-    (restore::LEADER_ELECTION_KEYS[3].annotation, Keep),
-]);
+const RECORDS: Shape = Object(&kept(restore::RECORD_ANNOTATIONS));
+
+/// Each of `keys`, kept whole.
+const fn kept<const N: usize>(keys: [&'static str; N]) -> [(&'static str, Shape); N] {
+    let mut out = [("", Keep); N];
+    let mut i = 0;
+    while i < N {
+        out[i].0 = keys[i];
+        i += 1;
+    }
+    out
+}
 
 /// What [`records`] reads: the records, the opt-out label and the
 /// leader-election hash of a pod template.
@@ -274,6 +268,7 @@ impl<'de> Visitor<'de> for ShapeVisitor {
             }
             return Ok(Value::Object(out));
         };
+        let mut placeholder = false;
         while let Some(Text(key)) = map.next_key()? {
             match members.iter().find(|(name, _)| *name == key) {
                 Some((_, shape)) => {
@@ -282,6 +277,15 @@ impl<'de> Visitor<'de> for ShapeVisitor {
                 }
                 None => {
                     map.next_value::<IgnoredAny>()?;
+                    // The first member left out stays, as null: a map is
+                    // empty in the view only when it is in the object, so
+                    // the engine never removes a parent it emptied of what
+                    // it sees (a pod template's `metadata` still holding
+                    // the labels, annotations still holding others).
+                    if !placeholder {
+                        placeholder = true;
+                        out.insert(key.into_owned(), Value::Null);
+                    }
                 }
             }
         }
@@ -323,7 +327,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn keeps_what_the_engine_reads_and_nothing_else() {
+    fn keeps_what_the_engine_reads_and_a_null_for_the_first_member_left_out() {
         let object = json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "c", "labels": {"a": "b"}, "annotations": {"x": "y"}},
@@ -337,9 +341,11 @@ mod tests {
             view,
             json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": "c", "labels": {}, "annotations": {}},
+                "metadata": {"name": "c", "labels": {"a": null}, "annotations": {"x": null}},
                 "spec": {"replicas": 1, "template": {"spec": {
-                    "containers": [{"name": "c", "args": ["-v"]}, {"name": "d"}]}}}
+                    "containers": [{"name": "c", "image": null, "args": ["-v"]}, {"name": "d"}],
+                    "volumes": null}}},
+                "status": null
             })
         );
     }
@@ -351,7 +357,7 @@ mod tests {
         let view = parse(text).unwrap();
         assert_eq!(
             view,
-            json!({"spec": [1, {"a": 2}], "metadata": {"name": 5}, "data": "text"})
+            json!({"spec": [1, {"a": 2}], "metadata": {"name": 5}, "data": "text", "status": null})
         );
         assert_eq!(parse("[1, 2]").unwrap(), json!([1, 2]));
         assert_eq!(parse("\"x\"").unwrap(), json!("x"));

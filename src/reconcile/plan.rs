@@ -92,12 +92,14 @@ pub fn touches_pod_template(op: &PatchOperation) -> bool {
         || (path.is_empty() && !matches!(op, PatchOperation::Test(_)))
 }
 
-/// True for the write of a record of a release value
-/// ([`engine::restore`]): an `add` under `/metadata/annotations`.
+/// True for the write of a record of a release value or of the engine's
+/// last write ([`engine::restore`]): an `add` under `/metadata/annotations`.
 fn is_record(op: &PatchOperation) -> bool {
+    let path = op_path(op);
     matches!(op, PatchOperation::Add(_))
-        && (op_path(op) == "/metadata/annotations"
-            || op_path(op).starts_with("/metadata/annotations/knativeha.dev~1original-"))
+        && (path == "/metadata/annotations"
+            || path.starts_with("/metadata/annotations/knativeha.dev~1original-")
+            || path.starts_with("/metadata/annotations/knativeha.dev~1written-"))
 }
 
 /// Without the pod template ops, some other writes are unsafe on their own:

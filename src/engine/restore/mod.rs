@@ -45,52 +45,95 @@ pub struct Recorded {
     pub annotation: &'static str,
     /// The field (object keys).
     pub path: &'static [&'static str],
+    /// The annotation holding the JSON text of the engine's last write of
+    /// the field, where it keeps one: a field that differs from it was
+    /// changed by someone else since, and is kept when the record goes.
+    pub written: Option<&'static str>,
 }
 
 /// Deployment `spec.replicas`.
 pub const REPLICAS: Recorded = Recorded {
     annotation: "knativeha.dev/original-replicas",
     path: &["spec", "replicas"],
+    written: None,
 };
 /// Deployment `spec.strategy.rollingUpdate.maxUnavailable`.
 pub const ROLLOUT_MAX_UNAVAILABLE: Recorded = Recorded {
     annotation: "knativeha.dev/original-rollout-max-unavailable",
     path: &["spec", "strategy", "rollingUpdate", "maxUnavailable"],
+    written: None,
 };
 /// Deployment `spec.template.spec.topologySpreadConstraints`.
 pub const TOPOLOGY_SPREAD: Recorded = Recorded {
     annotation: "knativeha.dev/original-topology-spread-constraints",
     path: &["spec", "template", "spec", "topologySpreadConstraints"],
+    written: None,
 };
 /// HorizontalPodAutoscaler `spec.minReplicas` ([`super::hpa::ORIGINAL_MIN`]).
 pub const HPA_MIN: Recorded = Recorded {
     annotation: super::hpa::ORIGINAL_MIN,
     path: &["spec", "minReplicas"],
+    written: None,
 };
 /// HorizontalPodAutoscaler `spec.maxReplicas` ([`super::hpa::ORIGINAL_MAX`]).
 pub const HPA_MAX: Recorded = Recorded {
     annotation: super::hpa::ORIGINAL_MAX,
     path: &["spec", "maxReplicas"],
+    written: None,
 };
 /// `config-leader-election` keys the engine writes.
 pub const LEADER_ELECTION_KEYS: [Recorded; 4] = [
     Recorded {
         annotation: "knativeha.dev/original-data-buckets",
         path: &["data", "buckets"],
+        written: Some("knativeha.dev/written-data-buckets"),
     },
     Recorded {
         annotation: "knativeha.dev/original-data-lease-duration",
         path: &["data", "lease-duration"],
+        written: Some("knativeha.dev/written-data-lease-duration"),
     },
     Recorded {
         annotation: "knativeha.dev/original-data-renew-deadline",
         path: &["data", "renew-deadline"],
+        written: Some("knativeha.dev/written-data-renew-deadline"),
     },
     Recorded {
         annotation: "knativeha.dev/original-data-retry-period",
         path: &["data", "retry-period"],
+        written: Some("knativeha.dev/written-data-retry-period"),
     },
 ];
+
+/// Every annotation the engine keeps its records in (the originals and its
+/// own last writes): what [`carries_records`] looks for and the view keeps.
+pub const RECORD_ANNOTATIONS: [&str; 18] = [
+    REPLICAS.annotation,
+    ROLLOUT_MAX_UNAVAILABLE.annotation,
+    TOPOLOGY_SPREAD.annotation,
+    HPA_MIN.annotation,
+    HPA_MAX.annotation,
+    super::hpa::WRITTEN_MIN,
+    super::hpa::WRITTEN_MAX,
+    super::pdb::ORIGINAL,
+    super::pdb::WRITTEN,
+    ORIGINAL_DISABLE_HA,
+    LEADER_ELECTION_KEYS[0].annotation,
+    LEADER_ELECTION_KEYS[1].annotation,
+    LEADER_ELECTION_KEYS[2].annotation,
+    LEADER_ELECTION_KEYS[3].annotation,
+    written(&LEADER_ELECTION_KEYS[0]),
+    written(&LEADER_ELECTION_KEYS[1]),
+    written(&LEADER_ELECTION_KEYS[2]),
+    written(&LEADER_ELECTION_KEYS[3]),
+];
+
+const fn written(r: &Recorded) -> &'static str {
+    match r.written {
+        Some(w) => w,
+        None => r.annotation,
+    }
+}
 
 /// Deployment: whether the Knative container carried `--disable-ha` (JSON
 /// `true`/`false`) before the engine first added or removed it.
@@ -160,6 +203,52 @@ pub(crate) fn record(t: &Target<'_>, p: &mut Patcher, r: &Recorded) -> Result<()
     Ok(())
 }
 
+/// Notes in `p` that the engine wrote `value` to `r`'s field (for a field
+/// whose last write is kept, [`Recorded::written`]).
+pub(crate) fn note_written(
+    t: &Target<'_>,
+    p: &mut Patcher,
+    r: &Recorded,
+    value: &Value,
+) -> Result<(), EngineError> {
+    let Some(w) = r.written else {
+        return Ok(());
+    };
+    let path = ["metadata", "annotations", w];
+    super::check_parents(t, &path)?;
+    p.set(&path, Value::String(value.to_string()))
+        .map_err(|e| t.malformed(e))?;
+    Ok(())
+}
+
+/// The engine's last write of `r`'s field when the field no longer holds
+/// it (someone else changed it since): `Some(written)`, the value the
+/// engine wrote (`None`: unset). `None` when no last write is kept or the
+/// field still holds it.
+pub(crate) fn changed_since_written(
+    object: &Value,
+    r: &Recorded,
+) -> Result<Option<Option<Value>>, String> {
+    let Some(w) = r.written else {
+        return Ok(None);
+    };
+    let Some(text) = annotation(object, w) else {
+        return Ok(None);
+    };
+    let last = text
+        .as_str()
+        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+        .ok_or_else(|| {
+            format!(
+                "metadata.annotations.{w} must be the JSON text of the engine's last write, got {}",
+                show(text)
+            )
+        })?;
+    let last = Some(last).filter(|v| !v.is_null());
+    let current = super::lookup(object, r.path).filter(|v| !v.is_null());
+    Ok((current != last.as_ref()).then_some(last))
+}
+
 /// The patcher of `t` (created on first use) after recording `records`:
 /// what a kind handler takes before it changes a recorded field.
 pub(crate) fn patcher<'p>(
@@ -185,15 +274,23 @@ pub(crate) fn undo(
     if annotation(t.object, r.annotation).is_none() {
         return Ok(());
     }
-    if let Some(text) = put_back(t.object, p, r).map_err(|e| t.malformed(e))? {
-        changes.push(t.change(format!(
+    match put_back(t.object, p, r).map_err(|e| t.malformed(e))? {
+        Some(PutBack::Restored(text)) => changes.push(t.change(format!(
             "{text} (the recorded release value: no policy setting asks for it any more)"
-        )));
+        ))),
+        Some(PutBack::Theirs(text)) => {
+            changes.push(t.change(format!("{text} (no policy setting asks for it any more)")))
+        }
+        None => {}
     }
     Ok(())
 }
 
 /// Removes `path`, then the parents below the top level that it left empty.
+/// Safe on a view ([`super::view`]): a map the view filters keeps one of
+/// the members it leaves out, as null, so a parent is empty in the view
+/// only when it is empty in the object (a pod template's `metadata` still
+/// holding the labels is never removed with the hash).
 pub(super) fn remove_pruned(p: &mut Patcher, path: &[&str]) {
     if !p.remove(path) {
         return;
@@ -208,18 +305,42 @@ pub(super) fn remove_pruned(p: &mut Patcher, path: &[&str]) {
     }
 }
 
+/// What [`put_back`] did, as the change text.
+enum PutBack {
+    /// The recorded value is back.
+    Restored(String),
+    /// The field was changed by someone else since the engine's last write:
+    /// it is kept, only the records go.
+    Theirs(String),
+}
+
 /// Puts the recorded value of `r` back in `p` (a copy of `object`, created
-/// on first use) and drops the record. The change text; None when nothing
-/// is recorded.
+/// on first use) and drops the record, unless someone else changed the
+/// field since the engine's last write ([`changed_since_written`]): then
+/// the field is kept and only the records go. None when nothing is
+/// recorded.
 fn put_back(
     object: &Value,
     p: &mut Option<Patcher>,
     r: &Recorded,
-) -> Result<Option<String>, String> {
+) -> Result<Option<PutBack>, String> {
     let Some(original) = recorded(object, r)? else {
         return Ok(None);
     };
+    let theirs = changed_since_written(object, r)?;
     let pt = p.get_or_insert_with(|| Patcher::new(object));
+    if let Some(w) = r.written {
+        remove_pruned(pt, &["metadata", "annotations", w]);
+    }
+    if let Some(last) = theirs {
+        remove_pruned(pt, &["metadata", "annotations", r.annotation]);
+        let current = super::lookup(object, r.path).map_or("unset".to_string(), show);
+        return Ok(Some(PutBack::Theirs(format!(
+            "{} {current} kept: changed since the engine wrote {}; records removed",
+            r.path.join("."),
+            last.as_ref().map_or("unset".to_string(), show)
+        ))));
+    }
     let current = super::lookup(&pt.doc, r.path)
         .filter(|v| !v.is_null())
         .cloned();
@@ -247,7 +368,7 @@ fn put_back(
         }
     }
     remove_pruned(pt, &["metadata", "annotations", r.annotation]);
-    Ok(Some(text))
+    Ok(Some(PutBack::Restored(text)))
 }
 
 /// The object's kind, namespace and name for messages.
@@ -302,8 +423,10 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Outcome, EngineError> 
     let mut p: Option<Patcher> = None;
     let mut changes = Vec::new();
     for r in records {
-        if let Some(text) = put_back(object, &mut p, r).map_err(|e| n.malformed(e))? {
-            changes.push(n.change(format!("{text} (restored)")));
+        match put_back(object, &mut p, r).map_err(|e| n.malformed(e))? {
+            Some(PutBack::Restored(text)) => changes.push(n.change(format!("{text} (restored)"))),
+            Some(PutBack::Theirs(text)) => changes.push(n.change(text)),
+            None => {}
         }
     }
     if kind == Kind::HorizontalPodAutoscaler

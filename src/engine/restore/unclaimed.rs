@@ -8,34 +8,11 @@
 
 use serde_json::Value;
 
-use super::{HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, ORIGINAL_DISABLE_HA, Recorded};
-use super::{REPLICAS, ROLLOUT_MAX_UNAVAILABLE, TOPOLOGY_SPREAD};
-use crate::engine::{EngineError, Outcome, SKIP_LABEL, hpa, leader, lookup, pdb};
+use super::RECORD_ANNOTATIONS;
+use crate::engine::{EngineError, Outcome, SKIP_LABEL, leader, lookup};
 
 /// Why the change lines of [`undo_unclaimed`] are made.
 pub const WHY: &str = "no policy governs the namespace any more";
-
-/// The object annotations that record what the engine replaced.
-const RECORDS: [&str; 14] = [
-    REPLICAS.annotation,
-    ROLLOUT_MAX_UNAVAILABLE.annotation,
-    TOPOLOGY_SPREAD.annotation,
-    HPA_MIN.annotation,
-    HPA_MAX.annotation,
-    hpa::WRITTEN_MIN,
-    hpa::WRITTEN_MAX,
-    pdb::ORIGINAL,
-    pdb::WRITTEN,
-    ORIGINAL_DISABLE_HA,
-    key(&LEADER_ELECTION_KEYS[0]),
-    key(&LEADER_ELECTION_KEYS[1]),
-    key(&LEADER_ELECTION_KEYS[2]),
-    key(&LEADER_ELECTION_KEYS[3]),
-];
-
-const fn key(r: &Recorded) -> &'static str {
-    r.annotation
-}
 
 /// True when the object carries one of the engine's records (or the
 /// leader-election hash it owns on a pod template) and is not labelled
@@ -50,7 +27,9 @@ pub fn carries_records(object: &Value) -> bool {
         .and_then(Value::as_str)
         .is_some_and(|v| v == "true");
     !skipped
-        && (RECORDS.iter().any(|k| has(&["metadata", "annotations"], k))
+        && (RECORD_ANNOTATIONS
+            .iter()
+            .any(|k| has(&["metadata", "annotations"], k))
             || has(
                 &["spec", "template", "metadata", "annotations"],
                 leader::HASH_ANNOTATION,
@@ -70,8 +49,10 @@ pub fn undo_unclaimed(namespace: &str, object: &Value) -> Result<Outcome, Engine
     }
     let mut outcome = super::restore(namespace, object)?;
     for line in &mut outcome.mutation.changes {
-        let text = line.strip_suffix(" (restored)").unwrap_or(line);
-        *line = format!("{text} ({WHY}: the release value, record removed)");
+        *line = match line.strip_suffix(" (restored)") {
+            Some(text) => format!("{text} ({WHY}: the release value, record removed)"),
+            None => format!("{line} ({WHY})"),
+        };
     }
     Ok(outcome)
 }
