@@ -4,7 +4,7 @@
 //! never built), so a large object costs a scan, not a tree.
 //!
 //! The engine's answer (patch and change lines) on the view equals its
-//! answer on the whole object (`tests/engine_view.rs` checks it on every
+//! answer on the whole object (`tests/it/engine_view.rs` checks it on every
 //! Knative v1.23.0 object and on arbitrary and mutated ones), because:
 //! - every path the engine reads or writes is kept, with the whole value
 //!   where the engine compares, copies or shows it ([`Shape::Keep`]);
