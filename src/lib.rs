@@ -15,6 +15,7 @@ pub mod cli;
 pub mod cmd;
 pub mod config;
 pub mod engine;
+pub mod errors;
 pub mod kubeclient;
 pub mod manifest;
 pub mod policy;

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use crate::config::{AuditConfig, AuditFormat};
+use crate::errors::Chain;
 use crate::reconcile::audit::{
     AuditError, AuditReport, audit as audit_cluster, cluster_policies, exit_code, render_table,
 };
@@ -17,7 +18,7 @@ pub fn audit(config: &AuditConfig) -> anyhow::Result<ExitCode> {
     let report = match runtime {
         Ok(runtime) => runtime
             .block_on(run(config))
-            .map_err(|e| format!("audit: {e}")),
+            .map_err(|e| format!("audit: {}", Chain(&e))),
         Err(e) => Err(format!("starting the runtime: {e}")),
     };
     let text = report.and_then(|report| Ok((render(&report, config.output)?, report)));

@@ -31,11 +31,13 @@ pub enum AuditError {
     Kube(#[from] crate::kubeclient::KubeClientError),
     #[error("{0}")]
     Policy(String),
-    #[error("listing {what}: {}", list_reason(.source))]
+    /// A list failed; the API server's message or why it could not be
+    /// reached ([`crate::kubeclient::describe`]).
+    #[error("listing {what}")]
     List {
         what: &'static str,
         #[source]
-        source: kube::Error,
+        reason: crate::errors::InWords,
     },
     #[error("no policy found{0}: nothing to audit")]
     NoPolicy(String),
@@ -80,15 +82,6 @@ pub struct AuditReport {
     pub drift: Vec<ObjectDrift>,
     /// Policy objects that are invalid or in conflict (not applied).
     pub warnings: Vec<String>,
-}
-
-/// A failed list in the user's words: the API server's own message and
-/// code, or why it could not be reached ("connection refused", "timed out").
-fn list_reason(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} (HTTP {})", s.message, s.code),
-        other => crate::kubeclient::reason(other),
-    }
 }
 
 /// Audits the governed objects of `policies` (optionally one namespace).

@@ -4,7 +4,7 @@
 /// Errors of the reconciler and of `audit`.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    #[error("{action} {kind} {namespace}/{name}: {source}")]
+    #[error("{action} {kind} {namespace}/{name}")]
     Api {
         action: &'static str,
         kind: &'static str,
@@ -13,13 +13,13 @@ pub enum ReconcileError {
         #[source]
         source: Box<kube::Error>,
     },
-    #[error("decoding a {kind}: {source}")]
+    #[error("decoding a {kind}")]
     Decode {
         kind: &'static str,
         #[source]
         source: serde_json::Error,
     },
-    #[error("{kind} {namespace}/{name}: {source}")]
+    #[error("{kind} {namespace}/{name}")]
     Engine {
         kind: &'static str,
         namespace: String,

@@ -140,10 +140,12 @@ impl Outcome {
         }
     }
 
-    fn failed(error: impl ToString) -> Outcome {
-        Outcome::drifting(ObjectResult::Failed {
-            error: error.to_string(),
-        })
+    fn failed(error: &(dyn std::error::Error + 'static)) -> Outcome {
+        Outcome::failed_because(crate::errors::chain(error))
+    }
+
+    fn failed_because(reason: String) -> Outcome {
+        Outcome::drifting(ObjectResult::Failed { error: reason })
     }
 }
 
@@ -199,8 +201,8 @@ impl Run<'_> {
             }
             let targets = snapshot.hpa_targets.get(namespace);
             if let Err(e) = self.namespace(Some(policy), namespace, targets).await {
-                tracing::warn!(namespace = %namespace, error = %e, "reconcile: namespace failed");
-                self.report.errors.push(e.to_string());
+                tracing::warn!(namespace = %namespace, error = %crate::errors::Chain(&e), "reconcile: namespace failed");
+                self.report.errors.push(crate::errors::chain(&e));
             }
         }
         self.metrics.run(self.report.ok());
@@ -215,8 +217,8 @@ impl Run<'_> {
                 break;
             }
             if let Err(e) = self.namespace(None, namespace, None).await {
-                tracing::warn!(namespace = %namespace, error = %e, "reconcile: namespace failed");
-                self.report.errors.push(e.to_string());
+                tracing::warn!(namespace = %namespace, error = %crate::errors::Chain(&e), "reconcile: namespace failed");
+                self.report.errors.push(crate::errors::chain(&e));
             }
         }
         self.metrics.run(self.report.ok());
@@ -277,7 +279,7 @@ impl Run<'_> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
         tracing::warn!(kind, namespace, name, attempts = MAX_ATTEMPTS, error = %last_error,
             "reconcile: gave up after repeated conflicts; next run retries");
-        Outcome::failed(format!("{MAX_ATTEMPTS} conflicting attempts: {last_error}"))
+        Outcome::failed_because(format!("{MAX_ATTEMPTS} conflicting attempts: {last_error}"))
     }
 
     /// The object as it is now, after a conflict.
@@ -290,9 +292,9 @@ impl Run<'_> {
                 Err(Outcome::settled(ObjectResult::Gone))
             }
             Err(e) => {
-                tracing::warn!(kind, namespace, name, error = %e, "reconcile: re-read failed");
+                tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&e), "reconcile: re-read failed");
                 self.metrics.write(t.kind, "error");
-                Err(Outcome::failed(e))
+                Err(Outcome::failed(&e))
             }
         }
     }
@@ -340,9 +342,9 @@ impl Run<'_> {
                 Err(Outcome::settled(ObjectResult::InLine))
             }
             Err(error) => {
-                tracing::warn!(kind, namespace, name, error = %error,
+                tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&error),
                     "reconcile: the engine cannot handle this object; skipped");
-                Err(Outcome::failed(error))
+                Err(Outcome::failed(&error))
             }
         }
     }
@@ -370,7 +372,9 @@ impl Run<'_> {
             name,
             "reconcile: object has no resourceVersion; skipped"
         );
-        Err(Outcome::failed("no metadata.resourceVersion"))
+        Err(Outcome::failed_because(
+            "no metadata.resourceVersion".into(),
+        ))
     }
 
     /// Sends `patch`; a lost race asks for another attempt.
@@ -400,9 +404,9 @@ impl Run<'_> {
             }
             Err(e) if error::is_precondition_failed(&e) => {
                 self.metrics.write(t.kind, "conflict");
-                tracing::info!(kind, namespace, name, attempt, error = %e,
+                tracing::info!(kind, namespace, name, attempt, error = %crate::errors::Chain(&e),
                     "reconcile: the object changed since it was read; reading it again");
-                Attempt::Conflict(e.to_string())
+                Attempt::Conflict(crate::errors::chain(&e))
             }
             Err(e) if error::is_not_found(&e) => {
                 tracing::info!(kind, namespace, name, "reconcile: object gone; skipped");
@@ -410,8 +414,8 @@ impl Run<'_> {
             }
             Err(e) => {
                 self.metrics.write(t.kind, "error");
-                tracing::warn!(kind, namespace, name, error = %e, "reconcile: write failed");
-                Attempt::Done(Outcome::failed(e))
+                tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&e), "reconcile: write failed");
+                Attempt::Done(Outcome::failed(&e))
             }
         }
     }

@@ -45,21 +45,6 @@ pub enum FileSourceError {
 
 pub type Result<T, E = FileSourceError> = std::result::Result<T, E>;
 
-/// An error and its causes, `: `-separated (for log lines).
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        let line = e.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        cause = e.source();
-    }
-    text
-}
-
 /// Refuses policies for namespaces outside `governed`.
 pub fn check_governed(policies: &[Policy], governed: &Governed, path: &Path) -> Result<()> {
     match policies
@@ -173,7 +158,7 @@ impl FileSource {
                     error,
                 };
                 self.metrics.policy_reload(false);
-                tracing::error!(error = %with_causes(&err), "policy file unreadable; keeping the previous policy");
+                tracing::error!(error = %crate::errors::Chain(&err), "policy file unreadable; keeping the previous policy");
                 return Some(Err(err));
             }
         };
@@ -196,7 +181,7 @@ impl FileSource {
             Err(err) => {
                 keep_previous(&self.store);
                 self.metrics.policy_reload(false);
-                tracing::error!(error = %with_causes(&err), "invalid policy file; keeping the previous policy");
+                tracing::error!(error = %crate::errors::Chain(&err), "invalid policy file; keeping the previous policy");
                 Some(Err(err))
             }
         }

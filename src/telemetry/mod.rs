@@ -10,8 +10,6 @@ mod json;
 pub use json::JsonLine;
 mod writer;
 
-use std::sync::Arc;
-
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -304,9 +302,6 @@ pub fn loggable(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
         })
         .collect()
 }
-
-/// A shared, read-only registry for the `/metrics` endpoint.
-pub type SharedRegistry = Arc<Registry>;
 
 #[cfg(test)]
 mod tests {
