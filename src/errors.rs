@@ -4,6 +4,7 @@
 //! the operation (`reading policy file /p.yaml`), the cause lives only in
 //! `#[source]`, and the one place that prints an error, at the top of a
 //! command or in a log record, prints the chain once with [`Chain`].
+//! A value in a message is shown shortened ([`show`]).
 
 use std::error::Error;
 use std::fmt;
@@ -34,6 +35,17 @@ impl fmt::Display for Chain<'_> {
 /// The chain of `error` as one line ([`Chain`]).
 pub fn chain(error: &(dyn Error + 'static)) -> String {
     Chain(error).to_string()
+}
+
+/// Renders a value for an error message, shortened.
+pub fn show(value: &serde_json::Value) -> String {
+    let s = value.to_string();
+    if s.chars().count() > 60 {
+        let cut: String = s.chars().take(57).collect();
+        format!("{cut}...")
+    } else {
+        s
+    }
 }
 
 /// A library's error told in the user's words (`connection refused`,

@@ -21,6 +21,7 @@ pub mod manifest;
 pub mod policy;
 pub mod preview;
 pub mod reconcile;
+pub mod scope;
 pub mod server;
 pub mod sources;
 pub mod store;

@@ -189,7 +189,7 @@ pub fn parse_manifests(file: &str, text: &str) -> Result<Vec<Document>, Manifest
             if !is_object(&d.value) {
                 return Err(ManifestError::NotAnObject {
                     place: d.display(),
-                    got: crate::policy::schema_check::show(&d.value),
+                    got: crate::errors::show(&d.value),
                 });
             }
             docs.push(d);

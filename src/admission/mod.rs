@@ -59,7 +59,7 @@ pub struct ReviewOptions {
 
 /// How a review ended; the `outcome` label of the request metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ReviewOutcome {
     /// Admitted with a non-empty patch.
     Patched,
     /// A policy governs the namespace; nothing to change.
@@ -80,18 +80,18 @@ pub enum Outcome {
     Refused,
 }
 
-impl Outcome {
+impl ReviewOutcome {
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Patched => "patched",
-            Outcome::Unchanged => "unchanged",
-            Outcome::Skipped => "skipped",
-            Outcome::NotSynced => "not_synced",
-            Outcome::ErrorAllowed => "error_allowed",
-            Outcome::ErrorDenied => "error_denied",
-            Outcome::BadRequest => "bad_request",
-            Outcome::Accepted => "accepted",
-            Outcome::Refused => "refused",
+            ReviewOutcome::Patched => "patched",
+            ReviewOutcome::Unchanged => "unchanged",
+            ReviewOutcome::Skipped => "skipped",
+            ReviewOutcome::NotSynced => "not_synced",
+            ReviewOutcome::ErrorAllowed => "error_allowed",
+            ReviewOutcome::ErrorDenied => "error_denied",
+            ReviewOutcome::BadRequest => "bad_request",
+            ReviewOutcome::Accepted => "accepted",
+            ReviewOutcome::Refused => "refused",
         }
     }
 }
@@ -106,10 +106,10 @@ pub enum Answer<'a> {
 }
 
 impl Answer<'_> {
-    pub fn outcome(&self) -> Outcome {
+    pub fn outcome(&self) -> ReviewOutcome {
         match self {
             Answer::Reviewed(r) => r.outcome,
-            Answer::BadRequest(_) => Outcome::BadRequest,
+            Answer::BadRequest(_) => ReviewOutcome::BadRequest,
         }
     }
 }
@@ -119,7 +119,7 @@ impl Answer<'_> {
 pub struct Reviewed<'a> {
     /// The answer: an AdmissionReview, as JSON.
     pub body: Vec<u8>,
-    pub outcome: Outcome,
+    pub outcome: ReviewOutcome,
     /// Bounded label: `Deployment`, `ConfigMap`, `HorizontalPodAutoscaler`,
     /// `PodDisruptionBudget`, `HighAvailabilityPolicy` (`/validate`) or `other`.
     pub kind: &'static str,
@@ -147,7 +147,7 @@ impl<'a> Reviewed<'a> {
     ) -> Reviewed<'a> {
         Reviewed {
             body: Vec::new(),
-            outcome: Outcome::Skipped,
+            outcome: ReviewOutcome::Skipped,
             kind,
             operation,
             uid,
@@ -298,7 +298,7 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
 
     if matches!(operation, Operation::Create | Operation::Update) {
         if !snapshot.synced {
-            reply.outcome = Outcome::NotSynced;
+            reply.outcome = ReviewOutcome::NotSynced;
             response.warnings.push(NOT_SYNCED_WARNING.to_string());
         } else if let Some(governed) = snapshot.governed(&reply.namespace) {
             let object = request.object;
@@ -330,7 +330,7 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
 /// warnings (or the engine's failure) into the answer. `Err` is a bad
 /// request: an object the server cannot read.
 fn apply_policy<'r>(
-    governed: &crate::store::Governed<'_>,
+    governed: &crate::store::NamespacePolicy<'_>,
     object: Option<ObjectIn<'_>>,
     reply: &mut Reviewed<'r>,
     response: &mut ResponseOut<'_>,
@@ -369,9 +369,9 @@ fn undo_unclaimed(
         .map_err(|e| format!("AdmissionReview request.object: {e}"))?;
     let mutation = engine::restore::undo_unclaimed(&reply.namespace, &object).map(|o| o.mutation);
     answer(mutation, reply, response, opts);
-    if reply.outcome == Outcome::Unchanged {
+    if reply.outcome == ReviewOutcome::Unchanged {
         // Records, but nothing to put back: admitted as any object there.
-        reply.outcome = Outcome::Skipped;
+        reply.outcome = ReviewOutcome::Skipped;
     }
     Ok(())
 }
@@ -385,12 +385,12 @@ fn answer(
 ) {
     match mutation {
         Ok(mutation) if mutation.is_empty() => {
-            reply.outcome = Outcome::Unchanged;
+            reply.outcome = ReviewOutcome::Unchanged;
             response.warnings = mutation.changes;
         }
         Ok(mutation) => match serde_json::to_vec(&mutation.patch) {
             Ok(bytes) => {
-                reply.outcome = Outcome::Patched;
+                reply.outcome = ReviewOutcome::Patched;
                 reply.patch_ops = mutation.patch.0.len();
                 response.patch_type = Some("JSONPatch");
                 response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
@@ -426,14 +426,14 @@ fn engine_failed(
     let what = format!("{} {}/{}", reply.kind, reply.namespace, reply.name);
     match opts.on_error {
         OnError::Allow => {
-            reply.outcome = Outcome::ErrorAllowed;
+            reply.outcome = ReviewOutcome::ErrorAllowed;
             response.warnings.push(format!(
                 "knative-ha-webhook: could not compute the HA patch for {what}: {message}; \
                  object admitted unchanged"
             ));
         }
         OnError::Deny => {
-            reply.outcome = Outcome::ErrorDenied;
+            reply.outcome = ReviewOutcome::ErrorDenied;
             response.allowed = false;
             response.warnings.push(format!(
                 "knative-ha-webhook: could not compute the HA patch for {what}: {message}"

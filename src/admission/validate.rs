@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::request::{self, ObjectIn};
 use super::{
-    Answer, ECHO_BYTES, Outcome, ResponseOut, ReviewOut, Reviewed, StatusOut, bad_request,
+    Answer, ECHO_BYTES, ResponseOut, ReviewOut, ReviewOutcome, Reviewed, StatusOut, bad_request,
     kind_label, names, parse_operation,
 };
 use crate::engine::Operation;
@@ -91,7 +91,7 @@ pub fn validate(body: &[u8]) -> Answer<'_> {
     };
     match checked {
         None => {}
-        Some(errors) if errors.is_empty() => reply.outcome = Outcome::Accepted,
+        Some(errors) if errors.is_empty() => reply.outcome = ReviewOutcome::Accepted,
         Some(errors) => refuse(&mut reply, &mut response, &errors),
     }
     response.uid = &reply.uid;
@@ -116,7 +116,7 @@ fn refuse(reply: &mut Reviewed<'_>, response: &mut ResponseOut<'_>, errors: &[St
         "knative-ha-webhook: {what} is invalid: {}",
         errors.join("; ")
     );
-    reply.outcome = Outcome::Refused;
+    reply.outcome = ReviewOutcome::Refused;
     reply.error = Some(errors.join("; "));
     response.allowed = false;
     response.status = Some(StatusOut {

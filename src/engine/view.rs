@@ -26,7 +26,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde_json::{Map, Value};
 
 use super::leader::HASH_ANNOTATION;
-use super::restore;
+use super::{records, restore};
 
 /// What to keep of a JSON node.
 #[derive(Clone, Copy, Debug)]
@@ -42,7 +42,7 @@ enum Shape {
 use Shape::{Items, Keep, Object};
 
 /// The annotations that record what the engine replaced.
-const RECORDS: Shape = Object(&kept(restore::RECORD_ANNOTATIONS));
+const RECORDS: Shape = Object(&kept(records::RECORD_ANNOTATIONS));
 
 /// Each of `keys`, kept whole.
 const fn kept<const N: usize>(keys: [&'static str; N]) -> [(&'static str, Shape); N] {

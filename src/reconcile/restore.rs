@@ -13,9 +13,8 @@ use json_patch::{Patch, PatchOperation, TestOperation};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::error::{self, ReconcileError};
+use super::error::{self, MAX_ATTEMPTS, ReconcileError};
 use super::objects;
-use super::run::MAX_ATTEMPTS;
 use crate::engine::{self, Kind};
 
 /// The field manager of `restore`'s writes.

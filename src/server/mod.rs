@@ -76,7 +76,7 @@ pub struct Config {
     /// Bring existing objects in line (`--reconcile`); None when off.
     pub reconcile: Option<crate::reconcile::ReconcileConfig>,
     /// `--governed-namespaces`.
-    pub governed: crate::sources::Governed,
+    pub governed: crate::scope::AllowedNamespaces,
     /// The pod's name (`POD_NAME`): the instance of the cluster source's
     /// Event reporter.
     pub pod_name: Option<String>,
@@ -128,7 +128,7 @@ impl Config {
             tls_poll_interval: Duration::from_millis(500),
             policy_poll_interval: crate::sources::file::POLL_INTERVAL,
             reconcile: None,
-            governed: crate::sources::Governed::all(),
+            governed: crate::scope::AllowedNamespaces::all(),
             pod_name: None,
         }
     }

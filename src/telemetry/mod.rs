@@ -4,7 +4,7 @@
 //! labels: `kind` (one of the four governed kinds, `HighAvailabilityPolicy`
 //! for `POST /validate`, or `other`), `operation`
 //! (`CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `other`), `outcome` (see
-//! [`crate::admission::Outcome`]) and `result` (`success` or `error`).
+//! [`crate::admission::ReviewOutcome`]) and `result` (`success` or `error`).
 
 mod json;
 pub use json::JsonLine;
