@@ -10,7 +10,6 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
-pub mod check;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -19,7 +18,6 @@ pub mod errors;
 pub mod kubeclient;
 pub mod manifest;
 pub mod policy;
-pub mod preview;
 pub mod reconcile;
 pub mod scope;
 pub mod server;
@@ -27,4 +25,5 @@ pub mod sources;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod tools;
 pub mod yaml;

@@ -5,9 +5,8 @@ use std::sync::Arc;
 
 use crate::config::{AuditConfig, AuditFormat};
 use crate::errors::Chain;
-use crate::reconcile::audit::{
-    AuditError, AuditReport, audit as audit_cluster, cluster_policies, exit_code, render_table,
-};
+use crate::reconcile::audit::{AuditError, AuditReport, audit as audit_cluster, cluster_policies};
+use crate::tools::audit_table::{exit_code, render_table};
 
 /// Audits and prints the report; errors are printed here (exit code 2).
 pub fn audit(config: &AuditConfig) -> anyhow::Result<ExitCode> {
@@ -41,9 +40,8 @@ fn render(report: &AuditReport, format: AuditFormat) -> Result<String, String> {
         AuditFormat::Json => serde_json::to_string_pretty(report)
             .map(|s| s + "\n")
             .map_err(|e| format!("encoding the report: {e}")),
-        AuditFormat::Yaml => {
-            crate::preview::to_yaml(report).map_err(|e| format!("encoding the report: {e:#}"))
-        }
+        AuditFormat::Yaml => crate::tools::preview::to_yaml(report)
+            .map_err(|e| format!("encoding the report: {e:#}")),
     }
 }
 
@@ -52,7 +50,7 @@ async fn run(config: &AuditConfig) -> Result<AuditReport, AuditError> {
     let file_policies = if config.policy.is_empty() {
         None
     } else {
-        let by_ns = crate::preview::load_policies(&config.policy)
+        let by_ns = crate::tools::preview::load_policies(&config.policy)
             .map_err(|e| AuditError::Policy(format!("{e:#}")))?;
         Some(
             by_ns

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use crate::config::{AuditFormat, RestoreConfig};
 use crate::errors::Chain;
 use crate::kubeclient::KubeSettings;
-use crate::preview::{namespace_of, parse_manifests, to_multi_yaml};
 use crate::reconcile::restore::{RestoreError, RestoreReport, restore_namespace};
+use crate::tools::preview::{namespace_of, parse_manifests, to_multi_yaml};
 
 /// Runs the configured form of `restore`.
 pub fn restore(config: &RestoreConfig) -> anyhow::Result<ExitCode> {
@@ -65,9 +65,8 @@ fn render(report: &RestoreReport, format: AuditFormat) -> Result<String, String>
         AuditFormat::Json => serde_json::to_string_pretty(report)
             .map(|s| s + "\n")
             .map_err(|e| format!("encoding the report: {e}")),
-        AuditFormat::Yaml => {
-            crate::preview::to_yaml(report).map_err(|e| format!("encoding the report: {e:#}"))
-        }
+        AuditFormat::Yaml => crate::tools::preview::to_yaml(report)
+            .map_err(|e| format!("encoding the report: {e:#}")),
     }
 }
 

@@ -6,7 +6,7 @@
 //! one-shot list of HighAvailabilityPolicy resources and labelled policy
 //! ConfigMaps, merged with the cluster source's rules
 //! ([`crate::sources::cluster::merge`]; [`cluster_policies`]). The table
-//! and the exit code: [`render_table`], [`exit_code`].
+//! and the exit code: [`crate::tools::audit_table`].
 
 use std::sync::Arc;
 
@@ -19,10 +19,8 @@ use crate::engine::Kind;
 use crate::policy::Policy;
 
 mod cluster;
-mod output;
 
 pub use cluster::cluster_policies;
-pub use output::{exit_code, render_table};
 
 /// Errors of `audit` (exit code 2).
 #[derive(Debug, thiserror::Error)]
