@@ -8,7 +8,7 @@
 //! whatever the bytes, and knows nothing of HTTP: `server::routes` picks
 //! the status codes.
 //!
-//! The request is read into a small borrowed serde model ([`request`], not
+//! The request is read into a small borrowed serde model (`request`, not
 //! `kube::core::admission::AdmissionReview<DynamicObject>`): uid, operation,
 //! kind, namespace and name without building the object; the object itself
 //! is built only for a CREATE or UPDATE in a governed namespace, and then

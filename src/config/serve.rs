@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use super::env::Env;
 use super::{ConfigError, Result};
+use crate::app::{self, PolicySource};
 use crate::policy::validate::is_dns1123_label;
 use crate::reconcile::{LEASE_NAME, LeaseConfig, POLL_INTERVAL, ReconcileConfig};
 use crate::scope::AllowedNamespaces;
-use crate::server::{self, PolicySource};
 use crate::tls::TlsSource;
 
 /// Where Kubernetes mounts the pod's namespace with its service account token.
@@ -171,7 +171,7 @@ fn parse_rate(text: &str) -> std::result::Result<f64, String> {
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
     pub log_format: crate::telemetry::LogFormat,
-    pub server: server::Config,
+    pub app: app::Config,
     /// Where the cluster is, when the server needs it (policies from the
     /// cluster, or the reconciler); `None` for a policy file alone.
     pub kube: Option<crate::kubeclient::KubeSettings>,
@@ -233,7 +233,7 @@ pub fn serve_config(args: &ServeArgs, env: &dyn Env) -> Result<ServeConfig> {
     };
     let reconcile = reconcile_config(&args.reconcile, args.namespace.as_deref(), env)?
         .map(|r| r.governed(governed.clone()));
-    let server = server::Config {
+    let app = app::Config {
         listen: args.listen,
         metrics_listen: args.metrics_listen,
         shutdown_delay: args.shutdown_delay,
@@ -241,14 +241,14 @@ pub fn serve_config(args: &ServeArgs, env: &dyn Env) -> Result<ServeConfig> {
         reconcile,
         governed,
         pod_name: env.var("POD_NAME"),
-        ..server::Config::new(tls, policy)
+        ..app::Config::new(tls, policy)
     };
     let needs_cluster =
-        matches!(server.policy, PolicySource::Cluster { .. }) || server.reconcile.is_some();
+        matches!(app.policy, PolicySource::Cluster { .. }) || app.reconcile.is_some();
     Ok(ServeConfig {
         log_format: args.log_format.into(),
         kube: needs_cluster.then(|| super::kube_settings(&args.cluster, None, env)),
-        server,
+        app,
     })
 }
 

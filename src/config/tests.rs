@@ -136,10 +136,10 @@ fn serve_config_from_flags_and_environment() {
     let CommandConfig::Serve(serve) = parse(cli, &env).unwrap() else {
         panic!("not serve");
     };
-    let server = &serve.server;
+    let server = &serve.app;
     assert!(matches!(
         &server.policy,
-        crate::server::PolicySource::Cluster { namespace } if namespace == "khw"
+        crate::app::PolicySource::Cluster { namespace } if namespace == "khw"
     ));
     assert_eq!(server.shutdown_delay, Duration::from_secs(10));
     assert_eq!(server.pod_name.as_deref(), Some("webhook-1"));
@@ -250,15 +250,9 @@ fn serve_with(flags: &[&str]) -> Result<ServeConfig> {
 fn governed_namespaces_refuse_empty_entries_and_non_labels() {
     // Issue 22 item 12: '' and ',' meant every namespace (logged "*").
     let unset = serve_with(&[]).unwrap();
-    assert_eq!(
-        unset.server.governed,
-        crate::scope::AllowedNamespaces::all()
-    );
+    assert_eq!(unset.app.governed, crate::scope::AllowedNamespaces::all());
     let ok = serve_with(&["--governed-namespaces", "knative-serving, kourier-system"]).unwrap();
-    assert_eq!(
-        ok.server.governed.display(),
-        "knative-serving,kourier-system"
-    );
+    assert_eq!(ok.app.governed.display(), "knative-serving,kourier-system");
     for (value, bad) in [
         ("", ""),
         (",", ""),
@@ -326,6 +320,6 @@ fn listen_addresses_take_the_forms_users_write() {
     let CommandConfig::Serve(serve) = parse(cli, &MapEnv::new()).unwrap() else {
         panic!("not serve");
     };
-    assert_eq!(serve.server.listen.to_string(), "127.0.0.1:8443");
-    assert_eq!(serve.server.metrics_listen.to_string(), "0.0.0.0:9090");
+    assert_eq!(serve.app.listen.to_string(), "127.0.0.1:8443");
+    assert_eq!(serve.app.metrics_listen.to_string(), "0.0.0.0:9090");
 }

@@ -120,7 +120,7 @@ pub struct Context {
     /// (only its duration keys are read), `None` when unknown or absent.
     /// A leader-elected Deployment's hash leaves out the policy's durations
     /// when this data makes the ConfigMap hold them back
-    /// ([`configmap::durations_held_back`]): it follows what Knative reads.
+    /// (`configmap::durations_held_back`): it follows what Knative reads.
     pub leader_election: Option<serde_json::Map<String, Value>>,
 }
 

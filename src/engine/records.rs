@@ -12,7 +12,7 @@
 //! policy without `podDisruptionBudget`, without Required anti-affinity,
 //! without spread constraints, without replicas, without `leaderElection`
 //! or one of its keys), the kind handlers put the recorded value back and
-//! drop the record ([`undo`]). [`super::restore`] puts every record back
+//! drop the record (`undo`). [`super::restore`] puts every record back
 //! at once.
 //!
 //! Every record annotation is named here ([`RECORD_ANNOTATIONS`]); the kind

@@ -7,7 +7,7 @@
 //! answer on the whole object (`tests/engine_view.rs` checks it on every
 //! Knative v1.23.0 object and on arbitrary and mutated ones), because:
 //! - every path the engine reads or writes is kept, with the whole value
-//!   where the engine compares, copies or shows it ([`Shape::Keep`]);
+//!   where the engine compares, copies or shows it (`Shape::Keep`);
 //! - a node whose JSON type is not the one the shape expects (an array where
 //!   an object was expected, ...) is kept whole, so type errors and the
 //!   values they show are the same;

@@ -52,7 +52,7 @@ pub fn is_conflict(e: &kube::Error) -> bool {
 }
 
 /// Attempts per object: the first write plus retries after a guarded
-/// write lost the race ([`is_precondition_failed`]).
+/// write lost the race (`is_precondition_failed`).
 pub const MAX_ATTEMPTS: u32 = 4;
 
 /// A guarded write lost the race: 409 Conflict (the resourceVersion

@@ -12,7 +12,7 @@
 //!
 //! Where no policy object exists at all (the policy deleted), admission
 //! applies [`restore`] to an object carrying records ([`undo_unclaimed`]).
-//! [`leader`] is the engine's undo of leader election on a Deployment.
+//! `leader` is the engine's undo of leader election on a Deployment.
 
 mod deployment;
 pub(crate) mod leader;

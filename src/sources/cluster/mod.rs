@@ -3,7 +3,7 @@
 //!
 //! Layout:
 //! - `watch`: one kube-runtime watcher per source (with backoff), turned
-//!   into [`Msg`]s; it also keeps the `source_up` / `watch_errors` metrics
+//!   into `Msg`s; it also keeps the `source_up` / `watch_errors` metrics
 //!   and logs outages (once) and reconnects.
 //! - `policies`, `configmaps`, `hpas`: per-source conversion and validation.
 //! - `namespace_watches`: what is watched only in the namespaces where a
