@@ -16,6 +16,7 @@
 //! model lets a review whose object is malformed reach the engine-error path
 //! (admitted with a warning) instead of being rejected as a bad request.
 
+mod answer;
 mod names;
 mod request;
 mod validate;
@@ -23,9 +24,10 @@ mod validate;
 use std::borrow::Cow;
 
 use base64::Engine as _;
-use serde::Serialize;
 use serde_json::Value;
 
+pub use answer::{Answer, BadRequest, Reviewed};
+use answer::{ResponseOut, ReviewOut, StatusOut, bad_request};
 use request::ObjectIn;
 pub use request::{ECHO_BYTES, MAX_UID_BYTES};
 pub use validate::validate;
@@ -96,130 +98,6 @@ impl ReviewOutcome {
     }
 }
 
-/// The answer to one review.
-#[derive(Clone, Debug)]
-pub enum Answer<'a> {
-    /// A usable AdmissionReview, answered.
-    Reviewed(Reviewed<'a>),
-    /// The body is not a usable AdmissionReview.
-    BadRequest(BadRequest),
-}
-
-impl Answer<'_> {
-    pub fn outcome(&self) -> ReviewOutcome {
-        match self {
-            Answer::Reviewed(r) => r.outcome,
-            Answer::BadRequest(_) => ReviewOutcome::BadRequest,
-        }
-    }
-}
-
-/// An answered review. The names borrow from the request body.
-#[derive(Clone, Debug)]
-pub struct Reviewed<'a> {
-    /// The answer: an AdmissionReview, as JSON.
-    pub body: Vec<u8>,
-    pub outcome: ReviewOutcome,
-    /// Bounded label: `Deployment`, `ConfigMap`, `HorizontalPodAutoscaler`,
-    /// `PodDisruptionBudget`, `HighAvailabilityPolicy` (`/validate`) or `other`.
-    pub kind: &'static str,
-    /// Bounded label: `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
-    pub operation: &'static str,
-    pub uid: Cow<'a, str>,
-    pub namespace: Cow<'a, str>,
-    pub name: Cow<'a, str>,
-    pub patch_ops: usize,
-    /// The change lines sent as the answer's warnings (what changed and
-    /// why), kept for the log line.
-    pub changes: Vec<String>,
-    /// The engine error, for the log line.
-    pub error: Option<String>,
-}
-
-impl<'a> Reviewed<'a> {
-    /// A review that changes nothing yet (outcome `Skipped`, no body).
-    pub(crate) fn skipped(
-        kind: &'static str,
-        operation: &'static str,
-        uid: Cow<'a, str>,
-        namespace: Cow<'a, str>,
-        name: Cow<'a, str>,
-    ) -> Reviewed<'a> {
-        Reviewed {
-            body: Vec::new(),
-            outcome: ReviewOutcome::Skipped,
-            kind,
-            operation,
-            uid,
-            namespace,
-            name,
-            patch_ops: 0,
-            changes: Vec::new(),
-            error: None,
-        }
-    }
-}
-
-/// Why the body is not a usable AdmissionReview (clipped: it may quote
-/// the body).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BadRequest {
-    pub reason: String,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'a str,
-    kind: &'a str,
-    response: ResponseOut<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    warnings: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut>,
-}
-
-impl ResponseOut<'_> {
-    /// An answer that allows the object unchanged (the uid is set last).
-    fn allowed() -> Self {
-        ResponseOut {
-            uid: "",
-            allowed: true,
-            patch_type: None,
-            patch: None,
-            warnings: Vec::new(),
-            status: None,
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct StatusOut {
-    status: &'static str,
-    code: u16,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'static str>,
-    message: String,
-}
-
-fn bad_request(message: String) -> Answer<'static> {
-    // serde's messages quote the offending content: never echo it whole.
-    Answer::BadRequest(BadRequest {
-        reason: clip(&message, 4 * ECHO_BYTES),
-    })
-}
-
 fn kind_label(kind: &str) -> &'static str {
     match kind {
         "Deployment" => "Deployment",
@@ -229,6 +107,23 @@ fn kind_label(kind: &str) -> &'static str {
         "Scale" => "Scale",
         crate::policy::KIND => crate::policy::KIND,
         _ => "other",
+    }
+}
+
+/// How `/mutate` and `/validate` open: the body parsed (building the
+/// engine's view where `wants` asks for it) and its operation known; `Err`
+/// is why the body is not a usable AdmissionReview.
+fn open<'a>(
+    body: &'a [u8],
+    wants: request::Wants<'_>,
+) -> Result<(request::Parsed<'a>, Operation, &'static str), String> {
+    let parsed = request::parse_review(body, wants)?;
+    match parse_operation(&parsed.request.operation.0) {
+        Some((operation, label)) => Ok((parsed, operation, label)),
+        None => Err(format!(
+            "AdmissionReview request.operation: unknown operation {:?}",
+            clip(&parsed.request.operation.0, ECHO_BYTES)
+        )),
     }
 }
 
@@ -276,17 +171,11 @@ fn wants_view(snapshot: &Snapshot) -> impl Fn(&str, &str) -> bool + '_ {
 
 /// Answers one AdmissionReview given as raw bytes.
 pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> Answer<'a> {
-    let parsed = match request::parse_review(body, &wants_view(snapshot)) {
-        Ok(parsed) => parsed,
+    let (parsed, operation, op_label) = match open(body, &wants_view(snapshot)) {
+        Ok(opened) => opened,
         Err(message) => return bad_request(message),
     };
     let request = parsed.request;
-    let Some((operation, op_label)) = parse_operation(&request.operation.0) else {
-        return bad_request(format!(
-            "AdmissionReview request.operation: unknown operation {:?}",
-            clip(&request.operation.0, ECHO_BYTES)
-        ));
-    };
     let kind = request.kind.as_ref().map_or("", |k| &k.kind.0);
     let (namespace, name) = names(
         request.namespace.map(|t| t.0),

@@ -7,14 +7,13 @@
 
 use serde_json::Value;
 
-use super::request::{self, ObjectIn};
+use super::request::ObjectIn;
 use super::{
-    Answer, ECHO_BYTES, ResponseOut, ReviewOut, ReviewOutcome, Reviewed, StatusOut, bad_request,
-    kind_label, names, parse_operation,
+    Answer, ResponseOut, ReviewOut, ReviewOutcome, Reviewed, StatusOut, bad_request, kind_label,
+    names,
 };
 use crate::engine::Operation;
 use crate::policy::{self, objects};
-use crate::telemetry::clip;
 
 /// What a validated object is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,17 +56,11 @@ fn errors_of(target: Target, object: &Value) -> Option<Vec<String>> {
 
 /// Answers one validating AdmissionReview given as raw bytes.
 pub fn validate(body: &[u8]) -> Answer<'_> {
-    let parsed = match request::parse_review(body, &|_, _| false) {
-        Ok(parsed) => parsed,
+    let (parsed, operation, op_label) = match super::open(body, &|_, _| false) {
+        Ok(opened) => opened,
         Err(message) => return bad_request(message),
     };
     let request = parsed.request;
-    let Some((operation, op_label)) = parse_operation(&request.operation.0) else {
-        return bad_request(format!(
-            "AdmissionReview request.operation: unknown operation {:?}",
-            clip(&request.operation.0, ECHO_BYTES)
-        ));
-    };
     let (group, kind) = request
         .kind
         .as_ref()
