@@ -15,7 +15,7 @@ use crate::support::fakeapi;
 
 use cluster_harness::{GROUP, HAPS, Harness, OWN_NS, hpa, policy_configmap, policy_yaml};
 use fakeapi::FakeApi;
-use knative_ha_webhook::sources::Governed;
+use knative_ha_webhook::scope::AllowedNamespaces;
 use knative_ha_webhook::sources::cluster::ClusterSourceConfig;
 use serde_json::json;
 use support::wait_until;
@@ -24,7 +24,7 @@ const HPAS: &str = "horizontalpodautoscalers";
 const SERVING: &str = "knative-serving";
 
 impl Harness {
-    async fn governing(api: FakeApi, governed: Governed) -> Harness {
+    async fn governing(api: FakeApi, governed: AllowedNamespaces) -> Harness {
         let config = ClusterSourceConfig {
             governed,
             ..ClusterSourceConfig::new(OWN_NS)
@@ -90,7 +90,7 @@ async fn hpa_status_updates_and_ungoverned_hpas_publish_nothing() {
         let ns = format!("tenant-{i}");
         api.create("autoscaling", HPAS, hpa(&ns, "app", "app"));
     }
-    let s = Harness::governing(api, Governed::all()).await;
+    let s = Harness::governing(api, AllowedNamespaces::all()).await;
     s.wait_targets(SERVING, &["activator"]).await;
     let before = s.published();
 
@@ -168,7 +168,7 @@ async fn policies_outside_governed_namespaces_are_refused() {
         "configmaps",
         policy_configmap("cm-outside", &policy_yaml("cm-outside", "other-ns", 2)),
     );
-    let s = Harness::governing(api, Governed::only([SERVING, "kourier-system"])).await;
+    let s = Harness::governing(api, AllowedNamespaces::only([SERVING, "kourier-system"])).await;
 
     let ready = wait_until("outside: Ready=False NotGoverned", async || {
         let obj = s.api.get(GROUP, HAPS, "", "outside")?;

@@ -8,7 +8,7 @@ use crate::support::tls;
 
 use std::time::Duration;
 
-use knative_ha_webhook::server::Config;
+use knative_ha_webhook::app::Config;
 use serde_json::Value;
 use support::corpus::review;
 use support::*;

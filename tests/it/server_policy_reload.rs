@@ -6,7 +6,7 @@ use crate::support::tls;
 
 use std::time::Duration;
 
-use knative_ha_webhook::server::{Config, PolicySource};
+use knative_ha_webhook::app::{Config, PolicySource};
 use serde_json::{Value, json};
 use support::corpus::review;
 use support::*;

@@ -4,7 +4,7 @@
 use crate::support;
 use crate::support::tls;
 
-use knative_ha_webhook::server::{Config, PolicySource};
+use knative_ha_webhook::app::{Config, PolicySource};
 use knative_ha_webhook::tls::TlsSource;
 use serde_json::Value;
 use support::corpus::review;
