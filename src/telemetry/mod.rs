@@ -152,7 +152,7 @@ impl Metrics {
         registry.register(
             n("log_lines_dropped"),
             "Log lines dropped because the log writer fell behind",
-            writer::DROPPED.clone(),
+            writer::DroppedLines,
         );
         let build_info = Family::<Vec<(String, String)>, Gauge>::default();
         build_info.get_or_create(&build_labels()).set(1);
@@ -243,8 +243,8 @@ pub enum LogFormat {
 }
 
 /// Installs the global tracing subscriber (level from `RUST_LOG`, default
-/// `info`), writing to stderr through the non-blocking writer
-/// (module `writer`; hold a [`FlushOnDrop`] until the process ends). Does
+/// `info`), writing to stderr through `tracing-appender`'s non-blocking
+/// writer (module `writer`; hold a [`FlushOnDrop`] until the process ends). Does
 /// nothing when one is already installed.
 pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
