@@ -1,12 +1,13 @@
 # The commands a contributor runs. `make help` lists them.
-# Each target is one line over cargo or scripts/; run them from the repository root.
+# Each target is one line over scripts/test (the test command, by stage), cargo or scripts/;
+# run them from the repository root. What a stage runs is written once, in scripts/test.
 
 CARGO ?= cargo
 FUZZ_TARGET ?= engine_mutate
 FUZZ_SECONDS ?= 60
 
-.PHONY: help fmt fmt-check clippy test test-all bench bench-load bench-scale soak soak-test \
-	chart-test doc-test fuzz fuzz-build deny check
+.PHONY: help fmt fmt-check clippy doc msrv deny test test-all bench bench-load bench-scale soak \
+	soak-test chart-test doc-test fuzz fuzz-build check
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -15,15 +16,24 @@ fmt: ## format every crate of the workspace
 	$(CARGO) fmt --all
 
 fmt-check: ## fail if anything is not formatted (what CI runs)
-	$(CARGO) fmt --all -- --check
+	scripts/test fmt
 
 clippy: ## lints, warnings are errors (what CI runs)
-	$(CARGO) clippy --all-targets --locked -- -D warnings
+	scripts/test clippy
+
+doc: ## cargo doc --no-deps, warnings are errors (what CI runs)
+	scripts/test doc
+
+msrv: ## the declared rust-version's toolchain checks every target (what CI runs)
+	scripts/test msrv
+
+deny: ## licences, bans and sources of every dependency (cargo-deny; what CI runs)
+	scripts/test deny
 
 test: ## cargo test: unit, router, loopback TLS, CLI and fake-API-server tests
-	$(CARGO) test --locked --all-targets
+	scripts/test cargo
 
-test-all: ## scripts/test: cargo test, docker context, chart tests, doc tests
+test-all: ## scripts/test: every stage (what CI runs)
 	scripts/test
 
 bench: ## engine benchmark (divan): cargo bench --bench engine
@@ -42,19 +52,16 @@ soak-test: ## the 30 s soak CI runs (an ignored test)
 	$(CARGO) test --locked --test robustness_soak -- --ignored
 
 chart-test: ## helm lint, helm template + kubernetes-validate, rendered-object checks
-	charts/test.sh
+	scripts/test chart
 
 doc-test: ## every shell block of the README and docs/, output samples compared
-	$(CARGO) build --locked --quiet
-	scripts/doc-test target/debug/knative-ha-webhook
+	scripts/test doc-test
 
-fuzz-build: ## build the fuzz targets (needs cargo-fuzz: cargo install cargo-fuzz)
-	cd fuzz && $(CARGO) fuzz build -s none
+fuzz-build: ## type-check the fuzz targets (what CI runs); to run them: make fuzz
+	scripts/test fuzz
 
-fuzz: ## run one fuzz target: make fuzz FUZZ_TARGET=review_json FUZZ_SECONDS=60
+fuzz: ## run one fuzz target (needs cargo-fuzz): make fuzz FUZZ_TARGET=review_json FUZZ_SECONDS=60
 	cd fuzz && $(CARGO) fuzz run -s none $(FUZZ_TARGET) -- -max_total_time=$(FUZZ_SECONDS)
 
-deny: ## licenses, bans and sources of every dependency (needs cargo-deny; not advisories)
-	$(CARGO) deny check licenses bans sources
-
-check: fmt-check clippy test ## what to run before pushing
+check: ## what to run before pushing: fmt, clippy and cargo test
+	scripts/test fmt clippy cargo

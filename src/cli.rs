@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::config::{self, Cli, ProcessEnv};
+use crate::errors::Chain;
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -16,23 +17,8 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {}", with_causes(&err));
+            eprintln!("error: {}", Chain(err.as_ref()));
             ExitCode::FAILURE
         }
     }
-}
-
-/// The error and its causes, `: `-separated, leaving out a cause whose
-/// text is already there (kube's errors repeat their causes in their own
-/// messages).
-fn with_causes(error: &anyhow::Error) -> String {
-    let mut text = error.to_string();
-    for cause in error.chain().skip(1) {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            text.push_str(": ");
-            text.push_str(&cause);
-        }
-    }
-    text
 }

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::errors::InWords;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 /// Where to find the cluster (built by `config` from the flags and the
@@ -38,12 +39,13 @@ pub enum KubeClientError {
         "no kubeconfig found (KUBECONFIG is not set, {default} does not exist and this is not running in a pod); pass --kubeconfig FILE or set KUBECONFIG"
     )]
     NoConfig { default: String },
-    #[error("cannot read kubeconfig {path}: {reason}; pass --kubeconfig FILE or fix KUBECONFIG")]
+    /// The kubeconfig could not be read or parsed; the cause in the user's
+    /// words.
+    #[error("cannot read kubeconfig {path} (pass --kubeconfig FILE or fix KUBECONFIG)")]
     Read {
         path: String,
-        reason: String,
         #[source]
-        source: KubeconfigError,
+        reason: InWords,
     },
     #[error(
         "context {context:?} is not in kubeconfig {path}; `kubectl config get-contexts` lists the contexts"
@@ -51,29 +53,29 @@ pub enum KubeClientError {
     NoContext { context: String, path: String },
     #[error("kubeconfig {path} has no current-context; pass --context NAME")]
     NoCurrentContext { path: String },
-    #[error("kubeconfig {path}: {source}")]
+    #[error("kubeconfig {path}")]
     Kubeconfig {
         path: String,
         #[source]
         source: KubeconfigError,
     },
-    #[error("in-cluster configuration: {source}")]
+    #[error("in-cluster configuration")]
     InCluster {
         #[source]
         source: kube::config::InClusterError,
     },
-    #[error("building the Kubernetes client for {server}: {source}")]
+    #[error("building the Kubernetes client for {server}")]
     Client {
         server: String,
         #[source]
         source: kube::Error,
     },
-    #[error("cannot reach the Kubernetes API server at {server}: {reason}")]
+    /// No answer came; the cause in the user's words ([`reason`]).
+    #[error("cannot reach the Kubernetes API server at {server}")]
     Unreachable {
         server: String,
-        reason: String,
         #[source]
-        source: kube::Error,
+        reason: InWords,
     },
 }
 
@@ -145,8 +147,7 @@ fn kubeconfig_error(path: &str, error: KubeconfigError) -> KubeClientError {
     if let Some(reason) = reason {
         return KubeClientError::Read {
             path,
-            reason,
-            source: error,
+            reason: InWords(reason),
         };
     }
     match error {
@@ -206,10 +207,18 @@ pub async fn connect(args: &KubeSettings) -> Result<Connected> {
     match client.apiserver_version().await {
         Ok(_) | Err(kube::Error::Api(_)) => Ok(Connected { client, server }),
         Err(source) => Err(KubeClientError::Unreachable {
-            reason: reason(&source),
+            reason: InWords(reason(&source)),
             server,
-            source,
         }),
+    }
+}
+
+/// What a failed request met, in a user's words: the API server's message
+/// and code, or why it could not be reached ([`reason`]).
+pub fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} (HTTP {})", s.message, s.code),
+        other => reason(other),
     }
 }
 

@@ -1,28 +1,46 @@
 //! knative-ha-webhook: a mutating admission webhook that makes the Knative
 //! Serving control plane highly available.
 //!
-//! Dependencies point one way:
-//! `policy` (model + validation) <- `engine` (pure mutation) <- `store`
-//! (snapshot the request path reads) <- `sources` (file / cluster watchers)
-//! and `admission` (wire protocol) <- `server` (HTTPS, probes, metrics) and
-//! `reconcile` <- `config` (flags and environment, parsed purely) <- `cmd`
-//! (one function per subcommand) <- `cli`.
+//! Dependencies point one way, down this list (a module uses only those
+//! on the lines below its own; modules on one line do not use each other):
+//!
+//! - `cli`: the binary's entry (parse, configure, run, print the error chain)
+//! - `cmd`: one function per subcommand
+//! - `config`: flags and environment, parsed by one pure function
+//! - `app` (the `serve` process: sources, reconciler, certificate, signals
+//!   wired around the transport) and `tools` (what `check`, `preview` and
+//!   `audit`'s table compute)
+//! - `server` (the HTTPS transport: listeners, connections, routes, probes)
+//!   and `reconcile` (bringing running objects in line, `audit`, `restore`)
+//! - `admission` (the AdmissionReview wire protocol) and `sources` (policy
+//!   file and cluster watchers that publish snapshots)
+//! - `store`: the snapshot the request path reads
+//! - `engine`: the pure mutation, policy + object -> patch + change lines
+//! - `policy`: the HighAvailabilityPolicy model and its validation
+//! - `tls` (certificates and their reload), `manifest` (Kubernetes objects
+//!   from YAML files) and `kubeclient` (the one way every command builds
+//!   its Kubernetes client)
+//! - `telemetry` (metrics and logging), `yaml` (YAML input with its
+//!   positions), `scope` (the namespaces the process may act in) and
+//!   `errors` (how an error and a value are shown)
 #![forbid(unsafe_code)]
 
 pub mod admission;
-pub mod check;
+pub mod app;
 pub mod cli;
 pub mod cmd;
 pub mod config;
 pub mod engine;
+pub mod errors;
 pub mod kubeclient;
 pub mod manifest;
 pub mod policy;
-pub mod preview;
 pub mod reconcile;
+pub mod scope;
 pub mod server;
 pub mod sources;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod tools;
 pub mod yaml;

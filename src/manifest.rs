@@ -34,7 +34,7 @@ impl Document {
 /// Why a manifest file could not be read as Kubernetes objects.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("{file}: document {index}: invalid YAML: {source}")]
+    #[error("{file}: document {index}: invalid YAML")]
     Yaml {
         file: String,
         index: usize,
@@ -59,17 +59,21 @@ pub enum Unreadable {
     PermissionDenied,
     #[error("not UTF-8 (an invalid byte at line {line}, column {column})")]
     NotUtf8 { line: usize, column: usize },
-    #[error("{0}")]
+    #[error(transparent)]
     Io(std::io::Error),
 }
 
 /// An input file (or standard input) that could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error("<stdin>: cannot read standard input: {0}")]
-    Stdin(Unreadable),
-    #[error("{file}: cannot read file: {reason}")]
-    File { file: String, reason: Unreadable },
+    #[error("<stdin>: cannot read standard input")]
+    Stdin(#[source] Unreadable),
+    #[error("{file}: cannot read file")]
+    File {
+        file: String,
+        #[source]
+        reason: Unreadable,
+    },
 }
 
 impl From<std::io::Error> for Unreadable {
@@ -185,7 +189,7 @@ pub fn parse_manifests(file: &str, text: &str) -> Result<Vec<Document>, Manifest
             if !is_object(&d.value) {
                 return Err(ManifestError::NotAnObject {
                     place: d.display(),
-                    got: crate::policy::schema_check::show(&d.value),
+                    got: crate::errors::show(&d.value),
                 });
             }
             docs.push(d);

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::engine::{self, Context, EngineError, Input, Mutation};
 use crate::policy::Policy;
-use crate::sources::Governed as GovernedNamespaces;
+use crate::scope::AllowedNamespaces;
 
 /// Everything the engine needs, frozen at one point in time.
 #[derive(Clone, Debug, Default)]
@@ -47,7 +47,7 @@ pub enum Unclaimed {
     /// namespaces of every policy object.
     AllBut {
         claimed: BTreeSet<String>,
-        governed: GovernedNamespaces,
+        governed: AllowedNamespaces,
     },
 }
 
@@ -56,12 +56,12 @@ impl Unclaimed {
     pub fn all_but(claimed: impl IntoIterator<Item = String>) -> Unclaimed {
         Unclaimed::AllBut {
             claimed: claimed.into_iter().collect(),
-            governed: GovernedNamespaces::all(),
+            governed: AllowedNamespaces::all(),
         }
     }
 
     /// Only within `governed`.
-    pub fn within(self, governed: &GovernedNamespaces) -> Unclaimed {
+    pub fn within(self, governed: &AllowedNamespaces) -> Unclaimed {
         match self {
             Unclaimed::AllBut { claimed, .. } => Unclaimed::AllBut {
                 claimed,
@@ -126,8 +126,8 @@ impl Snapshot {
 
     /// What governs `namespace`, looked up once: the policy, the HPA
     /// targets and the `config-leader-election` data there. `None` when no policy governs it.
-    pub fn governed(&self, namespace: &str) -> Option<Governed<'_>> {
-        Some(Governed {
+    pub fn governed(&self, namespace: &str) -> Option<NamespacePolicy<'_>> {
+        Some(NamespacePolicy {
             policy: self.policy_for(namespace)?,
             hpa_targets: self.hpa_targets_in(namespace),
             leader_election: self.leader_election.get(namespace),
@@ -142,13 +142,13 @@ impl Snapshot {
 
 /// A namespace some policy governs ([`Snapshot::governed`]).
 #[derive(Clone, Copy, Debug)]
-pub struct Governed<'s> {
+pub struct NamespacePolicy<'s> {
     pub policy: &'s Policy,
     pub hpa_targets: &'s BTreeSet<String>,
     pub leader_election: Option<&'s Map<String, Value>>,
 }
 
-impl Governed<'_> {
+impl NamespacePolicy<'_> {
     /// The engine's answer for a CREATE or UPDATE of `object` in the
     /// governed `namespace` (the object may be the engine's view of it,
     /// [`engine::view`]).

@@ -26,9 +26,10 @@ pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("reading {path}: {error}")]
+    #[error("reading {path}")]
     Read {
         path: PathBuf,
+        #[source]
         error: std::io::Error,
     },
     #[error("{what} {path}: no PEM {expected} found")]
@@ -49,15 +50,22 @@ pub enum TlsError {
         key: PathBuf,
         message: String,
     },
-    #[error("building the TLS configuration: {0}")]
-    Config(String),
-    #[error("writing {path}: {error}")]
+    #[error("building the TLS configuration")]
+    Config(#[source] rustls::Error),
+    #[error("building the TLS configuration: client CA {path}")]
+    ClientCa {
+        path: PathBuf,
+        #[source]
+        source: rustls::server::VerifierBuilderError,
+    },
+    #[error("writing {path}")]
     Write {
         path: PathBuf,
+        #[source]
         error: std::io::Error,
     },
-    #[error("generating a self-signed certificate: {0}")]
-    Generate(String),
+    #[error("generating a self-signed certificate")]
+    Generate(#[source] rcgen::Error),
 }
 
 /// The result of this module's fallible functions.
@@ -145,7 +153,7 @@ pub fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
 pub fn server_config(key: CertifiedKey, client_ca: Option<(&[u8], &Path)>) -> Result<ServerConfig> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| TlsError::Config(e.to_string()))?;
+        .map_err(TlsError::Config)?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
         Some((pem, path)) => {
@@ -159,7 +167,10 @@ pub fn server_config(key: CertifiedKey, client_ca: Option<(&[u8], &Path)>) -> Re
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
                 .build()
-                .map_err(|e| TlsError::Config(format!("client CA {}: {e}", path.display())))?;
+                .map_err(|source| TlsError::ClientCa {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
             builder.with_client_cert_verifier(verifier)
         }
     };
@@ -195,7 +206,7 @@ pub struct SelfSigned {
 /// Generates a CA and a leaf for `names` (DNS names or IP addresses).
 pub fn generate_self_signed(names: &[&str]) -> Result<SelfSigned> {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let err = |e: rcgen::Error| TlsError::Generate(e.to_string());
+    let err = TlsError::Generate;
     let ca_key = KeyPair::generate().map_err(err)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

@@ -284,7 +284,10 @@ fn crd_prints_a_deterministic_parseable_crd() {
     let b = run(&["crd"]);
     assert!(a.status.success(), "{}", stderr(&a));
     assert_eq!(a.stdout, b.stdout);
-    assert_eq!(stdout(&a), knative_ha_webhook::preview::crd_yaml().unwrap());
+    assert_eq!(
+        stdout(&a),
+        knative_ha_webhook::tools::preview::crd_yaml().unwrap()
+    );
     let crd: Value = serde_saphyr::from_str(&stdout(&a)).unwrap();
     assert_eq!(crd["kind"], "CustomResourceDefinition");
     assert_eq!(crd["spec"]["group"], "knativeha.dev");

@@ -17,7 +17,7 @@ mod support;
 
 use cluster_harness::{Harness, OWN_NS, hpa};
 use fakeapi::FakeApi;
-use knative_ha_webhook::sources::Governed;
+use knative_ha_webhook::scope::AllowedNamespaces;
 use knative_ha_webhook::sources::cluster::ClusterSourceConfig;
 use serde_json::{Value, json};
 use support::wait_until;
@@ -47,7 +47,7 @@ fn policy_configmap(name: &str, namespace: &str) -> Value {
 }
 
 impl Harness {
-    async fn governing(api: FakeApi, governed: Governed) -> Harness {
+    async fn governing(api: FakeApi, governed: AllowedNamespaces) -> Harness {
         let config = ClusterSourceConfig {
             governed,
             ..ClusterSourceConfig::new(OWN_NS)
@@ -109,7 +109,7 @@ async fn hpa_status_updates_and_ungoverned_hpas_publish_nothing() {
         let ns = format!("tenant-{i}");
         api.create("autoscaling", HPAS, hpa(&ns, "app", "app"));
     }
-    let s = Harness::governing(api, Governed::all()).await;
+    let s = Harness::governing(api, AllowedNamespaces::all()).await;
     s.wait_targets(SERVING, &["activator"]).await;
     let before = s.published();
 
@@ -180,7 +180,7 @@ async fn policies_outside_governed_namespaces_are_refused() {
     api.create(GROUP, HAPS, hap("outside", "default"));
     api.create("autoscaling", HPAS, hpa("default", "app", "app"));
     api.create("", "configmaps", policy_configmap("cm-outside", "other-ns"));
-    let s = Harness::governing(api, Governed::only([SERVING, "kourier-system"])).await;
+    let s = Harness::governing(api, AllowedNamespaces::only([SERVING, "kourier-system"])).await;
 
     let ready = wait_until("outside: Ready=False NotGoverned", async || {
         let obj = s.api.get(GROUP, HAPS, "", "outside")?;

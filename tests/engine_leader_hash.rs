@@ -9,7 +9,7 @@ mod support;
 use knative_ha_webhook::engine::leader::HASH_ANNOTATION;
 use knative_ha_webhook::engine::{self, Context, Input, Operation};
 use knative_ha_webhook::policy::Policy;
-use knative_ha_webhook::preview;
+use knative_ha_webhook::tools::preview;
 use serde_json::{Map, Value, json};
 
 const NS: &str = "knative-serving";

@@ -412,7 +412,7 @@ fn arb_ctx() -> impl Strategy<Value = Context> {
     })
 }
 
-fn run(policy: &Policy, ns: &str, object: &Value, ctx: &Context) -> engine::Outcome {
+fn run(policy: &Policy, ns: &str, object: &Value, ctx: &Context) -> engine::Mutated {
     let input = Input {
         operation: Operation::Update,
         namespace: ns,

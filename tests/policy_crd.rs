@@ -8,7 +8,7 @@ mod support;
 use serde_json::{Value, json};
 
 fn crd() -> Value {
-    serde_saphyr::from_str(&knative_ha_webhook::preview::crd_yaml().unwrap()).unwrap()
+    serde_saphyr::from_str(&knative_ha_webhook::tools::preview::crd_yaml().unwrap()).unwrap()
 }
 
 fn schema() -> Value {

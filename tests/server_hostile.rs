@@ -9,7 +9,7 @@ mod tls;
 
 use std::time::Duration;
 
-use knative_ha_webhook::server::Config;
+use knative_ha_webhook::app::Config;
 use serde_json::Value;
 use support::corpus::review;
 use support::*;

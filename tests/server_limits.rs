@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use knative_ha_webhook::admission::ReviewOptions;
-use knative_ha_webhook::server::Config;
+use knative_ha_webhook::app::Config;
 use knative_ha_webhook::store::PolicyStore;
 use router::Mutate;
 use support::*;

@@ -7,7 +7,7 @@ mod tls;
 
 use std::time::Duration;
 
-use knative_ha_webhook::server::{Config, PolicySource};
+use knative_ha_webhook::app::{Config, PolicySource};
 use serde_json::{Value, json};
 use support::corpus::review;
 use support::*;

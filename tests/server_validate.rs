@@ -94,11 +94,11 @@ fn check_errors(text: &str) -> Vec<String> {
     let mut file = tempfile::NamedTempFile::new().unwrap();
     file.write_all(text.as_bytes()).unwrap();
     let prefix = format!("{}: document 1: ", file.path().display());
-    let lines = knative_ha_webhook::check::check_files(&[file.path().to_path_buf()]);
+    let lines = knative_ha_webhook::tools::check::check_files(&[file.path().to_path_buf()]);
     let errors: Vec<String> = lines
         .into_iter()
         .filter_map(|line| match line {
-            knative_ha_webhook::check::Line::Error(e) => Some(e),
+            knative_ha_webhook::tools::check::Line::Error(e) => Some(e),
             _ => None,
         })
         .map(|e| e.strip_prefix(&prefix).unwrap_or(&e).to_string())

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use knative_ha_webhook::server::Config;
+use knative_ha_webhook::app::Config;
 use support::corpus::review;
 use support::*;
 use tls::*;

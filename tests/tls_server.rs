@@ -5,7 +5,7 @@ mod support;
 #[path = "support/tls.rs"]
 mod tls;
 
-use knative_ha_webhook::server::{Config, PolicySource};
+use knative_ha_webhook::app::{Config, PolicySource};
 use knative_ha_webhook::tls::TlsSource;
 use serde_json::Value;
 use support::corpus::review;

@@ -8,7 +8,7 @@
 //! whatever the bytes, and knows nothing of HTTP: `server::routes` picks
 //! the status codes.
 //!
-//! The request is read into a small borrowed serde model ([`request`], not
+//! The request is read into a small borrowed serde model (`request`, not
 //! `kube::core::admission::AdmissionReview<DynamicObject>`): uid, operation,
 //! kind, namespace and name without building the object; the object itself
 //! is built only for a CREATE or UPDATE in a governed namespace, and then
@@ -16,6 +16,7 @@
 //! model lets a review whose object is malformed reach the engine-error path
 //! (admitted with a warning) instead of being rejected as a bad request.
 
+mod answer;
 mod names;
 mod request;
 mod validate;
@@ -23,9 +24,10 @@ mod validate;
 use std::borrow::Cow;
 
 use base64::Engine as _;
-use serde::Serialize;
 use serde_json::Value;
 
+pub use answer::{Answer, BadRequest, Reviewed};
+use answer::{ResponseOut, ReviewOut, StatusOut, bad_request};
 use request::ObjectIn;
 pub use request::{ECHO_BYTES, MAX_UID_BYTES};
 pub use validate::validate;
@@ -59,7 +61,7 @@ pub struct ReviewOptions {
 
 /// How a review ended; the `outcome` label of the request metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ReviewOutcome {
     /// Admitted with a non-empty patch.
     Patched,
     /// A policy governs the namespace; nothing to change.
@@ -80,144 +82,20 @@ pub enum Outcome {
     Refused,
 }
 
-impl Outcome {
+impl ReviewOutcome {
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Patched => "patched",
-            Outcome::Unchanged => "unchanged",
-            Outcome::Skipped => "skipped",
-            Outcome::NotSynced => "not_synced",
-            Outcome::ErrorAllowed => "error_allowed",
-            Outcome::ErrorDenied => "error_denied",
-            Outcome::BadRequest => "bad_request",
-            Outcome::Accepted => "accepted",
-            Outcome::Refused => "refused",
+            ReviewOutcome::Patched => "patched",
+            ReviewOutcome::Unchanged => "unchanged",
+            ReviewOutcome::Skipped => "skipped",
+            ReviewOutcome::NotSynced => "not_synced",
+            ReviewOutcome::ErrorAllowed => "error_allowed",
+            ReviewOutcome::ErrorDenied => "error_denied",
+            ReviewOutcome::BadRequest => "bad_request",
+            ReviewOutcome::Accepted => "accepted",
+            ReviewOutcome::Refused => "refused",
         }
     }
-}
-
-/// The answer to one review.
-#[derive(Clone, Debug)]
-pub enum Answer<'a> {
-    /// A usable AdmissionReview, answered.
-    Reviewed(Reviewed<'a>),
-    /// The body is not a usable AdmissionReview.
-    BadRequest(BadRequest),
-}
-
-impl Answer<'_> {
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            Answer::Reviewed(r) => r.outcome,
-            Answer::BadRequest(_) => Outcome::BadRequest,
-        }
-    }
-}
-
-/// An answered review. The names borrow from the request body.
-#[derive(Clone, Debug)]
-pub struct Reviewed<'a> {
-    /// The answer: an AdmissionReview, as JSON.
-    pub body: Vec<u8>,
-    pub outcome: Outcome,
-    /// Bounded label: `Deployment`, `ConfigMap`, `HorizontalPodAutoscaler`,
-    /// `PodDisruptionBudget`, `HighAvailabilityPolicy` (`/validate`) or `other`.
-    pub kind: &'static str,
-    /// Bounded label: `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
-    pub operation: &'static str,
-    pub uid: Cow<'a, str>,
-    pub namespace: Cow<'a, str>,
-    pub name: Cow<'a, str>,
-    pub patch_ops: usize,
-    /// The change lines sent as the answer's warnings (what changed and
-    /// why), kept for the log line.
-    pub changes: Vec<String>,
-    /// The engine error, for the log line.
-    pub error: Option<String>,
-}
-
-impl<'a> Reviewed<'a> {
-    /// A review that changes nothing yet (outcome `Skipped`, no body).
-    pub(crate) fn skipped(
-        kind: &'static str,
-        operation: &'static str,
-        uid: Cow<'a, str>,
-        namespace: Cow<'a, str>,
-        name: Cow<'a, str>,
-    ) -> Reviewed<'a> {
-        Reviewed {
-            body: Vec::new(),
-            outcome: Outcome::Skipped,
-            kind,
-            operation,
-            uid,
-            namespace,
-            name,
-            patch_ops: 0,
-            changes: Vec::new(),
-            error: None,
-        }
-    }
-}
-
-/// Why the body is not a usable AdmissionReview (clipped: it may quote
-/// the body).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BadRequest {
-    pub reason: String,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'a str,
-    kind: &'a str,
-    response: ResponseOut<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    warnings: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut>,
-}
-
-impl ResponseOut<'_> {
-    /// An answer that allows the object unchanged (the uid is set last).
-    fn allowed() -> Self {
-        ResponseOut {
-            uid: "",
-            allowed: true,
-            patch_type: None,
-            patch: None,
-            warnings: Vec::new(),
-            status: None,
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct StatusOut {
-    status: &'static str,
-    code: u16,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'static str>,
-    message: String,
-}
-
-fn bad_request(message: String) -> Answer<'static> {
-    // serde's messages quote the offending content: never echo it whole.
-    Answer::BadRequest(BadRequest {
-        reason: clip(&message, 4 * ECHO_BYTES),
-    })
 }
 
 fn kind_label(kind: &str) -> &'static str {
@@ -229,6 +107,23 @@ fn kind_label(kind: &str) -> &'static str {
         "Scale" => "Scale",
         crate::policy::KIND => crate::policy::KIND,
         _ => "other",
+    }
+}
+
+/// How `/mutate` and `/validate` open: the body parsed (building the
+/// engine's view where `wants` asks for it) and its operation known; `Err`
+/// is why the body is not a usable AdmissionReview.
+fn open<'a>(
+    body: &'a [u8],
+    wants: request::Wants<'_>,
+) -> Result<(request::Parsed<'a>, Operation, &'static str), String> {
+    let parsed = request::parse_review(body, wants)?;
+    match parse_operation(&parsed.request.operation.0) {
+        Some((operation, label)) => Ok((parsed, operation, label)),
+        None => Err(format!(
+            "AdmissionReview request.operation: unknown operation {:?}",
+            clip(&parsed.request.operation.0, ECHO_BYTES)
+        )),
     }
 }
 
@@ -276,17 +171,11 @@ fn wants_view(snapshot: &Snapshot) -> impl Fn(&str, &str) -> bool + '_ {
 
 /// Answers one AdmissionReview given as raw bytes.
 pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> Answer<'a> {
-    let parsed = match request::parse_review(body, &wants_view(snapshot)) {
-        Ok(parsed) => parsed,
+    let (parsed, operation, op_label) = match open(body, &wants_view(snapshot)) {
+        Ok(opened) => opened,
         Err(message) => return bad_request(message),
     };
     let request = parsed.request;
-    let Some((operation, op_label)) = parse_operation(&request.operation.0) else {
-        return bad_request(format!(
-            "AdmissionReview request.operation: unknown operation {:?}",
-            clip(&request.operation.0, ECHO_BYTES)
-        ));
-    };
     let kind = request.kind.as_ref().map_or("", |k| &k.kind.0);
     let (namespace, name) = names(
         request.namespace.map(|t| t.0),
@@ -298,7 +187,7 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
 
     if matches!(operation, Operation::Create | Operation::Update) {
         if !snapshot.synced {
-            reply.outcome = Outcome::NotSynced;
+            reply.outcome = ReviewOutcome::NotSynced;
             response.warnings.push(NOT_SYNCED_WARNING.to_string());
         } else if let Some(governed) = snapshot.governed(&reply.namespace) {
             let object = request.object;
@@ -330,7 +219,7 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
 /// warnings (or the engine's failure) into the answer. `Err` is a bad
 /// request: an object the server cannot read.
 fn apply_policy<'r>(
-    governed: &crate::store::Governed<'_>,
+    governed: &crate::store::NamespacePolicy<'_>,
     object: Option<ObjectIn<'_>>,
     reply: &mut Reviewed<'r>,
     response: &mut ResponseOut<'_>,
@@ -369,9 +258,9 @@ fn undo_unclaimed(
         .map_err(|e| format!("AdmissionReview request.object: {e}"))?;
     let mutation = engine::restore::undo_unclaimed(&reply.namespace, &object).map(|o| o.mutation);
     answer(mutation, reply, response, opts);
-    if reply.outcome == Outcome::Unchanged {
+    if reply.outcome == ReviewOutcome::Unchanged {
         // Records, but nothing to put back: admitted as any object there.
-        reply.outcome = Outcome::Skipped;
+        reply.outcome = ReviewOutcome::Skipped;
     }
     Ok(())
 }
@@ -385,12 +274,12 @@ fn answer(
 ) {
     match mutation {
         Ok(mutation) if mutation.is_empty() => {
-            reply.outcome = Outcome::Unchanged;
+            reply.outcome = ReviewOutcome::Unchanged;
             response.warnings = mutation.changes;
         }
         Ok(mutation) => match serde_json::to_vec(&mutation.patch) {
             Ok(bytes) => {
-                reply.outcome = Outcome::Patched;
+                reply.outcome = ReviewOutcome::Patched;
                 reply.patch_ops = mutation.patch.0.len();
                 response.patch_type = Some("JSONPatch");
                 response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
@@ -426,14 +315,14 @@ fn engine_failed(
     let what = format!("{} {}/{}", reply.kind, reply.namespace, reply.name);
     match opts.on_error {
         OnError::Allow => {
-            reply.outcome = Outcome::ErrorAllowed;
+            reply.outcome = ReviewOutcome::ErrorAllowed;
             response.warnings.push(format!(
                 "knative-ha-webhook: could not compute the HA patch for {what}: {message}; \
                  object admitted unchanged"
             ));
         }
         OnError::Deny => {
-            reply.outcome = Outcome::ErrorDenied;
+            reply.outcome = ReviewOutcome::ErrorDenied;
             response.allowed = false;
             response.warnings.push(format!(
                 "knative-ha-webhook: could not compute the HA patch for {what}: {message}"

@@ -5,7 +5,7 @@ use crate::policy::Policy;
 struct Reply {
     status: u16,
     body: Value,
-    outcome: Outcome,
+    outcome: ReviewOutcome,
     namespace: String,
     error: Option<String>,
 }
@@ -75,7 +75,7 @@ fn bad_inputs_are_400_with_a_reason() {
     for (name, body, want) in cases {
         let reply = review(&snapshot(), body, &ReviewOptions::default());
         assert_eq!(reply.status, 400, "{name}");
-        assert_eq!(reply.outcome, Outcome::BadRequest, "{name}");
+        assert_eq!(reply.outcome, ReviewOutcome::BadRequest, "{name}");
         let msg = reply.body["message"].as_str().unwrap();
         assert!(msg.contains(want), "{name}: {msg}");
     }
@@ -90,7 +90,7 @@ fn unsynced_snapshot_admits_with_warning() {
         &review_json("CREATE", "knative-serving", serde_json::json!({})),
         &ReviewOptions::default(),
     );
-    assert_eq!(reply.outcome, Outcome::NotSynced);
+    assert_eq!(reply.outcome, ReviewOutcome::NotSynced);
     assert_eq!(reply.body["response"]["warnings"][0], NOT_SYNCED_WARNING);
     assert_eq!(reply.body["response"]["allowed"], true);
     assert!(reply.body["response"].get("patch").is_none());
@@ -100,7 +100,7 @@ fn unsynced_snapshot_admits_with_warning() {
 fn engine_error_allow_and_deny() {
     let body = review_json("CREATE", "knative-serving", serde_json::json!([1, 2]));
     let allow = review(&snapshot(), &body, &ReviewOptions::default());
-    assert_eq!(allow.outcome, Outcome::ErrorAllowed);
+    assert_eq!(allow.outcome, ReviewOutcome::ErrorAllowed);
     assert_eq!(allow.body["response"]["allowed"], true);
     assert_eq!(
         allow.body["response"]["warnings"].as_array().unwrap().len(),
@@ -113,7 +113,7 @@ fn engine_error_allow_and_deny() {
             on_error: OnError::Deny,
         },
     );
-    assert_eq!(deny.outcome, Outcome::ErrorDenied);
+    assert_eq!(deny.outcome, ReviewOutcome::ErrorDenied);
     assert_eq!(deny.body["response"]["allowed"], false);
     assert_eq!(deny.body["response"]["status"]["code"], 500);
     assert!(deny.error.is_some());
@@ -132,7 +132,7 @@ fn namespace_falls_back_to_object_metadata() {
     let reply = review(&snapshot(), &body, &ReviewOptions::default());
     assert_eq!(reply.namespace, "knative-serving");
     assert_eq!(reply.body["apiVersion"], "admission.k8s.io/v1beta1");
-    assert_ne!(reply.outcome, Outcome::Skipped);
+    assert_ne!(reply.outcome, ReviewOutcome::Skipped);
 }
 
 fn arb_json() -> impl proptest::strategy::Strategy<Value = Value> {
@@ -223,7 +223,7 @@ fn ungoverned_and_delete_reviews_never_build_the_object() {
             &ReviewOptions::default(),
         );
         assert_eq!(reply.status, 200, "{op} {ns}");
-        assert_eq!(reply.outcome, Outcome::Skipped, "{op} {ns}");
+        assert_eq!(reply.outcome, ReviewOutcome::Skipped, "{op} {ns}");
     }
     // Governed, the engine reads spec.replicas: refused as before.
     let governed = review(
@@ -349,7 +349,7 @@ fn no_policy_object_undoes_the_records_of_an_object() {
         &review_json("UPDATE", "knative-serving", pdb.clone()),
         &ReviewOptions::default(),
     );
-    assert_eq!(reply.outcome, Outcome::Patched);
+    assert_eq!(reply.outcome, ReviewOutcome::Patched);
     let after = patched(&reply, &pdb).expect("a patch");
     assert_eq!(
         after["spec"],
@@ -393,7 +393,7 @@ fn no_policy_object_leaves_an_object_without_records_alone() {
         body.as_bytes(),
         &ReviewOptions::default(),
     );
-    assert_eq!((reply.status, reply.outcome), (200, Outcome::Skipped));
+    assert_eq!((reply.status, reply.outcome), (200, ReviewOutcome::Skipped));
     assert!(reply.body["response"].get("patch").is_none());
     assert!(reply.body["response"].get("warnings").is_none());
 }
@@ -412,9 +412,9 @@ fn a_policy_object_not_in_force_or_no_sync_undoes_nothing() {
     let mut unsynced = no_policy_object();
     unsynced.synced = false;
     for (name, snapshot, outcome) in [
-        ("claimed", claimed, Outcome::Skipped),
-        ("unknown", unknown, Outcome::Skipped),
-        ("not synced", unsynced, Outcome::NotSynced),
+        ("claimed", claimed, ReviewOutcome::Skipped),
+        ("unknown", unknown, ReviewOutcome::Skipped),
+        ("not synced", unsynced, ReviewOutcome::NotSynced),
     ] {
         let reply = review(&snapshot, &body, &ReviewOptions::default());
         assert_eq!(reply.outcome, outcome, "{name}");

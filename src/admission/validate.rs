@@ -7,14 +7,13 @@
 
 use serde_json::Value;
 
-use super::request::{self, ObjectIn};
+use super::request::ObjectIn;
 use super::{
-    Answer, ECHO_BYTES, Outcome, ResponseOut, ReviewOut, Reviewed, StatusOut, bad_request,
-    kind_label, names, parse_operation,
+    Answer, ResponseOut, ReviewOut, ReviewOutcome, Reviewed, StatusOut, bad_request, kind_label,
+    names,
 };
 use crate::engine::Operation;
 use crate::policy::{self, objects};
-use crate::telemetry::clip;
 
 /// What a validated object is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,17 +56,11 @@ fn errors_of(target: Target, object: &Value) -> Option<Vec<String>> {
 
 /// Answers one validating AdmissionReview given as raw bytes.
 pub fn validate(body: &[u8]) -> Answer<'_> {
-    let parsed = match request::parse_review(body, &|_, _| false) {
-        Ok(parsed) => parsed,
+    let (parsed, operation, op_label) = match super::open(body, &|_, _| false) {
+        Ok(opened) => opened,
         Err(message) => return bad_request(message),
     };
     let request = parsed.request;
-    let Some((operation, op_label)) = parse_operation(&request.operation.0) else {
-        return bad_request(format!(
-            "AdmissionReview request.operation: unknown operation {:?}",
-            clip(&request.operation.0, ECHO_BYTES)
-        ));
-    };
     let (group, kind) = request
         .kind
         .as_ref()
@@ -91,7 +84,7 @@ pub fn validate(body: &[u8]) -> Answer<'_> {
     };
     match checked {
         None => {}
-        Some(errors) if errors.is_empty() => reply.outcome = Outcome::Accepted,
+        Some(errors) if errors.is_empty() => reply.outcome = ReviewOutcome::Accepted,
         Some(errors) => refuse(&mut reply, &mut response, &errors),
     }
     response.uid = &reply.uid;
@@ -116,7 +109,7 @@ fn refuse(reply: &mut Reviewed<'_>, response: &mut ResponseOut<'_>, errors: &[St
         "knative-ha-webhook: {what} is invalid: {}",
         errors.join("; ")
     );
-    reply.outcome = Outcome::Refused;
+    reply.outcome = ReviewOutcome::Refused;
     reply.error = Some(errors.join("; "));
     response.allowed = false;
     response.status = Some(StatusOut {

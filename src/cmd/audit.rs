@@ -4,9 +4,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use crate::config::{AuditConfig, AuditFormat};
-use crate::reconcile::audit::{
-    AuditError, AuditReport, audit as audit_cluster, cluster_policies, exit_code, render_table,
-};
+use crate::errors::Chain;
+use crate::reconcile::audit::{AuditError, AuditReport, audit as audit_cluster, cluster_policies};
+use crate::tools::audit_table::{exit_code, render_table};
 
 /// Audits and prints the report; errors are printed here (exit code 2).
 pub fn audit(config: &AuditConfig) -> anyhow::Result<ExitCode> {
@@ -17,7 +17,7 @@ pub fn audit(config: &AuditConfig) -> anyhow::Result<ExitCode> {
     let report = match runtime {
         Ok(runtime) => runtime
             .block_on(run(config))
-            .map_err(|e| format!("audit: {e}")),
+            .map_err(|e| format!("audit: {}", Chain(&e))),
         Err(e) => Err(format!("starting the runtime: {e}")),
     };
     let text = report.and_then(|report| Ok((render(&report, config.output)?, report)));
@@ -40,9 +40,8 @@ fn render(report: &AuditReport, format: AuditFormat) -> Result<String, String> {
         AuditFormat::Json => serde_json::to_string_pretty(report)
             .map(|s| s + "\n")
             .map_err(|e| format!("encoding the report: {e}")),
-        AuditFormat::Yaml => {
-            crate::preview::to_yaml(report).map_err(|e| format!("encoding the report: {e:#}"))
-        }
+        AuditFormat::Yaml => crate::tools::preview::to_yaml(report)
+            .map_err(|e| format!("encoding the report: {e:#}")),
     }
 }
 
@@ -51,7 +50,7 @@ async fn run(config: &AuditConfig) -> Result<AuditReport, AuditError> {
     let file_policies = if config.policy.is_empty() {
         None
     } else {
-        let by_ns = crate::preview::load_policies(&config.policy)
+        let by_ns = crate::tools::preview::load_policies(&config.policy)
             .map_err(|e| AuditError::Policy(format!("{e:#}")))?;
         Some(
             by_ns

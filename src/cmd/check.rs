@@ -2,14 +2,14 @@
 
 use std::process::ExitCode;
 
-use crate::check::Line;
 use crate::config::CheckArgs;
+use crate::tools::check::Line;
 
 /// Prints every valid document (stdout), every warning and every error
 /// (stderr); exit 1 when there is an error.
 pub fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let mut failed = false;
-    for line in crate::check::check_files(&args.files) {
+    for line in crate::tools::check::check_files(&args.files) {
         match line {
             Line::Valid(valid) => println!("{valid}"),
             Line::Warning(warning) => eprintln!("{warning}"),

@@ -15,7 +15,7 @@ mod serve;
 
 use std::process::ExitCode;
 
-use crate::config::Config;
+use crate::config::CommandConfig;
 
 pub use audit::audit;
 pub use check::check;
@@ -25,13 +25,13 @@ pub use restore::restore;
 pub use serve::serve;
 
 /// Runs the configured command.
-pub fn run(config: Config) -> anyhow::Result<ExitCode> {
+pub fn run(config: CommandConfig) -> anyhow::Result<ExitCode> {
     match config {
-        Config::Preview(args) => preview(&args),
-        Config::Check(args) => check(&args),
-        Config::Crd(args) => crd(&args),
-        Config::Serve(config) => serve(*config),
-        Config::Audit(config) => audit(&config),
-        Config::Restore(config) => restore(&config),
+        CommandConfig::Preview(args) => preview(&args),
+        CommandConfig::Check(args) => check(&args),
+        CommandConfig::Crd(args) => crd(&args),
+        CommandConfig::Serve(config) => serve(*config),
+        CommandConfig::Audit(config) => audit(&config),
+        CommandConfig::Restore(config) => restore(&config),
     }
 }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use serde_json::{Value, json};
 
 use crate::config::{OutputFormat, PreviewArgs};
-use crate::preview::{
+use crate::tools::preview::{
     Previewed, load_policies, name_warnings, parse_manifests, patch_line, preview_documents,
 };
 
@@ -47,7 +47,9 @@ pub fn preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
 /// The output in `format`.
 fn render(previewed: &[Previewed], format: OutputFormat) -> anyhow::Result<String> {
     Ok(match format {
-        OutputFormat::Yaml => crate::preview::to_multi_yaml(previewed.iter().map(|p| &p.object))?,
+        OutputFormat::Yaml => {
+            crate::tools::preview::to_multi_yaml(previewed.iter().map(|p| &p.object))?
+        }
         OutputFormat::Json => {
             let objects: Vec<&Value> = previewed.iter().map(|p| &p.object).collect();
             let value = match objects.as_slice() {

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::config::{AuditFormat, RestoreConfig};
+use crate::errors::Chain;
 use crate::kubeclient::KubeSettings;
-use crate::preview::{namespace_of, parse_manifests, to_multi_yaml};
 use crate::reconcile::restore::{RestoreError, RestoreReport, restore_namespace};
+use crate::tools::preview::{namespace_of, parse_manifests, to_multi_yaml};
 
 /// Runs the configured form of `restore`.
 pub fn restore(config: &RestoreConfig) -> anyhow::Result<ExitCode> {
@@ -34,7 +35,7 @@ fn cluster(namespace: &str, dry_run: bool, output: AuditFormat, kube: &KubeSetti
     let report = match runtime {
         Ok(runtime) => runtime
             .block_on(run(namespace, dry_run, kube))
-            .map_err(|e| format!("restore: {}", with_causes(&e))),
+            .map_err(|e| format!("restore: {}", Chain(&e))),
         Err(e) => Err(format!("starting the runtime: {e}")),
     };
     match report.and_then(|r| Ok((render(&r, output)?, r.exit_code()))) {
@@ -58,31 +59,14 @@ async fn run(
     restore_namespace(&client, namespace, dry_run).await
 }
 
-/// The error and its causes, `: `-separated, leaving out a cause whose
-/// text is already there.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        let c_text = c.to_string();
-        if !text.contains(&c_text) {
-            text.push_str(": ");
-            text.push_str(&c_text);
-        }
-        cause = c.source();
-    }
-    text
-}
-
 fn render(report: &RestoreReport, format: AuditFormat) -> Result<String, String> {
     match format {
         AuditFormat::Table => Ok(report.render()),
         AuditFormat::Json => serde_json::to_string_pretty(report)
             .map(|s| s + "\n")
             .map_err(|e| format!("encoding the report: {e}")),
-        AuditFormat::Yaml => {
-            crate::preview::to_yaml(report).map_err(|e| format!("encoding the report: {e:#}"))
-        }
+        AuditFormat::Yaml => crate::tools::preview::to_yaml(report)
+            .map_err(|e| format!("encoding the report: {e:#}")),
     }
 }
 

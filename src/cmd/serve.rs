@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use crate::app::{App, PolicySource, shutdown_signal_then_exit};
 use crate::config::ServeConfig;
 use crate::kubeclient::KubeSettings;
-use crate::server::PolicySource;
-use crate::server::{Server, shutdown_signal_then_exit};
 
 /// Serves until SIGTERM/SIGINT (a second one exits at once).
 pub fn serve(config: ServeConfig) -> anyhow::Result<ExitCode> {
@@ -25,8 +24,8 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<ExitCode> {
             Some(settings) => Some(cluster_client(&config, settings).await?),
             None => None,
         };
-        let server = Server::bind(config.server, client).await?;
-        server.run(signal).await?;
+        let app = App::bind(config.app, client).await?;
+        app.run(signal).await?;
         tracing::info!("stopped");
         Ok::<_, anyhow::Error>(())
     });
@@ -42,7 +41,7 @@ async fn cluster_client(
     config: &ServeConfig,
     settings: &KubeSettings,
 ) -> anyhow::Result<kube::Client> {
-    let why = if matches!(config.server.policy, PolicySource::Cluster { .. }) {
+    let why = if matches!(config.app.policy, PolicySource::Cluster { .. }) {
         "policies are read from the cluster (no --policy-file)"
     } else {
         "--reconcile writes to the cluster"

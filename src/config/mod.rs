@@ -24,8 +24,8 @@ pub use commands::{
 };
 pub use env::{Env, MapEnv, ProcessEnv};
 pub use serve::{
-    HOSTNAME_FILE, LogFormat, OnError, ReconcileArgs, SA_NAMESPACE_FILE, ServeArgs, ServeConfig,
-    governed_namespaces, identity, own_namespace, reconcile_config, serve_config,
+    HOSTNAME_FILE, LogFormatArg, OnErrorArg, ReconcileArgs, SA_NAMESPACE_FILE, ServeArgs,
+    ServeConfig, governed_namespaces, identity, own_namespace, reconcile_config, serve_config,
 };
 
 /// Why the command line and environment do not make a configuration.
@@ -51,7 +51,7 @@ pub type Result<T, E = ConfigError> = std::result::Result<T, E>;
 
 /// What a command runs with.
 #[derive(Debug)]
-pub enum Config {
+pub enum CommandConfig {
     Preview(PreviewArgs),
     Check(CheckArgs),
     Crd(CrdArgs),
@@ -62,14 +62,14 @@ pub enum Config {
 
 /// The configuration of the command `cli` names, with `env` for what the
 /// flags leave to the environment. Reads nothing else.
-pub fn parse(cli: Cli, env: &dyn Env) -> Result<Config> {
+pub fn parse(cli: Cli, env: &dyn Env) -> Result<CommandConfig> {
     Ok(match cli.command {
-        Command::Preview(args) => Config::Preview(args),
-        Command::Check(args) => Config::Check(args),
-        Command::Crd(args) => Config::Crd(args),
-        Command::Serve(args) => Config::Serve(Box::new(serve_config(&args, env)?)),
-        Command::Audit(args) => Config::Audit(audit_config(args, env)),
-        Command::Restore(args) => Config::Restore(restore_config(args, env)),
+        Command::Preview(args) => CommandConfig::Preview(args),
+        Command::Check(args) => CommandConfig::Check(args),
+        Command::Crd(args) => CommandConfig::Crd(args),
+        Command::Serve(args) => CommandConfig::Serve(Box::new(serve_config(&args, env)?)),
+        Command::Audit(args) => CommandConfig::Audit(audit_config(args, env)),
+        Command::Restore(args) => CommandConfig::Restore(restore_config(args, env)),
     })
 }
 

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use super::env::Env;
 use super::{ConfigError, Result};
+use crate::app::{self, PolicySource};
 use crate::policy::validate::is_dns1123_label;
 use crate::reconcile::{LEASE_NAME, LeaseConfig, POLL_INTERVAL, ReconcileConfig};
-use crate::server::{self, PolicySource};
-use crate::sources::Governed;
+use crate::scope::AllowedNamespaces;
 use crate::tls::TlsSource;
 
 /// Where Kubernetes mounts the pod's namespace with its service account token.
@@ -20,24 +20,24 @@ pub const HOSTNAME_FILE: &str = "/etc/hostname";
 
 /// Log format (`--log-format`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LogFormat {
+pub enum LogFormatArg {
     #[default]
     Json,
     Text,
 }
 
-impl From<LogFormat> for crate::telemetry::LogFormat {
-    fn from(f: LogFormat) -> Self {
+impl From<LogFormatArg> for crate::telemetry::LogFormat {
+    fn from(f: LogFormatArg) -> Self {
         match f {
-            LogFormat::Json => crate::telemetry::LogFormat::Json,
-            LogFormat::Text => crate::telemetry::LogFormat::Text,
+            LogFormatArg::Json => crate::telemetry::LogFormat::Json,
+            LogFormatArg::Text => crate::telemetry::LogFormat::Text,
         }
     }
 }
 
 /// What to answer when mutation fails internally (`--on-error`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum OnError {
+pub enum OnErrorArg {
     /// Admit the object unchanged, with a warning (never block the cluster).
     #[default]
     Allow,
@@ -45,11 +45,11 @@ pub enum OnError {
     Deny,
 }
 
-impl From<OnError> for crate::admission::OnError {
-    fn from(o: OnError) -> Self {
+impl From<OnErrorArg> for crate::admission::OnError {
+    fn from(o: OnErrorArg) -> Self {
         match o {
-            OnError::Allow => crate::admission::OnError::Allow,
-            OnError::Deny => crate::admission::OnError::Deny,
+            OnErrorArg::Allow => crate::admission::OnError::Allow,
+            OnErrorArg::Deny => crate::admission::OnError::Deny,
         }
     }
 }
@@ -95,11 +95,11 @@ pub struct ServeArgs {
     pub shutdown_delay: Duration,
     /// Log format.
     #[arg(long, env = "KHW_LOG_FORMAT", value_enum, default_value = "json")]
-    pub log_format: LogFormat,
+    pub log_format: LogFormatArg,
     /// What to answer when the patch cannot be computed: admit unchanged
     /// (with a warning) or refuse.
     #[arg(long, env = "KHW_ON_ERROR", value_enum, default_value = "allow")]
-    pub on_error: OnError,
+    pub on_error: OnErrorArg,
     /// The webhook's own namespace (where policy ConfigMaps and the
     /// reconciler's Lease are). `--namespace` is accepted as an alias.
     #[arg(
@@ -171,7 +171,7 @@ fn parse_rate(text: &str) -> std::result::Result<f64, String> {
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
     pub log_format: crate::telemetry::LogFormat,
-    pub server: server::Config,
+    pub app: app::Config,
     /// Where the cluster is, when the server needs it (policies from the
     /// cluster, or the reconciler); `None` for a policy file alone.
     pub kube: Option<crate::kubeclient::KubeSettings>,
@@ -233,7 +233,7 @@ pub fn serve_config(args: &ServeArgs, env: &dyn Env) -> Result<ServeConfig> {
     };
     let reconcile = reconcile_config(&args.reconcile, args.namespace.as_deref(), env)?
         .map(|r| r.governed(governed.clone()));
-    let server = server::Config {
+    let app = app::Config {
         listen: args.listen,
         metrics_listen: args.metrics_listen,
         shutdown_delay: args.shutdown_delay,
@@ -241,23 +241,23 @@ pub fn serve_config(args: &ServeArgs, env: &dyn Env) -> Result<ServeConfig> {
         reconcile,
         governed,
         pod_name: env.var("POD_NAME"),
-        ..server::Config::new(tls, policy)
+        ..app::Config::new(tls, policy)
     };
     let needs_cluster =
-        matches!(server.policy, PolicySource::Cluster { .. }) || server.reconcile.is_some();
+        matches!(app.policy, PolicySource::Cluster { .. }) || app.reconcile.is_some();
     Ok(ServeConfig {
         log_format: args.log_format.into(),
         kube: needs_cluster.then(|| super::kube_settings(&args.cluster, None, env)),
-        server,
+        app,
     })
 }
 
 /// `--governed-namespaces`: no flag means every namespace; otherwise every
 /// entry (blanks around it ignored) must be a namespace name. An empty entry
 /// (`''`, `','`, `a,,b`) is refused rather than read as "no restriction".
-pub fn governed_namespaces(values: &[String]) -> Result<Governed> {
+pub fn governed_namespaces(values: &[String]) -> Result<AllowedNamespaces> {
     if values.is_empty() {
-        return Ok(Governed::all());
+        return Ok(AllowedNamespaces::all());
     }
     for value in values {
         let entry = value.trim();
@@ -275,7 +275,7 @@ pub fn governed_namespaces(values: &[String]) -> Result<Governed> {
             why,
         });
     }
-    Ok(Governed::only(values.iter().cloned()))
+    Ok(AllowedNamespaces::only(values.iter().cloned()))
 }
 
 /// The reconciler's configuration; `None` when `--reconcile` is off.
@@ -302,6 +302,6 @@ pub fn reconcile_config(
             renew_every: Duration::from_secs(5),
         },
         poll: POLL_INTERVAL,
-        governed: Governed::all(),
+        governed: AllowedNamespaces::all(),
     }))
 }

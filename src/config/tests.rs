@@ -133,13 +133,13 @@ fn serve_config_from_flags_and_environment() {
     let env = MapEnv::new()
         .with_file(SA_NAMESPACE_FILE, "khw")
         .with_var("POD_NAME", "webhook-1");
-    let Config::Serve(serve) = parse(cli, &env).unwrap() else {
+    let CommandConfig::Serve(serve) = parse(cli, &env).unwrap() else {
         panic!("not serve");
     };
-    let server = &serve.server;
+    let server = &serve.app;
     assert!(matches!(
         &server.policy,
-        crate::server::PolicySource::Cluster { namespace } if namespace == "khw"
+        crate::app::PolicySource::Cluster { namespace } if namespace == "khw"
     ));
     assert_eq!(server.shutdown_delay, Duration::from_secs(10));
     assert_eq!(server.pod_name.as_deref(), Some("webhook-1"));
@@ -202,7 +202,7 @@ fn serve_finds_the_cluster_only_when_it_needs_one() {
         "--context",
         "prod",
     ];
-    let Ok(Config::Serve(serve)) = parse(parse_cli(&args), &MapEnv::new()) else {
+    let Ok(CommandConfig::Serve(serve)) = parse(parse_cli(&args), &MapEnv::new()) else {
         panic!("serve parses");
     };
     let kube = serve.kube.expect("the reconciler needs the cluster");
@@ -223,7 +223,7 @@ fn serve_finds_the_cluster_only_when_it_needs_one() {
         "--webhook-namespace",
         "khw",
     ];
-    let Ok(Config::Serve(serve)) = parse(parse_cli(&args), &MapEnv::new()) else {
+    let Ok(CommandConfig::Serve(serve)) = parse(parse_cli(&args), &MapEnv::new()) else {
         panic!("serve parses");
     };
     assert!(serve.kube.is_some());
@@ -240,7 +240,7 @@ fn serve_with(flags: &[&str]) -> Result<ServeConfig> {
     ];
     args.extend_from_slice(flags);
     match parse(parse_cli(&args), &MapEnv::new()) {
-        Ok(Config::Serve(serve)) => Ok(*serve),
+        Ok(CommandConfig::Serve(serve)) => Ok(*serve),
         Ok(other) => panic!("not serve: {other:?}"),
         Err(e) => Err(e),
     }
@@ -250,12 +250,9 @@ fn serve_with(flags: &[&str]) -> Result<ServeConfig> {
 fn governed_namespaces_refuse_empty_entries_and_non_labels() {
     // Issue 22 item 12: '' and ',' meant every namespace (logged "*").
     let unset = serve_with(&[]).unwrap();
-    assert_eq!(unset.server.governed, crate::sources::Governed::all());
+    assert_eq!(unset.app.governed, crate::scope::AllowedNamespaces::all());
     let ok = serve_with(&["--governed-namespaces", "knative-serving, kourier-system"]).unwrap();
-    assert_eq!(
-        ok.server.governed.display(),
-        "knative-serving,kourier-system"
-    );
+    assert_eq!(ok.app.governed.display(), "knative-serving,kourier-system");
     for (value, bad) in [
         ("", ""),
         (",", ""),
@@ -320,9 +317,9 @@ fn listen_addresses_take_the_forms_users_write() {
         "--metrics-listen",
         ":9090",
     ]);
-    let Config::Serve(serve) = parse(cli, &MapEnv::new()).unwrap() else {
+    let CommandConfig::Serve(serve) = parse(cli, &MapEnv::new()).unwrap() else {
         panic!("not serve");
     };
-    assert_eq!(serve.server.listen.to_string(), "127.0.0.1:8443");
-    assert_eq!(serve.server.metrics_listen.to_string(), "0.0.0.0:9090");
+    assert_eq!(serve.app.listen.to_string(), "127.0.0.1:8443");
+    assert_eq!(serve.app.metrics_listen.to_string(), "0.0.0.0:9090");
 }

@@ -239,12 +239,12 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         if same {
             continue;
         }
-        let records = super::restore::recorded_key(key);
-        let pt = super::restore::patcher(t, &mut p, &records)?;
+        let records = super::records::recorded_key(key);
+        let pt = super::records::patcher(t, &mut p, &records)?;
         pt.set(&["data", key], json!(want))
             .map_err(|e| t.malformed(e))?;
         for r in records {
-            super::restore::note_written(t, pt, r, &json!(want))?;
+            super::records::note_written(t, pt, r, &json!(want))?;
         }
         changes.push(t.change(format!(
             "data.{key} {} -> {want:?}",
@@ -255,7 +255,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         // A key someone else changed since the engine wrote it keeps their
         // value: only its records go, whatever the durations' check says.
         if undo.durations || !TIMING_KEYS.contains(&r.path[1]) || theirs(t, r)? {
-            super::restore::undo(t, &mut p, r, &mut changes)?;
+            super::records::undo(t, &mut p, r, &mut changes)?;
         }
     }
     if let Some(problem) = undo.problem {
@@ -278,22 +278,22 @@ fn unasked(
     t: &Target<'_>,
     buckets: bool,
     ours: [Option<&str>; 3],
-) -> Vec<&'static super::restore::Recorded> {
+) -> Vec<&'static super::records::RecordedField> {
     let asked = |key: &str| match TIMING_KEYS.iter().position(|k| *k == key) {
         Some(i) => ours[i].is_some(),
         None => buckets,
     };
-    super::restore::LEADER_ELECTION_KEYS
+    super::records::LEADER_ELECTION_KEYS
         .iter()
         .filter(|r| !asked(r.path[1]))
-        .filter(|r| super::restore::annotation(t.object, r.annotation).is_some())
+        .filter(|r| super::records::annotation(t.object, r.annotation).is_some())
         .collect()
 }
 
 /// Whether someone else changed `r`'s key since the engine wrote it (its
 /// value stays when the record goes).
-fn theirs(t: &Target<'_>, r: &super::restore::Recorded) -> Result<bool, EngineError> {
-    super::restore::changed_since_written(t.object, r)
+fn theirs(t: &Target<'_>, r: &super::records::RecordedField) -> Result<bool, EngineError> {
+    super::records::changed_since_written(t.object, r)
         .map(|last| last.is_some())
         .map_err(|e| t.malformed(e))
 }
@@ -318,7 +318,7 @@ fn undo_plan(
     t: &Target<'_>,
     data: Option<&Map<String, Value>>,
     ours: [Option<&str>; 3],
-    unasked: &[&super::restore::Recorded],
+    unasked: &[&super::records::RecordedField],
 ) -> Result<UndoPlan, EngineError> {
     let mut undone = Vec::new();
     for r in unasked {
@@ -340,7 +340,7 @@ fn undo_plan(
     }
     let mut after = data.cloned().unwrap_or_default();
     for r in &undone {
-        match super::restore::recorded(t.object, r).map_err(|e| t.malformed(e))? {
+        match super::records::recorded(t.object, r).map_err(|e| t.malformed(e))? {
             Some(Some(value)) => {
                 after.insert(r.path[1].to_string(), value);
             }

@@ -9,9 +9,10 @@
 use serde_json::{Value, json};
 
 use super::patch::Patcher;
-use super::restore::{
+use super::records::{
     self, REPLICAS as RECORDED_REPLICAS, ROLLOUT_MAX_UNAVAILABLE, TOPOLOGY_SPREAD,
 };
+use super::restore;
 use super::{EngineError, Handled, Target, affinity, leader};
 use crate::policy::validate::parse_percent;
 use crate::policy::{AntiAffinityType, PodAntiAffinity, TopologySpread};
@@ -69,7 +70,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     {
         rolling_update(t, replicas, &mut p, &mut changes)?;
     } else {
-        restore::undo(t, &mut p, &ROLLOUT_MAX_UNAVAILABLE, &mut changes)?;
+        records::undo(t, &mut p, &ROLLOUT_MAX_UNAVAILABLE, &mut changes)?;
     }
     if let Some(disable) = leader::want_flag(t, replicas) {
         leader::flag(t, &mut p, disable, &mut changes)?;
@@ -98,7 +99,7 @@ fn replicas(
     };
     let Some(n) = want else {
         if !t.is_hpa_backed(t.name) && !super::SCALED_ON_DEMAND.contains(&t.name) {
-            restore::undo(t, p, &RECORDED_REPLICAS, changes)?;
+            records::undo(t, p, &RECORDED_REPLICAS, changes)?;
         }
         let after = p.as_ref().map_or(t.object, |p| &p.doc);
         return Ok(super::lookup(after, REPLICAS)
@@ -106,7 +107,7 @@ fn replicas(
             .unwrap_or(1));
     };
     if current.unwrap_or(1) != i64::from(n) {
-        let pt = restore::patcher(t, p, &[&RECORDED_REPLICAS])?;
+        let pt = records::patcher(t, p, &[&RECORDED_REPLICAS])?;
         pt.set(REPLICAS, json!(n)).map_err(|e| t.malformed(e))?;
         let before = current.map_or("unset".to_string(), |c| c.to_string());
         changes.push(t.change(format!("spec.replicas {before} -> {n}")));
@@ -158,14 +159,14 @@ fn spread(
         .or(t.policy.spec.topology_spread_constraints.as_ref())
         .filter(|l| !l.is_empty() && !ml.is_empty())
     else {
-        return restore::undo(t, p, &TOPOLOGY_SPREAD, changes);
+        return records::undo(t, p, &TOPOLOGY_SPREAD, changes);
     };
     let value = spread_value(list, &Value::Object(ml.clone()));
     if super::lookup(t.object, SPREAD) == Some(&value) {
         return Ok(());
     }
     super::check_parents(t, SPREAD)?;
-    let pt = restore::patcher(t, p, &[&TOPOLOGY_SPREAD])?;
+    let pt = records::patcher(t, p, &[&TOPOLOGY_SPREAD])?;
     pt.set(SPREAD, value).map_err(|e| t.malformed(e))?;
     let shown: Vec<String> = list
         .iter()
@@ -212,7 +213,7 @@ fn rolling_update(
         return Ok(());
     }
     super::check_parents(t, MAX_UNAVAILABLE)?;
-    let pt = restore::patcher(t, p, &[&ROLLOUT_MAX_UNAVAILABLE])?;
+    let pt = records::patcher(t, p, &[&ROLLOUT_MAX_UNAVAILABLE])?;
     pt.set(MAX_UNAVAILABLE, json!(1))
         .map_err(|e| t.malformed(e))?;
     changes.push(t.change(format!(

@@ -60,7 +60,7 @@ fn originals(t: &Target<'_>, current: (i64, i64)) -> Result<((i64, i64), String)
         return Ok((current, String::new()));
     };
     let Some(written) = pair(t, [WRITTEN_MIN, WRITTEN_MAX])? else {
-        // Recorded by an earlier engine: one of its writes, or set since.
+        // RecordedField by an earlier engine: one of its writes, or set since.
         if current == orig || current == rule(orig, Some(current.0)) {
             return Ok((orig, String::new()));
         }

@@ -10,6 +10,7 @@
 use serde_json::{Value, json};
 
 use super::patch::Patcher;
+use super::records::{self, ORIGINAL_DISABLE_HA};
 use super::{
     DISABLE_HA_DEPLOYMENTS, DISABLE_HA_FLAG, EngineError, LEADER_ELECTED_DEPLOYMENTS, Target,
 };
@@ -264,7 +265,7 @@ pub(crate) fn flag(
                 "spec.template.spec.containers[{index}] must be an object"
             )));
         }
-        let pt = super::restore::flag_patcher(t, p)?;
+        let pt = flag_patcher(t, p)?;
         if container.get("args").is_some_and(Value::is_array) {
             pt.push(&args_path, json!(DISABLE_HA_FLAG))
                 .map_err(|e| t.malformed(e))?;
@@ -276,7 +277,7 @@ pub(crate) fn flag(
         }
         changes.push(t.change(format!("container {cname} args + {DISABLE_HA_FLAG}")));
     } else if !present.is_empty() {
-        let pt = super::restore::flag_patcher(t, p)?;
+        let pt = flag_patcher(t, p)?;
         for i in present.iter().rev() {
             pt.remove_index(&args_path, *i)
                 .map_err(|e| t.malformed(e))?;
@@ -284,6 +285,23 @@ pub(crate) fn flag(
         changes.push(t.change(format!("container {cname} args - {DISABLE_HA_FLAG}")));
     }
     Ok(())
+}
+
+/// [`records::patcher`] for a change of `--disable-ha`: records whether the flag
+/// was there.
+pub(crate) fn flag_patcher<'p>(
+    t: &Target<'_>,
+    p: &'p mut Option<Patcher>,
+) -> Result<&'p mut Patcher, EngineError> {
+    let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+    if records::annotation(t.object, ORIGINAL_DISABLE_HA).is_none() {
+        let path = ["metadata", "annotations", ORIGINAL_DISABLE_HA];
+        super::check_parents(t, &path)?;
+        let had = carries_disable_ha(t.object);
+        pt.set(&path, Value::String(had.to_string()))
+            .map_err(|e| t.malformed(e))?;
+    }
+    Ok(pt)
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ pub mod hpa;
 pub mod leader;
 pub mod patch;
 pub mod pdb;
+pub mod records;
 pub mod restore;
 pub mod scale;
 mod target;
@@ -58,10 +59,7 @@ pub const DISABLE_HA_DEPLOYMENTS: &[&str] = &[
     "net-kourier-controller",
 ];
 
-/// Deployments Knative scales on demand (eventing-controller scales
-/// `pingsource-mt-adapter` 0 <-> 1 when PingSources exist; the Knative
-/// Operator's `haUnSupported` list). Their replicas are never touched.
-pub const SCALED_ON_DEMAND: &[&str] = &["pingsource-mt-adapter"];
+pub use crate::policy::names::SCALED_ON_DEMAND;
 
 /// Deployments whose Knative processes run leader election (knative.dev/pkg
 /// sharedmain with `config-leader-election`). They roll together when the
@@ -122,7 +120,7 @@ pub struct Context {
     /// (only its duration keys are read), `None` when unknown or absent.
     /// A leader-elected Deployment's hash leaves out the policy's durations
     /// when this data makes the ConfigMap hold them back
-    /// ([`configmap::durations_held_back`]): it follows what Knative reads.
+    /// (`configmap::durations_held_back`): it follows what Knative reads.
     pub leader_election: Option<serde_json::Map<String, Value>>,
 }
 
@@ -171,7 +169,7 @@ pub struct Input<'a> {
 
 /// A mutation together with the mutated object (`None` when unchanged).
 #[derive(Clone, Debug, Default)]
-pub struct Outcome {
+pub struct Mutated {
     pub mutation: Mutation,
     pub object: Option<Value>,
 }
@@ -235,12 +233,12 @@ pub fn mutate(policy: &Policy, input: &Input<'_>, ctx: &Context) -> Result<Mutat
 
 /// Like [`mutate`], also returning the mutated object (what applying the
 /// patch yields), for `preview` and tests.
-pub fn mutate_object(policy: &Policy, input: &Input<'_>, ctx: &Context) -> Result<Outcome> {
+pub fn mutate_object(policy: &Policy, input: &Input<'_>, ctx: &Context) -> Result<Mutated> {
     if !input.object.is_object() {
         return Err(EngineError::NotAnObject);
     }
     if !matches!(input.operation, Operation::Create | Operation::Update) {
-        return Ok(Outcome::default());
+        return Ok(Mutated::default());
     }
     mutate_governed(
         policy,
@@ -261,15 +259,15 @@ pub fn mutate_governed(
     object: &Value,
     hpa_targets: &BTreeSet<String>,
     leader_election: Option<&serde_json::Map<String, Value>>,
-) -> Result<Outcome> {
+) -> Result<Mutated> {
     let Some(obj) = object.as_object() else {
         return Err(EngineError::NotAnObject);
     };
     if namespace != policy.spec.target_namespace {
-        return Ok(Outcome::default());
+        return Ok(Mutated::default());
     }
     let Some(kind) = Kind::of(object) else {
-        return Ok(Outcome::default());
+        return Ok(Mutated::default());
     };
     let metadata = obj.get("metadata").and_then(Value::as_object);
     if let Some(ns) = metadata
@@ -278,10 +276,10 @@ pub fn mutate_governed(
         && !ns.is_empty()
         && ns != namespace
     {
-        return Ok(Outcome::default());
+        return Ok(Mutated::default());
     }
     if skipped(metadata) {
-        return Ok(Outcome::default());
+        return Ok(Mutated::default());
     }
     let name = metadata
         .and_then(|m| m.get("name").or_else(|| m.get("generateName")))
@@ -314,7 +312,7 @@ pub fn mutate_governed(
                     "warning: left unchanged: owned by the Knative Operator's {owner}, which manages its high availability (set spec.governOperatorOwned: true to govern it anyway)"
                 ))]));
             }
-            Ok(Outcome {
+            Ok(Mutated {
                 mutation: Mutation {
                     patch: json_patch::Patch(p.ops),
                     changes,
@@ -323,13 +321,13 @@ pub fn mutate_governed(
             })
         }
         _ if !changes.is_empty() => Ok(warning_only(changes)),
-        _ => Ok(Outcome::default()),
+        _ => Ok(Mutated::default()),
     }
 }
 
 /// An outcome without a patch, carrying warning lines.
-fn warning_only(changes: Vec<String>) -> Outcome {
-    Outcome {
+fn warning_only(changes: Vec<String>) -> Mutated {
+    Mutated {
         mutation: Mutation {
             patch: json_patch::Patch(Vec::new()),
             changes,

@@ -22,10 +22,7 @@ use super::{EngineError, Handled, Target};
 use crate::policy::disruption::{self, Fewest};
 use crate::policy::schema_check::show;
 
-/// The budget fields the PDB had before the engine first wrote it (JSON).
-pub const ORIGINAL: &str = "knativeha.dev/original-budget";
-/// The budget fields the engine last wrote (JSON).
-pub const WRITTEN: &str = "knativeha.dev/written-budget";
+pub use super::records::{PDB_ORIGINAL as ORIGINAL, PDB_WRITTEN as WRITTEN};
 
 const FIELDS: [&str; 2] = ["minAvailable", "maxUnavailable"];
 
@@ -211,8 +208,8 @@ fn write(
     super::check_parents(t, &["metadata", "annotations", ORIGINAL])?;
     let why = match restore {
         Some(why) => {
-            super::restore::remove_pruned(&mut p, &["metadata", "annotations", ORIGINAL]);
-            super::restore::remove_pruned(&mut p, &["metadata", "annotations", WRITTEN]);
+            super::records::remove_pruned(&mut p, &["metadata", "annotations", ORIGINAL]);
+            super::records::remove_pruned(&mut p, &["metadata", "annotations", WRITTEN]);
             format!(" ({why})")
         }
         None => {
@@ -270,7 +267,7 @@ pub(crate) fn restore_original(
         pt.remove(&["spec", field]);
         parts.push(format!("spec.{field} {} -> removed (restored)", show(old)));
     }
-    super::restore::remove_pruned(pt, &["metadata", "annotations", ORIGINAL]);
-    super::restore::remove_pruned(pt, &["metadata", "annotations", WRITTEN]);
+    super::records::remove_pruned(pt, &["metadata", "annotations", ORIGINAL]);
+    super::records::remove_pruned(pt, &["metadata", "annotations", WRITTEN]);
     Ok(Some(parts))
 }

@@ -9,7 +9,7 @@
 //! arbitrary and mutated ones: a path the engine reads that [`Shape`]'s
 //! tables leave out turns it red), because:
 //! - every path the engine reads or writes is kept, with the whole value
-//!   where the engine compares, copies or shows it ([`Shape::Keep`]);
+//!   where the engine compares, copies or shows it (`Shape::Keep`);
 //! - a node whose JSON type is not the one the shape expects (an array where
 //!   an object was expected, ...) is kept whole, so type errors and the
 //!   values they show are the same;
@@ -28,7 +28,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde_json::{Map, Value};
 
 use super::leader::HASH_ANNOTATION;
-use super::restore;
+use super::{records, restore};
 
 /// What to keep of a JSON node.
 #[derive(Clone, Copy, Debug)]
@@ -44,7 +44,7 @@ enum Shape {
 use Shape::{Items, Keep, Object};
 
 /// The annotations that record what the engine replaced.
-const RECORDS: Shape = Object(&kept(restore::RECORD_ANNOTATIONS));
+const RECORDS: Shape = Object(&kept(records::RECORD_ANNOTATIONS));
 
 /// Each of `keys`, kept whole.
 const fn kept<const N: usize>(keys: [&'static str; N]) -> [(&'static str, Shape); N] {

@@ -5,8 +5,8 @@
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::names::SCALED_ON_DEMAND;
 use super::{HighAvailabilityPolicySpec, PodDisruptionBudgetPolicy, PolicyError};
-use crate::engine::SCALED_ON_DEMAND;
 
 /// The fewest replicas the policy produces for the workloads a budget
 /// covers, with the field it comes from.

@@ -7,6 +7,11 @@ use std::collections::BTreeSet;
 
 use super::HighAvailabilityPolicySpec;
 
+/// Deployments Knative scales on demand (eventing-controller scales
+/// `pingsource-mt-adapter` 0 <-> 1 when PingSources exist; the Knative
+/// Operator's `haUnSupported` list). Their replicas are never touched.
+pub const SCALED_ON_DEMAND: &[&str] = &["pingsource-mt-adapter"];
+
 /// The Deployments of Knative's releases: Serving (core, HPA, domain
 /// mapping), its networking layers (net-kourier, net-istio, net-contour,
 /// net-gateway-api, net-certmanager), Eventing (core, in-memory channel,

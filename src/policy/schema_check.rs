@@ -8,16 +8,7 @@ use serde_json::Value;
 
 use super::{API_VERSION, KIND, PolicyError, crd_schema};
 
-/// Renders a value for an error message, shortened.
-pub fn show(value: &Value) -> String {
-    let s = value.to_string();
-    if s.chars().count() > 60 {
-        let cut: String = s.chars().take(57).collect();
-        format!("{cut}...")
-    } else {
-        s
-    }
-}
+pub use crate::errors::show;
 
 fn type_name(value: &Value) -> &'static str {
     match value {

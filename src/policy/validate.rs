@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use super::disruption;
 pub use super::disruption::parse_percent;
 use super::duration::parse_go_duration;
+use super::names::SCALED_ON_DEMAND;
 pub use super::timing::{TimingRule, broken_timing_rules, format_ns};
 use super::{
     DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
     HighAvailabilityPolicySpec, LeaderElection, PodAntiAffinity, PolicyError, TopologySpread,
     WorkloadOverride,
 };
-use crate::engine::SCALED_ON_DEMAND;
 
 fn check_spread(path: &str, list: &[TopologySpread], errors: &mut Vec<PolicyError>) {
     if list.is_empty() {

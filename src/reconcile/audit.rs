@@ -6,7 +6,7 @@
 //! one-shot list of HighAvailabilityPolicy resources and labelled policy
 //! ConfigMaps, merged with the cluster source's rules
 //! ([`crate::sources::cluster::merge`]; [`cluster_policies`]). The table
-//! and the exit code: [`render_table`], [`exit_code`].
+//! and the exit code: [`crate::tools::audit_table`].
 
 use std::sync::Arc;
 
@@ -19,10 +19,8 @@ use crate::engine::Kind;
 use crate::policy::Policy;
 
 mod cluster;
-mod output;
 
 pub use cluster::cluster_policies;
-pub use output::{exit_code, render_table};
 
 /// Errors of `audit` (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -31,11 +29,13 @@ pub enum AuditError {
     Kube(#[from] crate::kubeclient::KubeClientError),
     #[error("{0}")]
     Policy(String),
-    #[error("listing {what}: {}", list_reason(.source))]
+    /// A list failed; the API server's message or why it could not be
+    /// reached ([`crate::kubeclient::describe`]).
+    #[error("listing {what}")]
     List {
         what: &'static str,
         #[source]
-        source: kube::Error,
+        reason: crate::errors::InWords,
     },
     #[error("no policy found{0}: nothing to audit")]
     NoPolicy(String),
@@ -80,15 +80,6 @@ pub struct AuditReport {
     pub drift: Vec<ObjectDrift>,
     /// Policy objects that are invalid or in conflict (not applied).
     pub warnings: Vec<String>,
-}
-
-/// A failed list in the user's words: the API server's own message and
-/// code, or why it could not be reached ("connection refused", "timed out").
-fn list_reason(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} (HTTP {})", s.message, s.code),
-        other => crate::kubeclient::reason(other),
-    }
 }
 
 /// Audits the governed objects of `policies` (optionally one namespace).

@@ -4,7 +4,7 @@
 /// Errors of the reconciler and of `audit`.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    #[error("{action} {kind} {namespace}/{name}: {source}")]
+    #[error("{action} {kind} {namespace}/{name}")]
     Api {
         action: &'static str,
         kind: &'static str,
@@ -13,13 +13,13 @@ pub enum ReconcileError {
         #[source]
         source: Box<kube::Error>,
     },
-    #[error("decoding a {kind}: {source}")]
+    #[error("decoding a {kind}")]
     Decode {
         kind: &'static str,
         #[source]
         source: serde_json::Error,
     },
-    #[error("{kind} {namespace}/{name}: {source}")]
+    #[error("{kind} {namespace}/{name}")]
     Engine {
         kind: &'static str,
         namespace: String,
@@ -50,6 +50,10 @@ pub fn is_not_found(e: &kube::Error) -> bool {
 pub fn is_conflict(e: &kube::Error) -> bool {
     code(e) == Some(409)
 }
+
+/// Attempts per object: the first write plus retries after a guarded
+/// write lost the race (`is_precondition_failed`).
+pub const MAX_ATTEMPTS: u32 = 4;
 
 /// A guarded write lost the race: 409 Conflict (the resourceVersion
 /// precondition), or 422 Invalid (the JSON patch's `test` of

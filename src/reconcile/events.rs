@@ -60,7 +60,7 @@ pub async fn written(recorder: &Recorder, object: &Value, changes: &str) {
         tracing::warn!(
             kind = reference.kind.as_deref().unwrap_or(""),
             name = reference.name.as_deref().unwrap_or(""),
-            error = %err, "reconcile: event write failed"
+            error = %crate::errors::Chain(&err), "reconcile: event write failed"
         );
     }
 }

@@ -41,7 +41,7 @@ pub struct LeaseConfig {
 /// Why an election step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error("lease {namespace}/{name}: {action}: {source}")]
+    #[error("lease {namespace}/{name}: {action}")]
     Api {
         namespace: String,
         name: String,
@@ -277,7 +277,9 @@ impl Elector {
         match self.release().await {
             Ok(true) => tracing::info!("reconcile: released the Lease"),
             Ok(false) => {}
-            Err(e) => tracing::warn!(error = %e, "reconcile: releasing the Lease failed"),
+            Err(e) => {
+                tracing::warn!(error = %crate::errors::Chain(&e), "reconcile: releasing the Lease failed")
+            }
         }
     }
 
@@ -295,7 +297,7 @@ impl Elector {
             }
             Err(e) => {
                 let valid = self.still_valid();
-                tracing::warn!(error = %e, still_leader = valid, "reconcile: Lease round failed");
+                tracing::warn!(error = %crate::errors::Chain(&e), still_leader = valid, "reconcile: Lease round failed");
                 valid
             }
         };

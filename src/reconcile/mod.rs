@@ -50,7 +50,7 @@ pub use report::{ObjectResult, RunReport};
 pub use run::{MAX_ATTEMPTS, MayWrite, RunOptions, reconcile_once};
 pub use schedule::RETRY_AFTER_ERROR;
 
-use crate::sources::Governed;
+use crate::scope::AllowedNamespaces;
 
 /// How often the policy snapshot is checked for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -67,12 +67,12 @@ pub struct ReconcileConfig {
     /// How often the policy snapshot is checked for changes.
     pub poll: Duration,
     /// `--governed-namespaces`: no other namespace is ever read or written.
-    pub governed: Governed,
+    pub governed: AllowedNamespaces,
 }
 
 impl ReconcileConfig {
     /// Restricts the reconciler to `governed`.
-    pub fn governed(mut self, governed: Governed) -> ReconcileConfig {
+    pub fn governed(mut self, governed: AllowedNamespaces) -> ReconcileConfig {
         self.governed = governed;
         self
     }
@@ -92,7 +92,7 @@ impl ReconcileConfig {
                 renew_every: Duration::from_millis(200),
             },
             poll: Duration::from_millis(50),
-            governed: Governed::all(),
+            governed: AllowedNamespaces::all(),
         }
     }
 }

@@ -140,7 +140,7 @@ fn pod_template_lines(
     policy: &Policy,
     input: &Input<'_>,
     ctx: &Context,
-    outcome: &engine::Outcome,
+    outcome: &engine::Mutated,
 ) -> Result<BTreeSet<String>, EngineError> {
     let mut aligned = input.object.clone();
     if let (Some(slot), Some(wanted)) = (

@@ -13,9 +13,8 @@ use json_patch::{Patch, PatchOperation, TestOperation};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::error::{self, ReconcileError};
+use super::error::{self, MAX_ATTEMPTS, ReconcileError};
 use super::objects;
-use super::run::MAX_ATTEMPTS;
 use crate::engine::{self, Kind};
 
 /// The field manager of `restore`'s writes.
@@ -162,7 +161,7 @@ pub async fn restore_namespace(
                     kind,
                     name,
                     changes: Vec::new(),
-                    error: Some(e.to_string()),
+                    error: Some(crate::errors::chain(&e)),
                 });
                 continue;
             }
@@ -212,7 +211,8 @@ async fn write(
     let mut current = object.clone();
     let mut last = String::new();
     for _ in 0..MAX_ATTEMPTS {
-        let outcome = engine::restore::restore(namespace, &current).map_err(|e| e.to_string())?;
+        let outcome =
+            engine::restore::restore(namespace, &current).map_err(|e| crate::errors::chain(&e))?;
         if outcome.mutation.is_empty() {
             return Ok(());
         }
@@ -224,10 +224,10 @@ async fn write(
                 match objects::get(client, kind, namespace, name).await {
                     Ok(Some(o)) => current = o,
                     Ok(None) => return Ok(()),
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(crate::errors::chain(&e)),
                 }
             }
-            Err(e) => return Err(describe(&e)),
+            Err(e) => return Err(crate::kubeclient::describe(&e)),
         }
     }
     Err(format!("{MAX_ATTEMPTS} conflicting attempts: {last}"))
@@ -244,14 +244,6 @@ fn readmitted(written: &Value) -> Result<(), String> {
             "the webhook changed it again at admission: a policy still governs the namespace (delete it, or uninstall the webhook, first)"
                 .to_string(),
         ),
-    }
-}
-
-/// The API server's message and code, or why it could not be reached.
-fn describe(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} (HTTP {})", s.message, s.code),
-        other => crate::kubeclient::reason(other),
     }
 }
 

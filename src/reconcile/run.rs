@@ -19,8 +19,7 @@ use crate::policy::Policy;
 use crate::store::Snapshot;
 use kube::runtime::events::Recorder;
 
-/// Attempts per object: the first write plus retries after conflicts.
-pub const MAX_ATTEMPTS: u32 = 4;
+pub use super::error::MAX_ATTEMPTS;
 
 /// How a run behaves.
 #[derive(Clone, Copy, Debug)]
@@ -118,38 +117,40 @@ struct Target<'a> {
 }
 
 /// What happened to one object, and whether it still differs from its policy.
-struct Outcome {
+struct Reconciled {
     result: ObjectResult,
     drift_left: bool,
 }
 
-impl Outcome {
+impl Reconciled {
     /// Nothing left to do for the object.
-    fn settled(result: ObjectResult) -> Outcome {
-        Outcome {
+    fn settled(result: ObjectResult) -> Reconciled {
+        Reconciled {
             result,
             drift_left: false,
         }
     }
 
     /// The object still differs from its policy.
-    fn drifting(result: ObjectResult) -> Outcome {
-        Outcome {
+    fn drifting(result: ObjectResult) -> Reconciled {
+        Reconciled {
             result,
             drift_left: true,
         }
     }
 
-    fn failed(error: impl ToString) -> Outcome {
-        Outcome::drifting(ObjectResult::Failed {
-            error: error.to_string(),
-        })
+    fn failed(error: &(dyn std::error::Error + 'static)) -> Reconciled {
+        Reconciled::failed_because(crate::errors::chain(error))
+    }
+
+    fn failed_because(reason: String) -> Reconciled {
+        Reconciled::drifting(ObjectResult::Failed { error: reason })
     }
 }
 
 /// How one attempt at an object ended.
 enum Attempt {
-    Done(Outcome),
+    Done(Reconciled),
     /// The write lost a race with another writer (the error): read again.
     Conflict(String),
 }
@@ -199,8 +200,8 @@ impl Run<'_> {
             }
             let targets = snapshot.hpa_targets.get(namespace);
             if let Err(e) = self.namespace(Some(policy), namespace, targets).await {
-                tracing::warn!(namespace = %namespace, error = %e, "reconcile: namespace failed");
-                self.report.errors.push(e.to_string());
+                tracing::warn!(namespace = %namespace, error = %crate::errors::Chain(&e), "reconcile: namespace failed");
+                self.report.errors.push(crate::errors::chain(&e));
             }
         }
         self.metrics.run(self.report.ok());
@@ -215,8 +216,8 @@ impl Run<'_> {
                 break;
             }
             if let Err(e) = self.namespace(None, namespace, None).await {
-                tracing::warn!(namespace = %namespace, error = %e, "reconcile: namespace failed");
-                self.report.errors.push(e.to_string());
+                tracing::warn!(namespace = %namespace, error = %crate::errors::Chain(&e), "reconcile: namespace failed");
+                self.report.errors.push(crate::errors::chain(&e));
             }
         }
         self.metrics.run(self.report.ok());
@@ -259,7 +260,7 @@ impl Run<'_> {
 
     /// One object: plan, write with a resourceVersion test, re-read and
     /// retry on conflict.
-    async fn object(&mut self, t: &Target<'_>, listed: &Value) -> Outcome {
+    async fn object(&mut self, t: &Target<'_>, listed: &Value) -> Reconciled {
         let mut current = listed.clone();
         let mut last_error = String::new();
         for attempt in 1..=MAX_ATTEMPTS {
@@ -277,22 +278,22 @@ impl Run<'_> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
         tracing::warn!(kind, namespace, name, attempts = MAX_ATTEMPTS, error = %last_error,
             "reconcile: gave up after repeated conflicts; next run retries");
-        Outcome::failed(format!("{MAX_ATTEMPTS} conflicting attempts: {last_error}"))
+        Reconciled::failed_because(format!("{MAX_ATTEMPTS} conflicting attempts: {last_error}"))
     }
 
     /// The object as it is now, after a conflict.
-    async fn reread(&self, t: &Target<'_>) -> Result<Value, Outcome> {
+    async fn reread(&self, t: &Target<'_>) -> Result<Value, Reconciled> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
         match objects::get(self.client, t.kind, t.namespace, t.name).await {
             Ok(Some(object)) => Ok(object),
             Ok(None) => {
                 tracing::info!(kind, namespace, name, "reconcile: object gone; skipped");
-                Err(Outcome::settled(ObjectResult::Gone))
+                Err(Reconciled::settled(ObjectResult::Gone))
             }
             Err(e) => {
-                tracing::warn!(kind, namespace, name, error = %e, "reconcile: re-read failed");
+                tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&e), "reconcile: re-read failed");
                 self.metrics.write(t.kind, "error");
-                Err(Outcome::failed(e))
+                Err(Reconciled::failed(&e))
             }
         }
     }
@@ -309,11 +310,11 @@ impl Run<'_> {
             Err(outcome) => return Attempt::Done(outcome),
         };
         if !self.may_write.may_write() {
-            return Attempt::Done(Outcome::drifting(ObjectResult::Abandoned));
+            return Attempt::Done(Reconciled::drifting(ObjectResult::Abandoned));
         }
         self.limiter.acquire().await;
         if !self.may_write.may_write() {
-            return Attempt::Done(Outcome::drifting(ObjectResult::Abandoned));
+            return Attempt::Done(Reconciled::drifting(ObjectResult::Abandoned));
         }
         self.write(t, current, &patch, &drift, &changes, attempt)
             .await
@@ -321,7 +322,7 @@ impl Run<'_> {
 
     /// How `current` differs from its policy; an outcome when it does not
     /// (or the engine cannot handle it).
-    fn plan(&self, t: &Target<'_>, current: &Value) -> Result<Drift, Outcome> {
+    fn plan(&self, t: &Target<'_>, current: &Value) -> Result<Drift, Reconciled> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
         let planned = match t.policy {
             Some(policy) => plan::plan(
@@ -337,24 +338,24 @@ impl Run<'_> {
             Ok(Some(drift)) => Ok(drift),
             Ok(None) => {
                 tracing::debug!(kind, namespace, name, "reconcile: in line");
-                Err(Outcome::settled(ObjectResult::InLine))
+                Err(Reconciled::settled(ObjectResult::InLine))
             }
             Err(error) => {
-                tracing::warn!(kind, namespace, name, error = %error,
+                tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&error),
                     "reconcile: the engine cannot handle this object; skipped");
-                Err(Outcome::failed(error))
+                Err(Reconciled::failed(&error))
             }
         }
     }
 
     /// The patch to send; an outcome when none is sent (dry run, only pod
     /// template changes left out, no resourceVersion to test).
-    fn patch(&self, t: &Target<'_>, drift: &Drift, changes: &str) -> Result<Patch, Outcome> {
+    fn patch(&self, t: &Target<'_>, drift: &Drift, changes: &str) -> Result<Patch, Reconciled> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
         if self.options.dry_run {
             tracing::info!(kind, namespace, name, changes = %changes,
                 rolls_pods = drift.rolls_pods(), "reconcile: drift (dry run; not written)");
-            return Err(Outcome::drifting(ObjectResult::DryRun));
+            return Err(Reconciled::drifting(ObjectResult::DryRun));
         }
         if let Some(patch) = drift.guarded_patch() {
             return Ok(patch);
@@ -362,7 +363,7 @@ impl Run<'_> {
         if drift.held_back > 0 {
             tracing::info!(kind, namespace, name, changes = %changes,
                 "reconcile: only pod template changes, left out by --reconcile-pod-templates=false; skipped");
-            return Err(Outcome::drifting(ObjectResult::SkippedPodTemplate));
+            return Err(Reconciled::drifting(ObjectResult::SkippedPodTemplate));
         }
         tracing::warn!(
             kind,
@@ -370,7 +371,9 @@ impl Run<'_> {
             name,
             "reconcile: object has no resourceVersion; skipped"
         );
-        Err(Outcome::failed("no metadata.resourceVersion"))
+        Err(Reconciled::failed_because(
+            "no metadata.resourceVersion".into(),
+        ))
     }
 
     /// Sends `patch`; a lost race asks for another attempt.
@@ -393,25 +396,25 @@ impl Run<'_> {
                 if let Some(recorder) = self.events {
                     super::events::written(recorder, current, changes).await;
                 }
-                Attempt::Done(Outcome {
+                Attempt::Done(Reconciled {
                     result: ObjectResult::Written { attempts: attempt },
                     drift_left: drift.held_back > 0,
                 })
             }
             Err(e) if error::is_precondition_failed(&e) => {
                 self.metrics.write(t.kind, "conflict");
-                tracing::info!(kind, namespace, name, attempt, error = %e,
+                tracing::info!(kind, namespace, name, attempt, error = %crate::errors::Chain(&e),
                     "reconcile: the object changed since it was read; reading it again");
-                Attempt::Conflict(e.to_string())
+                Attempt::Conflict(crate::errors::chain(&e))
             }
             Err(e) if error::is_not_found(&e) => {
                 tracing::info!(kind, namespace, name, "reconcile: object gone; skipped");
-                Attempt::Done(Outcome::settled(ObjectResult::Gone))
+                Attempt::Done(Reconciled::settled(ObjectResult::Gone))
             }
             Err(e) => {
                 self.metrics.write(t.kind, "error");
-                tracing::warn!(kind, namespace, name, error = %e, "reconcile: write failed");
-                Attempt::Done(Outcome::failed(e))
+                tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&e), "reconcile: write failed");
+                Attempt::Done(Reconciled::failed(&e))
             }
         }
     }

@@ -114,7 +114,7 @@ pub(crate) async fn serve(
     serve_http(&shared, stream, accepted, close).await
 }
 
-type Answer = hyper::Response<Tracked<axum::body::Body>>;
+type TrackedResponse = hyper::Response<Tracked<axum::body::Body>>;
 
 fn service(
     router: Router,
@@ -123,9 +123,9 @@ fn service(
     stalls: Arc<Stalls>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
-    Response = Answer,
+    Response = TrackedResponse,
     Error = Infallible,
-    Future = impl Future<Output = Result<Answer, Infallible>> + Send,
+    Future = impl Future<Output = Result<TrackedResponse, Infallible>> + Send,
 > + Clone {
     hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let router = router.clone();

@@ -17,7 +17,7 @@ use axum::routing::post;
 use http_body_util::BodyExt;
 
 use super::budget::{Budget, Charge};
-use crate::admission::{self, Answer, MAX_BODY_BYTES, Outcome, ReviewOptions};
+use crate::admission::{self, Answer, MAX_BODY_BYTES, ReviewOptions, ReviewOutcome};
 use crate::store::{PolicyStore, Snapshot};
 use crate::telemetry::{KindLabels, Metrics, RequestLabels, clip, loggable};
 
@@ -319,12 +319,14 @@ fn respond(metrics: &Metrics, answer: Answer<'_>, started: Instant) -> Response 
                 loggable(&r.name, 256),
             );
             match (&r.outcome, &r.error) {
-                (Outcome::ErrorAllowed | Outcome::ErrorDenied, Some(err)) => tracing::error!(
-                    uid = %uid, kind, namespace = %namespace, name = %name,
-                    operation, outcome = outcome.as_str(), patch_ops,
-                    duration_ms, error = %loggable(err, 1024), "review failed"
-                ),
-                (Outcome::Refused, Some(err)) => tracing::warn!(
+                (ReviewOutcome::ErrorAllowed | ReviewOutcome::ErrorDenied, Some(err)) => {
+                    tracing::error!(
+                        uid = %uid, kind, namespace = %namespace, name = %name,
+                        operation, outcome = outcome.as_str(), patch_ops,
+                        duration_ms, error = %loggable(err, 1024), "review failed"
+                    )
+                }
+                (ReviewOutcome::Refused, Some(err)) => tracing::warn!(
                     uid = %uid, kind, namespace = %namespace, name = %name,
                     operation, outcome = outcome.as_str(),
                     duration_ms, error = %loggable(err, 4096), "invalid policy refused"

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::policy::{Policy, PolicyError};
-use crate::sources::Governed;
+use crate::scope::AllowedNamespaces;
 use crate::store::{PolicyStore, Snapshot, Unclaimed};
 use crate::telemetry::Metrics;
 
@@ -45,23 +45,12 @@ pub enum FileSourceError {
 
 pub type Result<T, E = FileSourceError> = std::result::Result<T, E>;
 
-/// An error and its causes, `: `-separated (for log lines).
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        let line = e.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        cause = e.source();
-    }
-    text
-}
-
 /// Refuses policies for namespaces outside `governed`.
-pub fn check_governed(policies: &[Policy], governed: &Governed, path: &Path) -> Result<()> {
+pub fn check_governed(
+    policies: &[Policy],
+    governed: &AllowedNamespaces,
+    path: &Path,
+) -> Result<()> {
     match policies
         .iter()
         .find(|p| !governed.allows(&p.spec.target_namespace))
@@ -87,11 +76,11 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Policy>> {
 
 /// Reads and parses the file; returns its bytes and the snapshot.
 pub fn load(path: &Path) -> Result<(Vec<u8>, Snapshot)> {
-    load_governed(path, &Governed::all())
+    load_governed(path, &AllowedNamespaces::all())
 }
 
 /// [`load`], refusing policies for namespaces outside `governed`.
-pub fn load_governed(path: &Path, governed: &Governed) -> Result<(Vec<u8>, Snapshot)> {
+pub fn load_governed(path: &Path, governed: &AllowedNamespaces) -> Result<(Vec<u8>, Snapshot)> {
     let bytes = std::fs::read(path).map_err(|error| FileSourceError::Read {
         path: path.to_path_buf(),
         error,
@@ -104,7 +93,7 @@ pub fn load_governed(path: &Path, governed: &Governed) -> Result<(Vec<u8>, Snaps
 
 /// The snapshot of a valid file: its policies, and every other namespace
 /// in `governed` unclaimed (the file is the only policy object).
-fn governed_snapshot(policies: Vec<Policy>, governed: &Governed) -> Snapshot {
+fn governed_snapshot(policies: Vec<Policy>, governed: &AllowedNamespaces) -> Snapshot {
     let mut snapshot = Snapshot::from_policies(policies);
     snapshot.unclaimed = std::mem::take(&mut snapshot.unclaimed).within(governed);
     snapshot
@@ -125,14 +114,14 @@ pub struct FileSource {
     store: PolicyStore,
     metrics: Metrics,
     last: Option<Vec<u8>>,
-    governed: Governed,
+    governed: AllowedNamespaces,
 }
 
 impl FileSource {
     /// Loads the file once and publishes it to `store`. An invalid or
     /// unreadable file at start is an error (the caller exits).
     pub fn start(path: PathBuf, store: PolicyStore, metrics: Metrics) -> Result<FileSource> {
-        FileSource::start_governed(path, store, metrics, Governed::all())
+        FileSource::start_governed(path, store, metrics, AllowedNamespaces::all())
     }
 
     /// [`FileSource::start`] with `--governed-namespaces`: a policy for
@@ -142,7 +131,7 @@ impl FileSource {
         path: PathBuf,
         store: PolicyStore,
         metrics: Metrics,
-        governed: Governed,
+        governed: AllowedNamespaces,
     ) -> Result<FileSource> {
         let (bytes, snapshot) = load_governed(&path, &governed)?;
         let count = snapshot.policies.len();
@@ -173,7 +162,7 @@ impl FileSource {
                     error,
                 };
                 self.metrics.policy_reload(false);
-                tracing::error!(error = %with_causes(&err), "policy file unreadable; keeping the previous policy");
+                tracing::error!(error = %crate::errors::Chain(&err), "policy file unreadable; keeping the previous policy");
                 return Some(Err(err));
             }
         };
@@ -196,7 +185,7 @@ impl FileSource {
             Err(err) => {
                 keep_previous(&self.store);
                 self.metrics.policy_reload(false);
-                tracing::error!(error = %with_causes(&err), "invalid policy file; keeping the previous policy");
+                tracing::error!(error = %crate::errors::Chain(&err), "invalid policy file; keeping the previous policy");
                 Some(Err(err))
             }
         }
@@ -251,7 +240,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("policy.yaml");
         std::fs::write(&path, POLICY.replace("knative-serving", "default")).unwrap();
-        let governed = Governed::only(["knative-serving"]);
+        let governed = AllowedNamespaces::only(["knative-serving"]);
         let err = FileSource::start_governed(
             path.clone(),
             PolicyStore::default(),

@@ -4,11 +4,9 @@
 //! labels: `kind` (one of the four governed kinds, `HighAvailabilityPolicy`
 //! for `POST /validate`, or `other`), `operation`
 //! (`CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `other`), `outcome` (see
-//! [`crate::admission::Outcome`]) and `result` (`success` or `error`).
+//! [`crate::admission::ReviewOutcome`]) and `result` (`success` or `error`).
 
 mod writer;
-
-use std::sync::Arc;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -315,9 +313,6 @@ pub fn loggable(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
         })
         .collect()
 }
-
-/// A shared, read-only registry for the `/metrics` endpoint.
-pub type SharedRegistry = Arc<Registry>;
 
 #[cfg(test)]
 mod tests;

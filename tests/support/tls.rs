@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::support::example_policy_path;
 use std::time::Duration;
 
-use knative_ha_webhook::server::{Config, PolicySource, Server};
+use knative_ha_webhook::app::{App, Config, PolicySource};
 use knative_ha_webhook::store::PolicyStore;
 use knative_ha_webhook::tls::TlsSource;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -269,12 +269,12 @@ pub struct Running {
     pub metrics_addr: SocketAddr,
     pub store: PolicyStore,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    pub handle: tokio::task::JoinHandle<Result<(), knative_ha_webhook::server::ServerError>>,
+    pub handle: tokio::task::JoinHandle<Result<(), knative_ha_webhook::app::AppError>>,
 }
 
 impl Running {
     pub async fn start(config: Config) -> Running {
-        let server = Server::bind(config, None).await.unwrap();
+        let server = App::bind(config, None).await.unwrap();
         let addr = server.local_addr();
         let metrics_addr = server.metrics_addr();
         let store = server.store();

@@ -4,8 +4,8 @@
 
 use serde_json::{Map, Value};
 
-use super::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
 use crate::engine::patch::Patcher;
+use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
 use crate::policy::schema_check::show;
 
 const ANTI_AFFINITY: &[&str] = &["spec", "template", "spec", "affinity", "podAntiAffinity"];

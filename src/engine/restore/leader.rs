@@ -6,9 +6,9 @@
 //! [`crate::engine::leader`] allows it (one replica, no HPA): elsewhere the
 //! flag stays off and the record stays, to be put back when it may be.
 
-use super::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
 use crate::engine::leader::HASH_ANNOTATION;
 use crate::engine::patch::Patcher;
+use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
 use crate::engine::{EngineError, Target};
 use crate::policy::schema_check::show;
 

@@ -8,8 +8,8 @@
 
 use serde_json::Value;
 
-use super::RECORD_ANNOTATIONS;
-use crate::engine::{EngineError, Outcome, SKIP_LABEL, leader, lookup};
+use crate::engine::records::RECORD_ANNOTATIONS;
+use crate::engine::{EngineError, Mutated, SKIP_LABEL, leader, lookup};
 
 /// Why the change lines of [`undo_unclaimed`] are made.
 pub const WHY: &str = "no policy governs the namespace any more";
@@ -40,12 +40,12 @@ pub fn carries_records(object: &Value) -> bool {
 /// where no policy object exists: nothing for an object without records
 /// ([`carries_records`]); else [`super::restore`]'s patch, every change
 /// line saying why ([`WHY`]).
-pub fn undo_unclaimed(namespace: &str, object: &Value) -> Result<Outcome, EngineError> {
+pub fn undo_unclaimed(namespace: &str, object: &Value) -> Result<Mutated, EngineError> {
     if !object.is_object() {
         return Err(EngineError::NotAnObject);
     }
     if !carries_records(object) {
-        return Ok(Outcome::default());
+        return Ok(Mutated::default());
     }
     let mut outcome = super::restore(namespace, object)?;
     for line in &mut outcome.mutation.changes {

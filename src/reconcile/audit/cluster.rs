@@ -9,6 +9,8 @@ use kube::Api;
 use kube::api::{DynamicObject, ListParams};
 
 use super::{AuditError, Result};
+use crate::errors::InWords;
+use crate::kubeclient::describe;
 use crate::policy::Policy;
 use crate::reconcile::error;
 use crate::sources::cluster::{configmaps, merge, policies};
@@ -27,7 +29,7 @@ pub async fn cluster_policies(
         Err(source) => {
             return Err(AuditError::List {
                 what: "HighAvailabilityPolicy resources",
-                source,
+                reason: InWords(describe(&source)),
             });
         }
     };
@@ -40,7 +42,7 @@ pub async fn cluster_policies(
         .await
         .map_err(|source| AuditError::List {
             what: "policy ConfigMaps",
-            source,
+            reason: InWords(describe(&source)),
         })?
         .items;
     let observed = cr_list

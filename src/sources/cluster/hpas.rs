@@ -6,8 +6,8 @@
 //! `spec.scaleTargetRef` are parsed ([`HpaRef`]); the HPA controller's
 //! status rewrites (every HPA about every 15 s) cost one small parse and
 //! change nothing: each watcher folds its events into its own
-//! [`WatchTargets`] in its task and tells the state only when the
-//! namespace's targets change or its first list completes ([`HpaUpdate`]),
+//! `WatchTargets` in its task and tells the state only when the
+//! namespace's targets change or its first list completes (`HpaUpdate`),
 //! so a status update neither wakes the state task nor publishes.
 
 use std::borrow::Cow;

@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::policy::Policy;
 use crate::policy::recorded::Refusal;
-use crate::sources::Governed;
+use crate::scope::AllowedNamespaces;
 
 /// Where a policy object comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -115,14 +115,14 @@ pub struct Merged {
 
 /// Applies the precedence rules to `objects` (every namespace governed).
 pub fn merge<'a>(objects: impl IntoIterator<Item = &'a PolicyObject>) -> Merged {
-    merge_governed(objects, &Governed::all())
+    merge_governed(objects, &AllowedNamespaces::all())
 }
 
 /// Applies the precedence rules to `objects`; a policy for a namespace
 /// outside `governed` is never in force (verdict `NotGoverned`).
 pub fn merge_governed<'a>(
     objects: impl IntoIterator<Item = &'a PolicyObject>,
-    governed: &Governed,
+    governed: &AllowedNamespaces,
 ) -> Merged {
     let mut objects: Vec<&PolicyObject> = objects.into_iter().collect();
     // Resources before ConfigMaps; then oldest first (objects without a
@@ -334,7 +334,7 @@ mod tests {
             obj(Origin::Resource, "a", 0, "knative-serving", 3),
             obj(Origin::ConfigMap, "b", 1, "default", 2),
         ];
-        let m = merge_governed(&objs, &Governed::only(["knative-serving"]));
+        let m = merge_governed(&objs, &AllowedNamespaces::only(["knative-serving"]));
         assert_eq!(in_force(&m, "knative-serving").as_deref(), Some("a"));
         assert!(!m.policies.contains_key("default"));
         assert_eq!(
@@ -398,7 +398,7 @@ mod tests {
             }
         );
         // Not in force (outside the governed namespaces): no refusal to report.
-        let m = merge_governed([&old], &Governed::only(["other"]));
+        let m = merge_governed([&old], &AllowedNamespaces::only(["other"]));
         assert!(matches!(
             verdict(&m, Origin::Resource, "old"),
             Verdict::Invalid {

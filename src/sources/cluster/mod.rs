@@ -3,7 +3,7 @@
 //!
 //! Layout:
 //! - `watch`: one kube-runtime watcher per source (with backoff), turned
-//!   into [`Msg`]s; it also keeps the `source_up` / `watch_errors` metrics
+//!   into `Msg`s; it also keeps the `source_up` / `watch_errors` metrics
 //!   and logs outages (once) and reconnects.
 //! - `policies`, `configmaps`, `hpas`: per-source conversion and validation.
 //! - `namespace_watches`: what is watched only in the namespaces where a
@@ -26,7 +26,7 @@ use kube::runtime::watcher;
 use tokio::sync::mpsc;
 
 use crate::policy::Policy;
-use crate::sources::Governed;
+use crate::scope::AllowedNamespaces;
 use crate::store::PolicyStore;
 
 pub mod configmaps;
@@ -53,7 +53,7 @@ pub struct ClusterSourceConfig {
     pub namespace: String,
     /// `--governed-namespaces`: policies for other namespaces are refused
     /// (`Ready=False`, reason `NotGoverned`) and never in force.
-    pub governed: Governed,
+    pub governed: AllowedNamespaces,
     /// The instance of the Event reporter (the pod's name).
     pub instance: Option<String>,
 }
@@ -63,7 +63,7 @@ impl ClusterSourceConfig {
     pub fn new(namespace: impl Into<String>) -> ClusterSourceConfig {
         ClusterSourceConfig {
             namespace: namespace.into(),
-            governed: Governed::all(),
+            governed: AllowedNamespaces::all(),
             instance: None,
         }
     }

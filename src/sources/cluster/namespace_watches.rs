@@ -77,7 +77,7 @@ impl Sink {
             .run()
             .await;
             if let Err(e) = result {
-                tracing::debug!(source = source.label(), namespace = %scope, error = %e, "watch ended");
+                tracing::debug!(source = source.label(), namespace = %scope, error = %crate::errors::Chain(&e), "watch ended");
             }
         })
     }

@@ -17,7 +17,7 @@ use super::source_state::{SourceState, Tracked, fold};
 use super::status;
 use super::writer::WriteReq;
 use super::{ClusterError, ClusterMetrics, Item, Msg, Source};
-use crate::sources::Governed;
+use crate::scope::AllowedNamespaces;
 use crate::store::{PolicyStore, Snapshot, Unclaimed};
 
 /// How often failed status writes are retried.
@@ -32,7 +32,7 @@ struct State {
     /// `config-leader-election` watches of the same namespaces.
     leader_election: LeaderElectionWatches,
     /// `--governed-namespaces`.
-    governed: Governed,
+    governed: AllowedNamespaces,
     /// Once synced, the source stays synced (a namespace whose HPA watch
     /// starts later must not fail readiness).
     was_synced: bool,
@@ -52,7 +52,7 @@ pub(crate) struct Spawners {
 }
 
 impl State {
-    fn new(spawners: Spawners, governed: Governed) -> State {
+    fn new(spawners: Spawners, governed: AllowedNamespaces) -> State {
         State {
             policies: SourceState::default(),
             configmaps: SourceState::default(),
@@ -234,7 +234,7 @@ impl State {
 /// some object names none that can be read.
 fn unclaimed<'a>(
     objects: impl Iterator<Item = &'a PolicyObject>,
-    governed: &Governed,
+    governed: &AllowedNamespaces,
 ) -> Unclaimed {
     let mut claimed = BTreeSet::new();
     for obj in objects {
@@ -398,7 +398,7 @@ pub(crate) async fn run(
     writes: UnboundedSender<WriteReq>,
     metrics: ClusterMetrics,
     spawners: Spawners,
-    governed: Governed,
+    governed: AllowedNamespaces,
 ) -> Result<(), ClusterError> {
     let mut state = State::new(spawners, governed);
     let mut retry = tokio::time::interval(RETRY_INTERVAL);

@@ -29,7 +29,7 @@ fn state_with_policy(store: &PolicyStore, metrics: &ClusterMetrics) -> State {
         hpas: Box::new(NoSpawn),
         leader_election: Box::new(NoSpawn),
     };
-    let mut state = State::new(spawners, Governed::all());
+    let mut state = State::new(spawners, AllowedNamespaces::all());
     let policy = format!(
         "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: {NS}\n  leaderElection: {{renewDeadline: 20s}}\n"
     );

@@ -69,9 +69,9 @@ pub(crate) async fn run(
                     Err(err) => {
                         metrics.write_errors.inc();
                         if failing.insert(uid.clone()) {
-                            tracing::warn!(policy = %name, error = %err, "status write failed; will retry");
+                            tracing::warn!(policy = %name, error = %crate::errors::Chain(&err), "status write failed; will retry");
                         } else {
-                            tracing::debug!(policy = %name, error = %err, "status write still failing");
+                            tracing::debug!(policy = %name, error = %crate::errors::Chain(&err), "status write still failing");
                         }
                         tx.send(Msg::WriteFailed(uid))
                             .map_err(|_| ClusterError::ChannelClosed("watch"))?;
@@ -89,7 +89,7 @@ pub(crate) async fn run(
                     Ok(_) => tracing::debug!(configmap = %name, "last valid version recorded"),
                     Err(err) => {
                         metrics.write_errors.inc();
-                        tracing::warn!(configmap = %name, error = %err, "recording the last valid version failed; will retry");
+                        tracing::warn!(configmap = %name, error = %crate::errors::Chain(&err), "recording the last valid version failed; will retry");
                         tx.send(Msg::WriteFailed(uid))
                             .map_err(|_| ClusterError::ChannelClosed("watch"))?;
                     }
@@ -110,7 +110,7 @@ pub(crate) async fn run(
                 let name = reference.name.clone().unwrap_or_default();
                 if let Err(err) = recorder.publish(&event, &reference).await {
                     metrics.write_errors.inc();
-                    tracing::warn!(configmap = %name, error = %err, "event write failed");
+                    tracing::warn!(configmap = %name, error = %crate::errors::Chain(&err), "event write failed");
                 }
             }
         }

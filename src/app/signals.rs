@@ -1,5 +1,5 @@
 //! The `serve` process's signals (`cmd::serve` runs the process). The first
-//! SIGTERM/SIGINT starts the graceful shutdown (see [`super::Server::run`]);
+//! SIGTERM/SIGINT starts the graceful shutdown (see [`super::App::run`]);
 //! a second one during it exits at once with code 130.
 
 use std::future::Future;

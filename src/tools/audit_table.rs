@@ -1,6 +1,6 @@
 //! How an audit report reaches the user: the table, and the exit code.
 
-use super::AuditReport;
+use crate::reconcile::audit::AuditReport;
 
 /// The change without its `kind/name: ` prefix (the table has columns).
 fn short<'a>(change: &'a str, kind: &str, name: &str) -> &'a str {

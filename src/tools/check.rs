@@ -126,7 +126,7 @@ pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
         let (name, text) = match crate::manifest::read_input(path) {
             Ok(input) => input,
             Err(e) => {
-                out.push(Line::Error(e.to_string()));
+                out.push(Line::Error(crate::errors::chain(&e)));
                 continue;
             }
         };

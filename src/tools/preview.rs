@@ -19,8 +19,7 @@ pub use crate::manifest::Document;
 /// Parses multi-document YAML into Kubernetes objects (lists expanded).
 /// Errors name the file, the 1-based document index and the file line.
 pub fn parse_manifests(file: &str, text: &str) -> anyhow::Result<Vec<Document>> {
-    // The message already carries the cause: no source chain to repeat it.
-    crate::manifest::parse_manifests(file, text).map_err(|e| anyhow::anyhow!("{e}"))
+    Ok(crate::manifest::parse_manifests(file, text)?)
 }
 
 /// Loads policies from files (each may hold several documents). Two

@@ -1,0 +1,238 @@
+//! The `serve` application: what the webhook process runs, wired from its
+//! configuration. [`App::bind`] loads the certificate and the policy
+//! source (a file or the cluster), prepares the reconciler and binds the
+//! listeners ([`crate::server`], the transport); [`App::run`] starts them,
+//! waits for the shutdown signal (`signals`) or a failed cluster source,
+//! then shuts down in named steps.
+
+mod run;
+mod signals;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+
+pub use signals::{shutdown_signal, shutdown_signal_then_exit};
+
+use crate::admission::OnError;
+use crate::server::{
+    DEFAULT_BUDGET_BYTES, DEFAULT_BUDGET_WAIT, Limits, Listeners, METRICS_MAX_CONNECTIONS,
+    ServerError,
+};
+use crate::sources::file::FileSource;
+use crate::store::{PolicyStore, Snapshot};
+use crate::telemetry::Metrics;
+use crate::tls::{TlsReloader, TlsSource};
+
+/// Where policies come from.
+#[derive(Clone, Debug)]
+pub enum PolicySource {
+    /// A policy file, polled for changes.
+    File(PathBuf),
+    /// The cluster (HighAvailabilityPolicy resources and labelled ConfigMaps).
+    Cluster { namespace: String },
+    /// A store managed by the caller (tests, embedding).
+    Store(PolicyStore),
+}
+
+/// Everything the application needs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub metrics_listen: SocketAddr,
+    pub tls: TlsSource,
+    pub policy: PolicySource,
+    pub shutdown_delay: Duration,
+    /// After the listener closed: how long in-flight requests may take.
+    pub drain_timeout: Duration,
+    pub on_error: OnError,
+    /// Limits of the HTTPS listener.
+    pub limits: Limits,
+    /// Connection cap of the metrics/probe listener (same deadlines as `limits`).
+    pub metrics_max_connections: usize,
+    /// Bytes of request bodies in flight, at most (see [`crate::server::Budget`]).
+    pub body_budget_bytes: usize,
+    /// How long a request waits for body budget before a 503.
+    pub body_budget_wait: Duration,
+    pub tls_poll_interval: Duration,
+    pub policy_poll_interval: Duration,
+    /// Bring existing objects in line (`--reconcile`); None when off.
+    pub reconcile: Option<crate::reconcile::ReconcileConfig>,
+    /// `--governed-namespaces`.
+    pub governed: crate::scope::AllowedNamespaces,
+    /// The pod's name (`POD_NAME`): the instance of the cluster source's
+    /// Event reporter.
+    pub pod_name: Option<String>,
+}
+
+/// Why the application could not start, or stopped on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    #[error(transparent)]
+    Policy(#[from] crate::sources::file::FileSourceError),
+    /// The cluster source or the reconciler needs a client and none was
+    /// given to [`App::bind`] (the command builds it from configuration).
+    #[error("{0} needs a Kubernetes client and none was given")]
+    NoClient(&'static str),
+    #[error("cluster policy source failed")]
+    ClusterSource(#[source] crate::sources::cluster::ClusterError),
+    #[error("cluster policy source failed: stopped")]
+    ClusterSourceStopped,
+}
+
+pub type Result<T, E = AppError> = std::result::Result<T, E>;
+
+impl Config {
+    /// The production defaults around the listeners' addresses
+    /// (`0.0.0.0:8443`, `0.0.0.0:9090`), the certificate and the policy.
+    pub fn new(tls: TlsSource, policy: PolicySource) -> Config {
+        Config {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
+            metrics_listen: SocketAddr::from(([0, 0, 0, 0], 9090)),
+            tls,
+            policy,
+            shutdown_delay: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(30),
+            on_error: OnError::Allow,
+            limits: Limits::default(),
+            metrics_max_connections: METRICS_MAX_CONNECTIONS,
+            body_budget_bytes: DEFAULT_BUDGET_BYTES,
+            body_budget_wait: DEFAULT_BUDGET_WAIT,
+            tls_poll_interval: Duration::from_millis(500),
+            policy_poll_interval: crate::sources::file::POLL_INTERVAL,
+            reconcile: None,
+            governed: crate::scope::AllowedNamespaces::all(),
+            pod_name: None,
+        }
+    }
+
+    /// A configuration for tests: loopback listeners on free ports, short
+    /// poll intervals, no shutdown delay.
+    pub fn for_tests(tls: TlsSource, policy: PolicySource) -> Config {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        Config {
+            listen: loopback,
+            metrics_listen: loopback,
+            shutdown_delay: Duration::ZERO,
+            tls_poll_interval: Duration::from_millis(200),
+            policy_poll_interval: Duration::from_millis(200),
+            ..Config::new(tls, policy)
+        }
+    }
+}
+
+/// The cluster policy source's parts: client, metrics, own namespace.
+type ClusterParts = (
+    kube::Client,
+    crate::sources::cluster::ClusterMetrics,
+    String,
+);
+
+/// A bound, loaded application, ready to [`App::run`].
+pub struct App {
+    config: Config,
+    listeners: Listeners,
+    store: PolicyStore,
+    metrics: Metrics,
+    registry: Arc<Registry>,
+    tls: Arc<TlsReloader>,
+    file_source: Option<FileSource>,
+    cluster: Option<ClusterParts>,
+    reconciler: Option<crate::reconcile::Reconciler>,
+}
+
+impl App {
+    /// Loads the certificate (a missing or bad file is retried in the
+    /// background; the server is not ready meanwhile) and the policy (an
+    /// invalid policy file is an error), prepares the reconciler and binds
+    /// the listeners.
+    ///
+    /// `client` is the Kubernetes client of the cluster policy source and
+    /// the reconciler (built by the command from its configuration,
+    /// [`crate::kubeclient`]); `None` when neither is configured.
+    pub async fn bind(config: Config, client: Option<kube::Client>) -> Result<App> {
+        crate::tls::install_crypto_provider();
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let (store, file_source, cluster) =
+            policy_source(&config, client.as_ref(), &metrics, &mut registry)?;
+        let reconciler = match (&config.reconcile, client) {
+            (None, _) => None,
+            (Some(_), None) => return Err(AppError::NoClient("the reconciler")),
+            (Some(rc), Some(client)) => Some(crate::reconcile::Reconciler::prepare(
+                rc.clone(),
+                client,
+                &store,
+                &mut registry,
+            )),
+        };
+        let tls = TlsReloader::new(config.tls.clone(), metrics.clone())?;
+        let listeners = Listeners::bind(config.listen, config.metrics_listen).await?;
+        Ok(App {
+            config,
+            listeners,
+            store,
+            metrics,
+            registry: Arc::new(registry),
+            tls,
+            file_source,
+            cluster,
+            reconciler,
+        })
+    }
+
+    /// The bound HTTPS address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listeners.local_addr().unwrap_or(self.config.listen)
+    }
+
+    /// The bound metrics/probes address.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.listeners
+            .metrics_addr()
+            .unwrap_or(self.config.metrics_listen)
+    }
+
+    /// The policy store the server reads.
+    pub fn store(&self) -> PolicyStore {
+        self.store.clone()
+    }
+}
+
+/// The store the routes read and what fills it: a caller's store, a
+/// policy file's watcher, or the cluster source's parts.
+fn policy_source(
+    config: &Config,
+    client: Option<&kube::Client>,
+    metrics: &Metrics,
+    registry: &mut Registry,
+) -> Result<(PolicyStore, Option<FileSource>, Option<ClusterParts>)> {
+    Ok(match &config.policy {
+        PolicySource::Store(store) => (store.clone(), None, None),
+        PolicySource::File(path) => {
+            let store = PolicyStore::new(Snapshot::default());
+            let src = FileSource::start_governed(
+                path.clone(),
+                store.clone(),
+                metrics.clone(),
+                config.governed.clone(),
+            )?;
+            (store, Some(src), None)
+        }
+        PolicySource::Cluster { namespace } => {
+            let client = client
+                .cloned()
+                .ok_or(AppError::NoClient("the cluster policy source"))?;
+            let cm = crate::sources::cluster::ClusterMetrics::register(registry);
+            let store = PolicyStore::new(Snapshot::default());
+            (store, None, Some((client, cm, namespace.clone())))
+        }
+    })
+}
