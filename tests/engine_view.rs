@@ -248,7 +248,7 @@ proptest! {
         prop_assert!(same.is_ok(), "{}", same.unwrap_err());
         let input = Input { operation: Operation::Create, namespace: corpus::GOVERNED, object };
         let outcome = engine::mutate_object(&policy, &input, &context());
-        if let Ok(engine::Outcome { object: Some(after), .. }) = outcome {
+        if let Ok(engine::Mutated { object: Some(after), .. }) = outcome {
             let same = same_answer_under(policies, &after);
             prop_assert!(same.is_ok(), "patched: {}", same.unwrap_err());
         }
