@@ -10,7 +10,8 @@
 # runAsNonRoot, runAsUser 65532, readOnlyRootFilesystem (the server writes nothing to disk).
 # Without Docker: scripts/build-image builds the same kind of image with buildah (see docs/install.md).
 #
-# The build context is what .dockerignore admits (Cargo.toml, Cargo.lock, src/, benches/);
+# The build context is what .dockerignore admits (Cargo.toml, Cargo.lock, src/, benches/,
+# testkit/Cargo.toml);
 # scripts/check-docker-context runs this stage's RUN steps (cargo build -> cargo check) on exactly
 # that context, so a target the manifest declares but the context hides fails the test command.
 
@@ -19,9 +20,13 @@ WORKDIR /src
 
 # Dependencies first, in their own layer: rebuilt only when Cargo.toml / Cargo.lock change.
 # Stub sources for every target Cargo.toml declares (the lib, the binary, the `engine` bench)
-# let cargo parse the manifest and compile every dependency without the real sources.
+# let cargo parse the manifest and compile every dependency without the real sources. The
+# workspace member testkit/ (test helpers, a dev-dependency: no release build compiles it) only
+# needs its manifest and a stub lib.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src benches \
+COPY testkit/Cargo.toml ./testkit/
+RUN mkdir -p src benches testkit/src \
+ && touch testkit/src/lib.rs \
  && echo 'fn main() {}' > src/main.rs \
  && touch src/lib.rs \
  && echo 'fn main() {}' > benches/engine.rs \

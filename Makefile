@@ -49,7 +49,7 @@ soak: ## bounded soak of serve (SOAK_DURATION seconds, default 60)
 	scripts/soak
 
 soak-test: ## the 30 s soak CI runs (an ignored test)
-	$(CARGO) test --locked --test robustness_soak -- --ignored
+	$(CARGO) test --locked --test it robustness_soak:: -- --ignored
 
 chart-test: ## helm lint, helm template + kubernetes-validate, rendered-object checks
 	scripts/test chart

@@ -11,15 +11,12 @@
 //!
 //! Run: `cargo bench --bench engine` (add `-- mutate` to filter).
 
-use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
 use knative_ha_webhook::engine::{self, Context, Input, Operation};
 use knative_ha_webhook::policy::Policy;
 use serde_json::Value;
-
-#[path = "../tests/support/corpus.rs"]
-mod corpus;
+use testkit::corpus;
 
 struct Case {
     namespace: &'static str,
@@ -32,11 +29,8 @@ static POLICY: LazyLock<Policy> = LazyLock::new(|| {
     Policy::from_yaml(corpus::POLICY_YAML).expect("examples/policy.yaml is valid")
 });
 
-static CONTEXT: LazyLock<Context> = LazyLock::new(|| Context {
-    // The HPAs of 2-serving-core.yaml target these two.
-    hpa_targets: BTreeSet::from(["activator".to_string(), "webhook".to_string()]),
-    ..Default::default()
-});
+// The HPAs of 2-serving-core.yaml target activator and webhook.
+static CONTEXT: LazyLock<Context> = LazyLock::new(corpus::hpa_context);
 
 const UNGOVERNED_CASES: &[&str] = &[
     "deployment/controller",

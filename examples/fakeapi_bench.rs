@@ -1,4 +1,4 @@
-//! The fake API server (tests/support/fakeapi) loaded for `scripts/bench-scale`:
+//! The fake API server (testkit/src/fakeapi) loaded for `scripts/bench-scale`:
 //! N HPAs in N/20 namespaces (`tenant-*`, no policy there), `inside` HPAs in
 //! knative-serving, one HighAvailabilityPolicy for knative-serving.
 //!
@@ -8,13 +8,11 @@
 //!
 //! Usage: cargo run --release --example fakeapi_bench -- OUTSIDE INSIDE
 
-#[path = "../tests/support/fakeapi/mod.rs"]
-mod fakeapi;
-
 use std::io::BufRead;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use testkit::fakeapi;
 
 fn hpa(namespace: &str, name: &str) -> Value {
     json!({

@@ -4,7 +4,6 @@
 //! patch outside the governed namespace or for DELETE/CONNECT.
 #![no_main]
 
-use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
 use arbitrary::Unstructured;
@@ -17,10 +16,7 @@ use serde_json::Value;
 static POLICY: LazyLock<Policy> =
     LazyLock::new(|| Policy::from_yaml(corpus::POLICY_YAML).expect("examples/policy.yaml"));
 static OBJECTS: LazyLock<Vec<(String, Value)>> = LazyLock::new(corpus::governed_objects);
-static CONTEXT: LazyLock<Context> = LazyLock::new(|| Context {
-    hpa_targets: BTreeSet::from(["activator".to_string(), "webhook".to_string()]),
-    ..Default::default()
-});
+static CONTEXT: LazyLock<Context> = LazyLock::new(corpus::hpa_context);
 const OPERATIONS: [Operation; 4] = [
     Operation::Create,
     Operation::Update,

@@ -4,7 +4,7 @@
 //! never built), so a large object costs a scan, not a tree.
 //!
 //! The engine's answer (patch and change lines) on the view equals its
-//! answer on the whole object (`tests/engine_view.rs` checks it on every
+//! answer on the whole object (`tests/it/engine_view.rs` checks it on every
 //! Knative v1.23.0 object, under fixed and random policies, and on
 //! arbitrary and mutated ones: a path the engine reads that `Shape`'s
 //! tables leave out turns it red), because:

@@ -1,0 +1,118 @@
+//! Issue 22 item 7: the leader-election hash covers what is really
+//! written. When `config-leader-election` holds the policy's durations back
+//! (the merged set would make client-go refuse to start), the Deployments'
+//! hash is the one of a policy without durations: they do not roll while
+//! the durations Knative reads stay the same.
+
+use crate::support;
+
+use knative_ha_webhook::engine::leader::HASH_ANNOTATION;
+use knative_ha_webhook::engine::{self, Context, Input, Operation};
+use knative_ha_webhook::policy::Policy;
+use knative_ha_webhook::tools::preview;
+use serde_json::{Map, Value, json};
+
+const NS: &str = "knative-serving";
+
+fn policy(leader_election: &str) -> Policy {
+    support::serving_policy(&format!("  leaderElection: {leader_election}\n"))
+}
+
+fn data(value: Value) -> Map<String, Value> {
+    value.as_object().unwrap().clone()
+}
+
+fn ctx(leader_election: Option<Map<String, Value>>) -> Context {
+    Context {
+        leader_election,
+        ..Default::default()
+    }
+}
+
+/// The object after the mutation, and the change lines.
+fn mutate(p: &Policy, object: &Value, ctx: &Context) -> (Value, Vec<String>) {
+    let input = Input {
+        operation: Operation::Update,
+        namespace: NS,
+        object,
+    };
+    let out = engine::mutate_object(p, &input, ctx).expect("engine");
+    (
+        out.object.unwrap_or_else(|| object.clone()),
+        out.mutation.changes,
+    )
+}
+
+fn hash_of(p: &Policy, ctx: &Context) -> String {
+    let d = support::fixture("Deployment", NS, "controller");
+    let (out, changes) = mutate(p, &d, ctx);
+    out["spec"]["template"]["metadata"]["annotations"][HASH_ANNOTATION]
+        .as_str()
+        .unwrap_or_else(|| panic!("no hash: {changes:?}"))
+        .to_string()
+}
+
+#[test]
+fn held_back_durations_are_left_out_of_the_hash() {
+    let p = policy("{renewDeadline: 20s}");
+    let cm_data = data(json!({"retryPeriod": "30s"}));
+    // The ConfigMap gets no duration (renew 20s < 1.2 x retry 30s).
+    let mut cm = support::fixture("ConfigMap", NS, "config-leader-election");
+    cm["data"]["retryPeriod"] = json!("30s");
+    let (written, changes) = mutate(&p, &cm, &ctx(None));
+    assert_eq!(written["data"].get("renew-deadline"), None, "{changes:?}");
+    assert!(
+        changes
+            .iter()
+            .any(|c| c.contains("warning: leader election durations not written")),
+        "{changes:?}"
+    );
+    // The Deployment's hash is the one of the policy without durations.
+    let held = hash_of(&p, &ctx(Some(cm_data.clone())));
+    let without = hash_of(&policy("{}"), &ctx(Some(cm_data)));
+    assert_eq!(held, without);
+    assert_ne!(
+        held,
+        hash_of(&p, &ctx(None)),
+        "the durations count otherwise"
+    );
+}
+
+#[test]
+fn written_durations_are_hashed() {
+    let p = policy("{renewDeadline: 20s}");
+    // retry 10s: renew 20s > 12s, lease (default 60s) > 20s: written.
+    let cm_data = data(json!({"retryPeriod": "10s", "_example": "..."}));
+    let hashed = hash_of(&p, &ctx(Some(cm_data.clone())));
+    assert_eq!(hashed, hash_of(&p, &ctx(None)));
+    assert_ne!(hashed, hash_of(&policy("{}"), &ctx(Some(cm_data))));
+    // A kebab key overrides only its own legacy key, as Knative reads it:
+    // `retry-period: 10s` over `retryPeriod: 30s` lets the durations through.
+    let both = data(json!({"retryPeriod": "30s", "retry-period": "10s"}));
+    assert_eq!(hash_of(&p, &ctx(Some(both))), hashed);
+}
+
+#[test]
+fn preview_hashes_what_the_manifests_configmap_lets_through() {
+    let p = policy("{buckets: 5, renewDeadline: 20s}");
+    let manifests = format!(
+        "{}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: config-leader-election, namespace: {NS}}}\ndata: {{retryPeriod: 30s}}\n",
+        preview::to_yaml(&support::fixture("Deployment", NS, "controller")).unwrap()
+    );
+    let docs = preview::parse_manifests("m.yaml", &manifests).unwrap();
+    let policies = [(NS.to_string(), p)].into();
+    let out = preview::preview_documents(&policies, docs).unwrap();
+    let hash = out[0].object["spec"]["template"]["metadata"]["annotations"][HASH_ANNOTATION]
+        .as_str()
+        .expect("hash");
+    assert_eq!(hash, hash_of(&policy("{buckets: 5}"), &ctx(None)));
+    assert!(
+        out[1]
+            .mutation
+            .changes
+            .iter()
+            .any(|c| c.contains("durations not written")),
+        "{:?}",
+        out[1].mutation.changes
+    );
+}
