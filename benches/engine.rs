@@ -230,24 +230,12 @@ mod review {
     }
 
     /// The per-review line, through the format `serve` uses
-    /// (`telemetry::JsonLine`) and through `tracing-subscriber`'s own JSON
-    /// format (`log_line_reference`, what `serve` used before).
+    /// (`telemetry::json_format`: `tracing-subscriber`'s JSON format).
     #[divan::bench]
     fn log_line(bencher: divan::Bencher) {
         let subscriber = tracing_subscriber::fmt()
             .json()
-            .event_format(knative_ha_webhook::telemetry::JsonLine::default())
-            .with_writer(std::io::sink)
-            .finish();
-        tracing::subscriber::with_default(subscriber, || bencher.bench_local(review_line));
-    }
-
-    #[divan::bench]
-    fn log_line_reference(bencher: divan::Bencher) {
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
+            .event_format(knative_ha_webhook::telemetry::json_format())
             .with_writer(std::io::sink)
             .finish();
         tracing::subscriber::with_default(subscriber, || bencher.bench_local(review_line));

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use serde_json::{Map, Value};
 
-use crate::engine::{self, Context, EngineError, Input, Mutation};
+use crate::engine::{self, EngineError, Mutation};
 use crate::policy::Policy;
 use crate::scope::AllowedNamespaces;
 
@@ -109,19 +109,6 @@ impl Snapshot {
     /// The policy governing `namespace`, if any.
     pub fn policy_for(&self, namespace: &str) -> Option<&Arc<Policy>> {
         self.policies.get(namespace)
-    }
-
-    /// Runs the engine for one object. `Ok(None)` means no policy governs
-    /// the object's namespace.
-    pub fn mutate(&self, input: &Input<'_>) -> Result<Option<Mutation>, EngineError> {
-        let Some(policy) = self.policy_for(input.namespace) else {
-            return Ok(None);
-        };
-        let ctx = Context {
-            hpa_targets: self.hpa_targets_in(input.namespace).clone(),
-            leader_election: self.leader_election.get(input.namespace).cloned(),
-        };
-        engine::mutate(policy, input, &ctx).map(Some)
     }
 
     /// What governs `namespace`, looked up once: the policy, the HPA

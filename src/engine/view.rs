@@ -5,7 +5,9 @@
 //!
 //! The engine's answer (patch and change lines) on the view equals its
 //! answer on the whole object (`tests/it/engine_view.rs` checks it on every
-//! Knative v1.23.0 object and on arbitrary and mutated ones), because:
+//! Knative v1.23.0 object, under fixed and random policies, and on
+//! arbitrary and mutated ones: a path the engine reads that `Shape`'s
+//! tables leave out turns it red), because:
 //! - every path the engine reads or writes is kept, with the whole value
 //!   where the engine compares, copies or shows it (`Shape::Keep`);
 //! - a node whose JSON type is not the one the shape expects (an array where

@@ -1,74 +1,64 @@
-//! The log writer: each line is handed to a bounded queue without blocking
-//! the request path, and one thread writes the queued lines to stderr in
-//! batches (one buffered write per batch instead of one `write(2)` per line
-//! from every worker thread under stderr's lock), flushing whenever the
-//! queue is empty. When the queue is full the line is dropped and counted
-//! (`knative_ha_webhook_log_lines_dropped`): a log must never stall
-//! admission. [`flush`] (and [`FlushOnDrop`]) waits until every queued line
-//! is written, so nothing is lost when the process ends.
+//! The log writer: `tracing-appender`'s non-blocking writer in lossy mode.
+//! Each line is handed to a bounded queue without blocking the request
+//! path, and the crate's worker thread writes the queued lines to stderr.
+//! When the queue is full the line is dropped and counted by the crate's
+//! error counter, exported as `knative_ha_webhook_log_lines_dropped`
+//! ([`DroppedLines`]): a log must never stall admission. [`flush`] (and
+//! [`FlushOnDrop`]) drops the crate's `WorkerGuard`, which waits until every
+//! queued line is written, so nothing is lost when the process ends.
+//!
+//! What this module adds to the crate is [`Batches`], the worker's output:
+//! a buffer, so that a batch of lines is one `write(2)` instead of one per
+//! line, and a short rest after each batch, so that a sender need not wake
+//! the worker for every line (see [`LINGER`]).
 
-use std::io::{self, Write};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::{LazyLock, OnceLock};
+use std::io::{self, BufWriter, Write};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use prometheus_client::metrics::counter::Counter;
-use tracing_subscriber::fmt::MakeWriter;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use tracing_appender::non_blocking::{NonBlocking, NonBlockingBuilder, WorkerGuard};
 
-/// Lines the queue holds at most.
+/// Lines the queue holds at most (docs/server.md: "more than 16,384 lines
+/// behind").
 const QUEUE_LINES: usize = 16 * 1024;
 
-/// After writing a batch the writer rests this long before it looks at the
+/// After writing a batch the worker rests this long before it looks at the
 /// queue again. While it rests no sender has to wake it (otherwise a futex
 /// wake and a context switch per line: about 5 % of serve's CPU in a `perf`
 /// profile under load); lines reach stderr at most this much later.
 const LINGER: Duration = Duration::from_millis(5);
 
-/// How long [`flush`] waits for the writer at most.
-const FLUSH_WAIT: Duration = Duration::from_secs(2);
-
-/// Log lines dropped because the queue was full.
-pub static DROPPED: LazyLock<Counter> = LazyLock::new(Counter::default);
-
-enum Msg {
-    Line(Vec<u8>),
-    Flush(SyncSender<()>),
-}
-
-/// The writer `tracing_subscriber` formats into (cheap to clone).
-#[derive(Clone, Debug)]
-pub struct NonBlocking {
-    tx: SyncSender<Msg>,
-}
-
+/// The process's writer and the guard that flushes it.
 static WRITER: OnceLock<NonBlocking> = OnceLock::new();
+static GUARD: Mutex<Option<WorkerGuard>> = Mutex::new(None);
 
 /// The process's writer; its thread starts on first use.
 pub fn non_blocking() -> NonBlocking {
     WRITER
         .get_or_init(|| {
-            let (tx, rx) = mpsc::sync_channel(QUEUE_LINES);
-            let spawned = std::thread::Builder::new()
-                .name("log-writer".into())
-                .spawn(move || write_lines(rx, io::stderr()));
-            // Without a thread the queue is never read: every line then
-            // goes straight to stderr (see `Line::drop`).
-            if spawned.is_err() {
-                let (dead, _) = mpsc::sync_channel(0);
-                return NonBlocking { tx: dead };
-            }
-            NonBlocking { tx }
+            let (writer, guard) = builder(QUEUE_LINES).finish(Batches::new(io::stderr(), LINGER));
+            *GUARD.lock().unwrap_or_else(PoisonError::into_inner) = Some(guard);
+            writer
         })
         .clone()
 }
 
-/// Waits (at most 2 s) until every line logged so far is written.
+/// The writer's settings: lossy, `lines` queued at most.
+fn builder(lines: usize) -> NonBlockingBuilder {
+    NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(lines)
+        .thread_name("log-writer")
+}
+
+/// Waits until every line logged so far is written (the crate's guard
+/// waits at most about 1 s) and stops the writer: call it when the process
+/// ends. Lines logged afterwards are dropped (and counted).
 pub fn flush() {
-    let Some(writer) = WRITER.get() else { return };
-    let (ack, done) = mpsc::sync_channel(1);
-    if writer.tx.send(Msg::Flush(ack)).is_ok() {
-        let _ = done.recv_timeout(FLUSH_WAIT);
-    }
+    let guard = GUARD.lock().unwrap_or_else(PoisonError::into_inner).take();
+    drop(guard);
 }
 
 /// Calls [`flush`] when dropped: hold one for as long as the process logs.
@@ -81,83 +71,70 @@ impl Drop for FlushOnDrop {
     }
 }
 
-fn write_lines(rx: Receiver<Msg>, out: impl Write) {
-    let mut out = io::BufWriter::with_capacity(64 * 1024, out);
-    let mut acks = Vec::new();
-    while let Ok(first) = rx.recv() {
-        let mut next = Some(first);
-        while let Some(msg) = next {
-            match msg {
-                Msg::Line(line) => {
-                    let _ = out.write_all(&line);
-                }
-                Msg::Flush(ack) => acks.push(ack),
-            }
-            next = rx.try_recv().ok();
-        }
-        let _ = out.flush();
-        for ack in acks.drain(..) {
-            let _ = ack.send(());
-        }
-        std::thread::sleep(LINGER);
-    }
+/// The worker's output: `out` behind a 64 KiB buffer. The worker calls
+/// `flush` once the queue is empty; the buffer is written then, and the
+/// worker rests for `linger`.
+struct Batches<W: Write> {
+    out: BufWriter<W>,
+    linger: Duration,
 }
 
-impl<'a> MakeWriter<'a> for NonBlocking {
-    type Writer = Line<'a>;
-
-    fn make_writer(&'a self) -> Line<'a> {
-        Line {
-            to: self,
-            buf: Vec::new(),
+impl<W: Write> Batches<W> {
+    fn new(out: W, linger: Duration) -> Self {
+        Batches {
+            out: BufWriter::with_capacity(64 * 1024, out),
+            linger,
         }
     }
 }
 
-/// One log line being written; queued when dropped.
-#[derive(Debug)]
-pub struct Line<'a> {
-    to: &'a NonBlocking,
-    buf: Vec<u8>,
-}
-
-impl Write for Line<'_> {
+impl<W: Write> Write for Batches<W> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.buf.extend_from_slice(bytes);
-        Ok(bytes.len())
+        self.out.write(bytes)
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.out.write_all(bytes)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        let flushed = self.out.flush();
+        std::thread::sleep(self.linger);
+        flushed
     }
 }
 
-impl Drop for Line<'_> {
-    fn drop(&mut self) {
-        if self.buf.is_empty() {
-            return;
-        }
-        match self
-            .to
-            .tx
-            .try_send(Msg::Line(std::mem::take(&mut self.buf)))
-        {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                DROPPED.inc();
-            }
-            Err(TrySendError::Disconnected(msg)) => {
-                if let Msg::Line(line) = msg {
-                    let _ = io::stderr().write_all(&line);
-                }
-            }
-        }
+/// `knative_ha_webhook_log_lines_dropped`: the writer's error counter (0
+/// before the writer starts).
+#[derive(Debug)]
+pub struct DroppedLines;
+
+impl DroppedLines {
+    fn get() -> u64 {
+        WRITER.get().map_or(0, |w| {
+            u64::try_from(w.error_counter().dropped_lines()).unwrap_or(u64::MAX)
+        })
+    }
+}
+
+impl TypedMetric for DroppedLines {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for DroppedLines {
+    fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
+        encoder.encode_counter::<NoLabelSet, _, u64>(&DroppedLines::get(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
     use std::sync::{Arc, Mutex};
 
     #[derive(Clone, Default)]
@@ -173,37 +150,56 @@ mod tests {
     }
 
     #[test]
-    fn lines_arrive_whole_in_order_and_a_flush_waits_for_them() {
-        let (tx, rx) = mpsc::sync_channel(4);
+    fn lines_arrive_whole_in_order_and_the_guard_waits_for_them() {
         let out = Shared::default();
-        let sink = out.clone();
-        let thread = std::thread::spawn(move || write_lines(rx, sink));
-        let writer = NonBlocking { tx };
+        let (writer, guard) = builder(4).finish(Batches::new(out.clone(), LINGER));
         for i in 0..3 {
-            let mut line = writer.make_writer();
-            write!(line, "line {i}").unwrap();
-            line.write_all(b"\n").unwrap();
+            let mut line = writer.clone();
+            line.write_all(format!("line {i}\n").as_bytes()).unwrap();
         }
-        let (ack, done) = mpsc::sync_channel(1);
-        writer.tx.send(Msg::Flush(ack)).unwrap();
-        done.recv_timeout(FLUSH_WAIT).unwrap();
+        drop(guard);
         assert_eq!(
             String::from_utf8(out.0.lock().unwrap().clone()).unwrap(),
             "line 0\nline 1\nline 2\n"
         );
-        drop(writer);
-        thread.join().unwrap();
+    }
+
+    /// A sink whose first write waits until the test lets it go.
+    struct Stuck(mpsc::Receiver<()>);
+    impl Write for Stuck {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            let _ = self.0.recv();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
     }
 
     #[test]
     fn a_full_queue_drops_and_counts_instead_of_blocking() {
-        // No thread reads this queue of one.
-        let (tx, _rx) = mpsc::sync_channel(1);
-        let writer = NonBlocking { tx };
-        let before = DROPPED.get();
-        for _ in 0..3 {
-            writer.make_writer().write_all(b"x\n").unwrap();
+        let (release, stuck) = mpsc::channel();
+        // No buffer: the worker's first write blocks in `Stuck`.
+        let (mut writer, guard) = builder(1).finish(Stuck(stuck));
+        writer.write_all(b"taken by the worker\n").unwrap();
+        // Until the worker has taken the first line, the queue may hold it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut dropped = 0;
+        while dropped < 3 && std::time::Instant::now() < deadline {
+            writer.write_all(b"x\n").unwrap();
+            dropped = writer.error_counter().dropped_lines();
         }
-        assert_eq!(DROPPED.get() - before, 2);
+        assert_eq!(dropped, 3, "a full queue drops the line and counts it");
+        drop(release);
+        drop(guard);
+    }
+
+    #[test]
+    fn the_counter_is_exported_before_the_writer_starts() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("log_lines_dropped", "dropped", DroppedLines);
+        let text = crate::telemetry::encode(&registry);
+        assert!(text.contains("# TYPE log_lines_dropped counter"), "{text}");
+        assert!(text.contains("log_lines_dropped_total "), "{text}");
     }
 }

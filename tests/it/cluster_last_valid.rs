@@ -54,15 +54,15 @@ impl Harness {
     /// patch (`None`: no policy governs knative-serving).
     fn controller_replicas(&self) -> Option<Value> {
         let controller = support::corpus::controller_deployment();
-        let mutation = self
-            .store
-            .load()
-            .mutate(&Input {
+        let mutation = crate::support::mutate_in(
+            &self.store.load(),
+            &Input {
                 operation: Operation::Create,
                 namespace: SERVING,
                 object: &controller,
-            })
-            .expect("engine accepts the controller Deployment")?;
+            },
+        )
+        .expect("engine accepts the controller Deployment")?;
         let mut obj = controller.clone();
         json_patch::patch(&mut obj, &mutation.patch).expect("the patch applies");
         Some(obj["spec"]["replicas"].clone())

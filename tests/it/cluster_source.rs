@@ -63,13 +63,15 @@ impl Harness {
         if namespace != SERVING {
             return;
         }
-        let mutation = snapshot
-            .mutate(&Input {
+        let mutation = crate::support::mutate_in(
+            &snapshot,
+            &Input {
                 operation: Operation::Create,
                 namespace: SERVING,
                 object: controller(),
-            })
-            .expect("engine accepts the controller Deployment");
+            },
+        )
+        .expect("engine accepts the controller Deployment");
         // The same through the server's /mutate route.
         let via_mutate = self.replicas_via_mutate().await;
         let hpa_backed_now = snapshot
@@ -126,14 +128,15 @@ impl Harness {
     /// What the engine returns for the real controller Deployment: `None`
     /// when no policy governs knative-serving.
     fn mutate_controller(&self) -> Option<knative_ha_webhook::engine::Mutation> {
-        self.store
-            .load()
-            .mutate(&Input {
+        crate::support::mutate_in(
+            &self.store.load(),
+            &Input {
                 operation: Operation::Create,
                 namespace: SERVING,
                 object: controller(),
-            })
-            .expect("engine accepts the controller Deployment")
+            },
+        )
+        .expect("engine accepts the controller Deployment")
     }
 
     /// POSTs an AdmissionReview (CREATE of the real controller Deployment)

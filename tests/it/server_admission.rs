@@ -70,14 +70,16 @@ async fn knative_objects_get_patches_that_apply() {
         assert_eq!(response["uid"], uid.as_str(), "{what}");
         assert_eq!(response["allowed"], true, "{what}");
 
-        let expected = snapshot
-            .mutate(&Input {
+        let expected = crate::support::mutate_in(
+            &snapshot,
+            &Input {
                 operation: Operation::Create,
                 namespace: "knative-serving",
                 object,
-            })
-            .unwrap()
-            .unwrap();
+            },
+        )
+        .unwrap()
+        .unwrap();
         let warnings: Vec<String> = response["warnings"]
             .as_array()
             .map(|a| a.iter().map(|w| w.as_str().unwrap().to_string()).collect())
@@ -187,17 +189,19 @@ async fn example_reviews_are_valid_reviews() {
         assert_eq!(body["response"]["uid"], review["request"]["uid"]);
         assert_eq!(body["response"]["allowed"], true);
         let object = &review["request"]["object"];
-        let expected = example_snapshot()
-            .mutate(&Input {
+        let expected = crate::support::mutate_in(
+            &example_snapshot(),
+            &Input {
                 operation: match review["request"]["operation"].as_str().unwrap() {
                     "CREATE" => Operation::Create,
                     _ => Operation::Update,
                 },
                 namespace: review["request"]["namespace"].as_str().unwrap(),
                 object,
-            })
-            .unwrap()
-            .unwrap();
+            },
+        )
+        .unwrap()
+        .unwrap();
         assert!(
             !expected.is_empty(),
             "{}: the example shows a change",

@@ -25,6 +25,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod policygen;
 pub mod rfc6902;
 pub mod router;
 pub mod tls;
@@ -165,4 +166,21 @@ pub fn differences(a: &Value, b: &Value) -> Vec<String> {
     let mut out = Vec::new();
     diff(a, b, String::new(), &mut out);
     out
+}
+
+/// The engine's answer for `input` under `snapshot` (`None`: no policy
+/// governs its namespace), with the namespace's HPA targets and
+/// `config-leader-election` data, as the request path computes it.
+pub fn mutate_in(
+    snapshot: &knative_ha_webhook::store::Snapshot,
+    input: &Input<'_>,
+) -> Result<Option<engine::Mutation>, engine::EngineError> {
+    let Some(governed) = snapshot.governed(input.namespace) else {
+        return Ok(None);
+    };
+    let ctx = Context {
+        hpa_targets: governed.hpa_targets.clone(),
+        leader_election: governed.leader_election.cloned(),
+    };
+    engine::mutate(governed.policy, input, &ctx).map(Some)
 }
