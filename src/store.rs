@@ -22,7 +22,7 @@ pub struct Snapshot {
     /// Per namespace: Deployment names targeted by a HorizontalPodAutoscaler.
     pub hpa_targets: BTreeMap<String, BTreeSet<String>>,
     /// Per namespace: the duration keys of `config-leader-election`
-    /// ([`Context::leader_election`]; none in the file-policy mode).
+    /// ([`Context::leader_election`](engine::Context::leader_election); none in the file-policy mode).
     pub leader_election: BTreeMap<String, Map<String, Value>>,
     /// True once every source has completed its first full sync.
     pub synced: bool,
