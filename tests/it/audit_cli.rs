@@ -4,6 +4,7 @@
 //! 2 errors.
 
 use crate::support;
+use crate::support::cli::Out;
 use crate::support::cluster::reconcile_all;
 use crate::support::fakeapi;
 
@@ -23,38 +24,13 @@ fn load_control_plane(api: &FakeApi) {
     }
 }
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 async fn audit(kubeconfig: &Path, args: &[&str]) -> Out {
     audit_with(Some(kubeconfig), args).await
 }
 
 /// `audit` with KUBECONFIG set to `kubeconfig`, or unset (and an empty HOME).
 async fn audit_with(kubeconfig: Option<&Path>, args: &[&str]) -> Out {
-    let home = tempfile::tempdir().unwrap();
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"));
-    match kubeconfig {
-        Some(k) => cmd.env("KUBECONFIG", k),
-        None => cmd.env_remove("KUBECONFIG"),
-    };
-    let out = cmd
-        .arg("audit")
-        .args(args)
-        .env("HOME", home.path())
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("KUBERNETES_SERVICE_PORT")
-        .output()
-        .await
-        .expect("run the binary");
-    Out {
-        code: out.status.code().expect("exit code"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    crate::support::cli::cluster_command("audit", kubeconfig, args).await
 }
 
 fn example_policy() -> (String, Policy) {

@@ -8,6 +8,7 @@
 //! dry run with something to restore, 2 errors.
 
 use crate::support;
+use crate::support::cli::Out;
 use crate::support::cluster::reconcile_all;
 use crate::support::fakeapi;
 
@@ -19,30 +20,9 @@ use serde_json::Value;
 
 const SERVING: &str = "knative-serving";
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 /// `restore` with KUBECONFIG set to `kubeconfig` (and an empty HOME).
 async fn restore(kubeconfig: &Path, args: &[&str]) -> Out {
-    let home = tempfile::tempdir().unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"))
-        .arg("restore")
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("HOME", home.path())
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("KUBERNETES_SERVICE_PORT")
-        .output()
-        .await
-        .expect("run the binary");
-    Out {
-        code: out.status.code().expect("exit code"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    crate::support::cli::cluster_command("restore", Some(kubeconfig), args).await
 }
 
 /// Everything the engine writes: Required zone anti-affinity, spread,

@@ -184,3 +184,40 @@ impl Proc {
         self.seen.clone()
     }
 }
+
+/// What a command of the binary that talks to a cluster printed.
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// The binary's `command ARGS...` (`audit`, `restore`) with `KUBECONFIG` set
+/// to `kubeconfig`, or unset; HOME empty and no in-cluster environment, so
+/// nothing but the given kubeconfig can be found.
+pub async fn cluster_command(
+    command: &str,
+    kubeconfig: Option<&std::path::Path>,
+    args: &[&str],
+) -> Out {
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"));
+    match kubeconfig {
+        Some(k) => cmd.env("KUBECONFIG", k),
+        None => cmd.env_remove("KUBECONFIG"),
+    };
+    let out = cmd
+        .arg(command)
+        .args(args)
+        .env("HOME", home.path())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .await
+        .expect("run the binary");
+    Out {
+        code: out.status.code().expect("exit code"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
