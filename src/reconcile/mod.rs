@@ -47,7 +47,7 @@ pub use plan::{ChangeLine, Drift};
 pub use rate::RateLimiter;
 pub use reconciler::{Reconciler, RunningReconciler};
 pub use report::{ObjectResult, RunReport};
-pub use run::{MAX_ATTEMPTS, MayWrite, RunOptions, reconcile_once};
+pub use run::{MAX_ATTEMPTS, MayWrite, Pass, RunOptions};
 pub use schedule::RETRY_AFTER_ERROR;
 
 use crate::scope::AllowedNamespaces;

@@ -1,6 +1,6 @@
 //! The running reconciler of `serve --reconcile`: it takes part in the
 //! Lease election and, while it holds the Lease, polls the policy snapshot
-//! and runs [`reconcile_once`] over the namespaces that are due.
+//! and runs a [`Pass`] over the namespaces that are due.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -11,7 +11,7 @@ use super::ReconcileConfig;
 use super::lease::Elector;
 use super::metrics::ReconcileMetrics;
 use super::rate::RateLimiter;
-use super::run::{MayWrite, RunOptions, reconcile_once};
+use super::run::{MayWrite, Pass, RunOptions};
 use super::schedule::{self, Schedule};
 use crate::store::{PolicyStore, Snapshot};
 
@@ -152,15 +152,15 @@ impl Reconciler {
             dry_run: self.config.dry_run,
             pod_templates: self.config.pod_templates,
         };
-        let report = super::run::restore_unclaimed(
-            &self.client,
-            &due,
+        let report = Pass {
+            client: &self.client,
             options,
             limiter,
-            &self.metrics,
+            metrics: &self.metrics,
             may_write,
-            Some(&self.events),
-        )
+            events: Some(&self.events),
+        }
+        .restore(&due)
         .await;
         tracing::info!(
             objects = report.objects.len(),
@@ -200,16 +200,15 @@ impl Reconciler {
             dry_run: self.config.dry_run,
             pod_templates: self.config.pod_templates,
         };
-        let report = reconcile_once(
-            &self.client,
-            &snapshot,
-            Some(&due.namespaces),
+        let report = Pass {
+            client: &self.client,
             options,
             limiter,
-            &self.metrics,
+            metrics: &self.metrics,
             may_write,
-            Some(&self.events),
-        )
+            events: Some(&self.events),
+        }
+        .reconcile(&snapshot, Some(&due.namespaces))
         .await;
         tracing::info!(
             objects = report.objects.len(),

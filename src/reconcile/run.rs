@@ -39,70 +39,53 @@ impl<F: Fn() -> bool + Send + Sync> MayWrite for F {
     }
 }
 
-/// Reconciles the given namespaces of `snapshot` once (every governed
-/// namespace when `namespaces` is None). With `events`, every written object
-/// gets an Event saying what changed and why ([`super::events`]).
-#[allow(clippy::too_many_arguments)]
-pub async fn reconcile_once(
-    client: &kube::Client,
-    snapshot: &Snapshot,
-    namespaces: Option<&BTreeSet<String>>,
-    options: RunOptions,
-    limiter: &mut RateLimiter,
-    metrics: &ReconcileMetrics,
-    may_write: &dyn MayWrite,
-    events: Option<&Recorder>,
-) -> RunReport {
-    let run = Run {
-        client,
-        options,
-        limiter,
-        metrics,
-        may_write,
-        events,
-        report: RunReport::default(),
-    };
-    run.over(snapshot, namespaces).await
+/// One pass of the reconciler: where and how it writes, how fast, what it
+/// counts, whether it may still write, and whether written objects get an
+/// Event saying what changed and why ([`super::events`]).
+pub struct Pass<'a> {
+    pub client: &'a kube::Client,
+    pub options: RunOptions,
+    pub limiter: &'a mut RateLimiter,
+    pub metrics: &'a ReconcileMetrics,
+    pub may_write: &'a dyn MayWrite,
+    pub events: Option<&'a Recorder>,
 }
 
-/// One pass over `namespaces`, which no policy object names any more (their
-/// policy deleted, [`Snapshot::unclaimed`]): every object carrying the
-/// engine's records gets them undone, as at admission
-/// ([`crate::engine::restore::undo_unclaimed`]); objects without records
-/// are left alone. Written like [`reconcile_once`]'s (`dry_run`, rate,
-/// conflicts, Events).
-#[allow(clippy::too_many_arguments)]
-pub async fn restore_unclaimed(
-    client: &kube::Client,
-    namespaces: &BTreeSet<String>,
-    options: RunOptions,
-    limiter: &mut RateLimiter,
-    metrics: &ReconcileMetrics,
-    may_write: &dyn MayWrite,
-    events: Option<&Recorder>,
-) -> RunReport {
-    let run = Run {
-        client,
-        options,
-        limiter,
-        metrics,
-        may_write,
-        events,
-        report: RunReport::default(),
-    };
-    run.over_unclaimed(namespaces).await
+impl Pass<'_> {
+    /// Reconciles the given namespaces of `snapshot` once (every governed
+    /// namespace when `namespaces` is None).
+    pub async fn reconcile(
+        self,
+        snapshot: &Snapshot,
+        namespaces: Option<&BTreeSet<String>>,
+    ) -> RunReport {
+        Run::new(self).over(snapshot, namespaces).await
+    }
+
+    /// Once over `namespaces`, which no policy object names any more (their
+    /// policy deleted, [`Snapshot::unclaimed`]): every object carrying the
+    /// engine's records gets them undone, as at admission
+    /// ([`crate::engine::restore::undo_unclaimed`]); objects without records
+    /// are left alone. Written as [`Pass::reconcile`] writes (`dry_run`,
+    /// rate, conflicts, Events).
+    pub async fn restore(self, namespaces: &BTreeSet<String>) -> RunReport {
+        Run::new(self).over_unclaimed(namespaces).await
+    }
 }
 
-/// What every step of a run shares: where and how it writes, how fast,
-/// what it counts, whether it may still write, and what it found so far.
+/// A pass under way: the pass and what it found so far.
 struct Run<'a> {
-    client: &'a kube::Client,
-    options: RunOptions,
-    limiter: &'a mut RateLimiter,
-    metrics: &'a ReconcileMetrics,
-    may_write: &'a dyn MayWrite,
-    events: Option<&'a Recorder>,
+    pass: Pass<'a>,
     report: RunReport,
+}
+
+impl<'a> Run<'a> {
+    fn new(pass: Pass<'a>) -> Run<'a> {
+        Run {
+            pass,
+            report: RunReport::default(),
+        }
+    }
 }
 
 /// One governed object, and what it is brought in line with: its policy,
@@ -195,7 +178,7 @@ impl Run<'_> {
             if namespaces.is_some_and(|n| !n.contains(namespace)) {
                 continue;
             }
-            if !self.may_write.may_write() && !self.options.dry_run {
+            if !self.pass.may_write.may_write() && !self.pass.options.dry_run {
                 break;
             }
             let targets = snapshot.hpa_targets.get(namespace);
@@ -204,7 +187,7 @@ impl Run<'_> {
                 self.report.errors.push(crate::errors::chain(&e));
             }
         }
-        self.metrics.run(self.report.ok());
+        self.pass.metrics.run(self.report.ok());
         self.report
     }
 
@@ -212,7 +195,7 @@ impl Run<'_> {
     /// object carrying the engine's records gets them undone.
     async fn over_unclaimed(mut self, namespaces: &BTreeSet<String>) -> RunReport {
         for namespace in namespaces {
-            if !self.may_write.may_write() && !self.options.dry_run {
+            if !self.pass.may_write.may_write() && !self.pass.options.dry_run {
                 break;
             }
             if let Err(e) = self.namespace(None, namespace, None).await {
@@ -220,7 +203,7 @@ impl Run<'_> {
                 self.report.errors.push(crate::errors::chain(&e));
             }
         }
-        self.metrics.run(self.report.ok());
+        self.pass.metrics.run(self.report.ok());
         self.report
     }
 
@@ -232,7 +215,7 @@ impl Run<'_> {
         namespace: &str,
         snapshot_targets: Option<&BTreeSet<String>>,
     ) -> Result<()> {
-        let listed = objects::list_namespace(self.client, namespace).await?;
+        let listed = objects::list_namespace(self.pass.client, namespace).await?;
         let ctx = context_for(snapshot_targets, &listed);
         let mut drift: BTreeMap<&'static str, i64> = BTreeMap::new();
         for object in &listed.objects {
@@ -254,7 +237,7 @@ impl Run<'_> {
             let key = (kind.as_str(), namespace.to_string(), name.to_string());
             self.report.objects.insert(key, outcome.result);
         }
-        self.metrics.set_drift(namespace, &drift);
+        self.pass.metrics.set_drift(namespace, &drift);
         Ok(())
     }
 
@@ -284,7 +267,7 @@ impl Run<'_> {
     /// The object as it is now, after a conflict.
     async fn reread(&self, t: &Target<'_>) -> Result<Value, Reconciled> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        match objects::get(self.client, t.kind, t.namespace, t.name).await {
+        match objects::get(self.pass.client, t.kind, t.namespace, t.name).await {
             Ok(Some(object)) => Ok(object),
             Ok(None) => {
                 tracing::info!(kind, namespace, name, "reconcile: object gone; skipped");
@@ -292,7 +275,7 @@ impl Run<'_> {
             }
             Err(e) => {
                 tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&e), "reconcile: re-read failed");
-                self.metrics.write(t.kind, "error");
+                self.pass.metrics.write(t.kind, "error");
                 Err(Reconciled::failed(&e))
             }
         }
@@ -309,11 +292,11 @@ impl Run<'_> {
             Ok(patch) => patch,
             Err(outcome) => return Attempt::Done(outcome),
         };
-        if !self.may_write.may_write() {
+        if !self.pass.may_write.may_write() {
             return Attempt::Done(Reconciled::drifting(ObjectResult::Abandoned));
         }
-        self.limiter.acquire().await;
-        if !self.may_write.may_write() {
+        self.pass.limiter.acquire().await;
+        if !self.pass.may_write.may_write() {
             return Attempt::Done(Reconciled::drifting(ObjectResult::Abandoned));
         }
         self.write(t, current, &patch, &drift, &changes, attempt)
@@ -330,9 +313,11 @@ impl Run<'_> {
                 namespace,
                 current,
                 t.ctx,
-                self.options.pod_templates,
+                self.pass.options.pod_templates,
             ),
-            None => super::restore::plan_unclaimed(namespace, current, self.options.pod_templates),
+            None => {
+                super::restore::plan_unclaimed(namespace, current, self.pass.options.pod_templates)
+            }
         };
         match planned {
             Ok(Some(drift)) => Ok(drift),
@@ -352,7 +337,7 @@ impl Run<'_> {
     /// template changes left out, no resourceVersion to test).
     fn patch(&self, t: &Target<'_>, drift: &Drift, changes: &str) -> Result<Patch, Reconciled> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        if self.options.dry_run {
+        if self.pass.options.dry_run {
             tracing::info!(kind, namespace, name, changes = %changes,
                 rolls_pods = drift.rolls_pods(), "reconcile: drift (dry run; not written)");
             return Err(Reconciled::drifting(ObjectResult::DryRun));
@@ -387,13 +372,13 @@ impl Run<'_> {
         attempt: u32,
     ) -> Attempt {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        match objects::patch(self.client, t.kind, namespace, name, patch).await {
+        match objects::patch(self.pass.client, t.kind, namespace, name, patch).await {
             Ok(()) => {
-                self.metrics.write(t.kind, "success");
+                self.pass.metrics.write(t.kind, "success");
                 tracing::info!(kind, namespace, name, changes = %changes,
                     attempts = attempt, pod_template_ops_left_out = drift.held_back,
                     "reconcile: written");
-                if let Some(recorder) = self.events {
+                if let Some(recorder) = self.pass.events {
                     super::events::written(recorder, current, changes).await;
                 }
                 Attempt::Done(Reconciled {
@@ -402,7 +387,7 @@ impl Run<'_> {
                 })
             }
             Err(e) if error::is_precondition_failed(&e) => {
-                self.metrics.write(t.kind, "conflict");
+                self.pass.metrics.write(t.kind, "conflict");
                 tracing::info!(kind, namespace, name, attempt, error = %crate::errors::Chain(&e),
                     "reconcile: the object changed since it was read; reading it again");
                 Attempt::Conflict(crate::errors::chain(&e))
@@ -412,7 +397,7 @@ impl Run<'_> {
                 Attempt::Done(Reconciled::settled(ObjectResult::Gone))
             }
             Err(e) => {
-                self.metrics.write(t.kind, "error");
+                self.pass.metrics.write(t.kind, "error");
                 tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&e), "reconcile: write failed");
                 Attempt::Done(Reconciled::failed(&e))
             }

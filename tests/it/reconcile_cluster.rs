@@ -404,19 +404,18 @@ async fn policy_appears_each_drifting_object_is_written_once() {
     let snapshot = env.store.load();
     let mut limiter = RateLimiter::new(100.0);
     let metrics = ReconcileMetrics::default();
-    let report = reconcile::reconcile_once(
-        &env.api.client().await,
-        &snapshot,
-        None,
-        RunOptions {
+    let report = reconcile::Pass {
+        client: &env.api.client().await,
+        options: RunOptions {
             dry_run: false,
             pod_templates: true,
         },
-        &mut limiter,
-        &metrics,
-        &|| true,
-        None,
-    )
+        limiter: &mut limiter,
+        metrics: &metrics,
+        may_write: &|| true,
+        events: None,
+    }
+    .reconcile(&snapshot, None)
     .await;
     assert!(report.ok(), "{report:?}");
     assert_eq!(report.written(), 0, "{report:?}");

@@ -40,19 +40,18 @@ async fn a_namespace_larger_than_one_page_is_listed_in_pages() {
             ..Default::default()
         },
     }]);
-    let report = reconcile::reconcile_once(
-        &api.client().await,
-        &snapshot,
-        None,
-        RunOptions {
+    let report = reconcile::Pass {
+        client: &api.client().await,
+        options: RunOptions {
             dry_run: true,
             pod_templates: true,
         },
-        &mut RateLimiter::new(1000.0),
-        &ReconcileMetrics::default(),
-        &|| false,
-        None,
-    )
+        limiter: &mut RateLimiter::new(1000.0),
+        metrics: &ReconcileMetrics::default(),
+        may_write: &|| false,
+        events: None,
+    }
+    .reconcile(&snapshot, None)
     .await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let deployments = report

@@ -140,19 +140,18 @@ pub fn policy_configmap(name: &str, policy_yaml: &str) -> Value {
 /// the webhook's reconciler writes (pod templates too); asserts it went
 /// without an error.
 pub async fn reconcile_all(api: &FakeApi, policy: &Policy) -> RunReport {
-    let report = reconcile::reconcile_once(
-        &api.client().await,
-        &Snapshot::from_policies([policy.clone()]),
-        None,
-        RunOptions {
+    let report = reconcile::Pass {
+        client: &api.client().await,
+        options: RunOptions {
             dry_run: false,
             pod_templates: true,
         },
-        &mut RateLimiter::new(1000.0),
-        &ReconcileMetrics::default(),
-        &|| true,
-        None,
-    )
+        limiter: &mut RateLimiter::new(1000.0),
+        metrics: &ReconcileMetrics::default(),
+        may_write: &|| true,
+        events: None,
+    }
+    .reconcile(&Snapshot::from_policies([policy.clone()]), None)
     .await;
     assert!(report.ok(), "{report:?}");
     report
