@@ -130,6 +130,21 @@ impl Reconciler {
         );
     }
 
+    /// A pass as configured (dry run, pod templates), writing Events.
+    fn pass<'a>(&'a self, limiter: &'a mut RateLimiter, may_write: &'a dyn MayWrite) -> Pass<'a> {
+        Pass {
+            client: &self.client,
+            options: RunOptions {
+                dry_run: self.config.dry_run,
+                pod_templates: self.config.pod_templates,
+            },
+            limiter,
+            metrics: &self.metrics,
+            may_write,
+            events: Some(&self.events),
+        }
+    }
+
     /// As the leader: one pass over the namespaces whose policy was deleted
     /// ([`Released`]), undoing the engine's records there.
     async fn restore_released(
@@ -148,20 +163,7 @@ impl Reconciler {
             namespaces = %due.iter().cloned().collect::<Vec<_>>().join(","),
             "reconcile: no policy governs these namespaces any more; undoing the engine's records"
         );
-        let options = RunOptions {
-            dry_run: self.config.dry_run,
-            pod_templates: self.config.pod_templates,
-        };
-        let report = Pass {
-            client: &self.client,
-            options,
-            limiter,
-            metrics: &self.metrics,
-            may_write,
-            events: Some(&self.events),
-        }
-        .restore(&due)
-        .await;
+        let report = self.pass(limiter, may_write).restore(&due).await;
         tracing::info!(
             objects = report.objects.len(),
             written = report.written(),
@@ -196,20 +198,10 @@ impl Reconciler {
             reason = if due.full { "full" } else { "policy changed" },
             "reconcile run starting"
         );
-        let options = RunOptions {
-            dry_run: self.config.dry_run,
-            pod_templates: self.config.pod_templates,
-        };
-        let report = Pass {
-            client: &self.client,
-            options,
-            limiter,
-            metrics: &self.metrics,
-            may_write,
-            events: Some(&self.events),
-        }
-        .reconcile(&snapshot, Some(&due.namespaces))
-        .await;
+        let report = self
+            .pass(limiter, may_write)
+            .reconcile(&snapshot, Some(&due.namespaces))
+            .await;
         tracing::info!(
             objects = report.objects.len(),
             written = report.written(),

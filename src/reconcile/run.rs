@@ -59,7 +59,18 @@ impl Pass<'_> {
         snapshot: &Snapshot,
         namespaces: Option<&BTreeSet<String>>,
     ) -> RunReport {
-        Run::new(self).over(snapshot, namespaces).await
+        let selected = snapshot
+            .policies
+            .iter()
+            .filter(|(namespace, _)| namespaces.is_none_or(|n| n.contains(*namespace)))
+            .map(|(namespace, policy)| {
+                (
+                    namespace.as_str(),
+                    Some(policy.as_ref()),
+                    snapshot.hpa_targets.get(namespace),
+                )
+            });
+        Run::new(self).over(selected).await
     }
 
     /// Once over `namespaces`, which no policy object names any more (their
@@ -69,7 +80,10 @@ impl Pass<'_> {
     /// are left alone. Written as [`Pass::reconcile`] writes (`dry_run`,
     /// rate, conflicts, Events).
     pub async fn restore(self, namespaces: &BTreeSet<String>) -> RunReport {
-        Run::new(self).over_unclaimed(namespaces).await
+        let unclaimed = namespaces
+            .iter()
+            .map(|namespace| (namespace.as_str(), None, None));
+        Run::new(self).over(unclaimed).await
     }
 }
 
@@ -167,38 +181,18 @@ fn context_for(snapshot_targets: Option<&BTreeSet<String>>, listed: &objects::Li
 }
 
 impl Run<'_> {
-    /// The selected namespaces of `snapshot`, in order, until the run may
-    /// no longer write (a dry run goes on).
-    async fn over(
+    /// Each namespace, in order, with its policy (none: the engine's records
+    /// are undone) and the snapshot's HPA targets, until the run may no
+    /// longer write (a dry run goes on).
+    async fn over<'p>(
         mut self,
-        snapshot: &Snapshot,
-        namespaces: Option<&BTreeSet<String>>,
+        namespaces: impl Iterator<Item = (&'p str, Option<&'p Policy>, Option<&'p BTreeSet<String>>)>,
     ) -> RunReport {
-        for (namespace, policy) in &snapshot.policies {
-            if namespaces.is_some_and(|n| !n.contains(namespace)) {
-                continue;
-            }
+        for (namespace, policy, targets) in namespaces {
             if !self.pass.may_write.may_write() && !self.pass.options.dry_run {
                 break;
             }
-            let targets = snapshot.hpa_targets.get(namespace);
-            if let Err(e) = self.namespace(Some(policy), namespace, targets).await {
-                tracing::warn!(namespace = %namespace, error = %crate::errors::Chain(&e), "reconcile: namespace failed");
-                self.report.errors.push(crate::errors::chain(&e));
-            }
-        }
-        self.pass.metrics.run(self.report.ok());
-        self.report
-    }
-
-    /// Namespaces no policy object names any more, once each: every
-    /// object carrying the engine's records gets them undone.
-    async fn over_unclaimed(mut self, namespaces: &BTreeSet<String>) -> RunReport {
-        for namespace in namespaces {
-            if !self.pass.may_write.may_write() && !self.pass.options.dry_run {
-                break;
-            }
-            if let Err(e) = self.namespace(None, namespace, None).await {
+            if let Err(e) = self.namespace(policy, namespace, targets).await {
                 tracing::warn!(namespace = %namespace, error = %crate::errors::Chain(&e), "reconcile: namespace failed");
                 self.report.errors.push(crate::errors::chain(&e));
             }
