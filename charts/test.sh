@@ -10,6 +10,10 @@
 #  - certs/generate.sh: SANs and chain verified with openssl
 #
 # Prints one line per check and ends with `chart: N passed, M failed`; exits non-zero on a failure.
+# `charts/test.sh --install` installs the tools and exits (scripts/test fetches them while cargo compiles).
+# Env: KHW_BIN: the knative-ha-webhook binary the checks run (default: `cargo build`'s debug binary,
+# built here; scripts/test passes the one `cargo test` built, whose dev-dependency features differ
+# and whose rebuild here took 78 s).
 # Env: KHW_KUBE_VERSIONS (default 1.28.0,1.32.0,1.35.0: the oldest supported, 1.32, a current one), KHW_CHART_OUT (keep renderings there).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -51,6 +55,16 @@ if ! PYTHON=$PY "$ROOT/scripts/install-helm.sh" "$TOOLS/bin" >/dev/null; then
   echo "chart: cannot install helm (scripts/install-helm.sh)" >&2
   exit 1
 fi
+[ "${1:-}" = --install ] && exit 0
+
+if [ -n "${KHW_BIN:-}" ]; then
+  KHW=$KHW_BIN
+else
+  target_dir=$(cargo metadata --format-version 1 --no-deps --locked | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])') \
+    && cargo build --quiet --locked || { echo "chart: cannot build knative-ha-webhook (cargo build)" >&2; exit 1; }
+  KHW=$target_dir/debug/knative-ha-webhook
+fi
+[ -x "$KHW" ] || { echo "chart: $KHW is not an executable (KHW_BIN)" >&2; exit 1; }
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -122,7 +136,7 @@ fi
 # --- CRD drift ---------------------------------------------------------------------------------
 crd_files=("$CHART"/crds/*.yaml)
 # The file must be exactly the command's stdout (a file, not $(...), keeps trailing newlines).
-if ! cargo run --quiet --locked -- crd >"$work/crd.yaml" 2>"$work/crd.err"; then
+if ! "$KHW" crd >"$work/crd.yaml" 2>"$work/crd.err"; then
   fail "CRD drift: \`knative-ha-webhook crd\` failed" "$(head -c 400 "$work/crd.err")"
 elif [ ! -f "${crd_files[0]}" ]; then
   fail "CRD drift: no CRD file in $CHART/crds/"
@@ -139,7 +153,7 @@ fi
 render_out=${KHW_CHART_OUT:-$work/rendered}
 "$PY" charts/tests/check_rendered.py --helm "$HELM" --chart "$CHART" --kubernetes-validate "$KV" \
   --kube-versions "${KHW_KUBE_VERSIONS:-1.28.0,1.32.0,1.35.0}" --ca-cert "$certs_out/ca.crt" --out "$render_out" \
-  --khw-cmd "cargo run --quiet --locked --" \
+  --khw-cmd "$(printf '%q' "$KHW")" \
   | tee "$work/rendered.log"
 py_rc=${PIPESTATUS[0]}
 p=$(grep -c '^PASS ' "$work/rendered.log")
@@ -151,24 +165,17 @@ if [ "$py_rc" -ne 0 ] && [ "$f" -eq 0 ]; then
 fi
 
 # --- the real server, run with the chart's container args and certs/ output ------------------
-# (skipped, with a SKIP line, while `serve` is still the skeleton stub)
-target_dir=$(cargo metadata --format-version 1 --no-deps --locked 2>/dev/null \
-  | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-if cargo build --quiet --locked 2>"$work/build.err" && [ -x "$target_dir/debug/knative-ha-webhook" ]; then
-  "$PY" charts/tests/serve_e2e.py --bin "$target_dir/debug/knative-ha-webhook" \
-    --rendered "$render_out/defaults.yaml" --release khw --namespace khw-system --certs "$certs_out" \
-    --policy examples/policy.yaml --manifests tests/fixtures/knative-v1.23.0/2-serving-core.yaml \
-    | tee "$work/e2e.log"
-  e2e_rc=${PIPESTATUS[0]}
-  p=$(grep -c '^PASS ' "$work/e2e.log")
-  f=$(grep -c '^FAIL ' "$work/e2e.log")
-  passed=$((passed + p))
-  failed=$((failed + f))
-  if [ "$e2e_rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-    fail "serve_e2e.py exited $e2e_rc"
-  fi
-else
-  fail "serve e2e: cargo build" "$(head -c 400 "$work/build.err")"
+"$PY" charts/tests/serve_e2e.py --bin "$KHW" \
+  --rendered "$render_out/defaults.yaml" --release khw --namespace khw-system --certs "$certs_out" \
+  --policy examples/policy.yaml --manifests tests/fixtures/knative-v1.23.0/2-serving-core.yaml \
+  | tee "$work/e2e.log"
+e2e_rc=${PIPESTATUS[0]}
+p=$(grep -c '^PASS ' "$work/e2e.log")
+f=$(grep -c '^FAIL ' "$work/e2e.log")
+passed=$((passed + p))
+failed=$((failed + f))
+if [ "$e2e_rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+  fail "serve_e2e.py exited $e2e_rc"
 fi
 
 # --- BEGIN server availability (issue 12): NetworkPolicy and clientCA ----------------------------
