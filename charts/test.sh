@@ -28,6 +28,21 @@ passed=0
 failed=0
 pass() { passed=$((passed + 1)); echo "PASS $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1${2:+: $2}"; }
+# py_checks SCRIPT ARG...: runs charts/tests/SCRIPT, shows its PASS/FAIL lines and counts them.
+py_checks() {
+  local script=$1 log rc p f
+  shift
+  log=$work/$script.log
+  "$PY" "charts/tests/$script" "$@" | tee "$log"
+  rc=${PIPESTATUS[0]}
+  p=$(grep -c '^PASS ' "$log")
+  f=$(grep -c '^FAIL ' "$log")
+  passed=$((passed + p))
+  failed=$((failed + f))
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    fail "$script exited $rc"
+  fi
+}
 
 # --- tools -------------------------------------------------------------------------------------
 pick_python() {
@@ -151,32 +166,14 @@ fi
 
 # --- rendered objects --------------------------------------------------------------------------
 render_out=${KHW_CHART_OUT:-$work/rendered}
-"$PY" charts/tests/check_rendered.py --helm "$HELM" --chart "$CHART" --kubernetes-validate "$KV" \
+py_checks check_rendered.py --helm "$HELM" --chart "$CHART" --kubernetes-validate "$KV" \
   --kube-versions "${KHW_KUBE_VERSIONS:-1.28.0,1.32.0,1.35.0}" --ca-cert "$certs_out/ca.crt" --out "$render_out" \
-  --khw-cmd "$(printf '%q' "$KHW")" \
-  | tee "$work/rendered.log"
-py_rc=${PIPESTATUS[0]}
-p=$(grep -c '^PASS ' "$work/rendered.log")
-f=$(grep -c '^FAIL ' "$work/rendered.log")
-passed=$((passed + p))
-failed=$((failed + f))
-if [ "$py_rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-  fail "check_rendered.py exited $py_rc"
-fi
+  --khw-cmd "$(printf '%q' "$KHW")"
 
 # --- the real server, run with the chart's container args and certs/ output ------------------
-"$PY" charts/tests/serve_e2e.py --bin "$KHW" \
+py_checks serve_e2e.py --bin "$KHW" \
   --rendered "$render_out/defaults.yaml" --release khw --namespace khw-system --certs "$certs_out" \
-  --policy examples/policy.yaml --manifests tests/fixtures/knative-v1.23.0/2-serving-core.yaml \
-  | tee "$work/e2e.log"
-e2e_rc=${PIPESTATUS[0]}
-p=$(grep -c '^PASS ' "$work/e2e.log")
-f=$(grep -c '^FAIL ' "$work/e2e.log")
-passed=$((passed + p))
-failed=$((failed + f))
-if [ "$e2e_rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-  fail "serve_e2e.py exited $e2e_rc"
-fi
+  --policy examples/policy.yaml --manifests tests/fixtures/knative-v1.23.0/2-serving-core.yaml
 
 # --- BEGIN server availability (issue 12): NetworkPolicy and clientCA ----------------------------
 np_check=$(cat <<'PYEOF'
