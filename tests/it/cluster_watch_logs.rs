@@ -55,8 +55,18 @@ const SOURCES: [&str; 4] = ["policies", "configmaps", "hpas", "config-leader-ele
 /// `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]` builds), not
 /// the global one, since the other tests of the crate run their own cluster
 /// sources beside it.
+///
+/// A second, silent dispatcher stays registered for the test's life:
+/// while exactly one dispatcher is registered, tracing-core 0.1.36 decides a
+/// log call site's interest from the default of whichever thread reaches
+/// it first (tokio-rs/tracing#3611). When another test's thread, without a
+/// subscriber, logs "watch reconnected" first, the call site is cached as
+/// never enabled and this test's capture misses the line (seen with
+/// `--test-threads 6`: every source's `source_up` back at 1, no line).
+/// With two registered, the interest is asked of both.
 #[test]
 fn one_warning_per_outage_backoff_and_a_real_reconnect() {
+    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
     let logs = Captured::default();
     let writer = logs.clone();
     let dispatch = tracing::Dispatch::new(

@@ -6,6 +6,7 @@
 //! Every wait is bounded (`wait_until`); nothing asserts on elapsed time.
 
 use crate::support;
+use crate::support::cluster::reconcile_pass;
 use crate::support::fakeapi;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,9 +16,7 @@ use fakeapi::FakeApi;
 use knative_ha_webhook::engine::{self, Context, Input, Operation};
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::reconcile::metrics::{KindLabel, RunLabel, WriteLabels};
-use knative_ha_webhook::reconcile::{
-    self, RateLimiter, ReconcileConfig, ReconcileMetrics, Reconciler, RunOptions,
-};
+use knative_ha_webhook::reconcile::{ReconcileConfig, ReconcileMetrics, Reconciler};
 use knative_ha_webhook::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
 use knative_ha_webhook::store::PolicyStore;
 use serde_json::{Value, json};
@@ -401,22 +400,7 @@ async fn policy_appears_each_drifting_object_is_written_once() {
 
     // A second run (the library function, on the same snapshot) finds
     // everything in line and writes nothing.
-    let snapshot = env.store.load();
-    let mut limiter = RateLimiter::new(100.0);
-    let metrics = ReconcileMetrics::default();
-    let report = reconcile::Pass {
-        client: &env.api.client().await,
-        options: RunOptions {
-            dry_run: false,
-            pod_templates: true,
-        },
-        limiter: &mut limiter,
-        metrics: &metrics,
-        may_write: &|| true,
-        events: None,
-    }
-    .reconcile(&snapshot, None)
-    .await;
+    let report = reconcile_pass(&env.api, &env.store.load(), false).await;
     assert!(report.ok(), "{report:?}");
     assert_eq!(report.written(), 0, "{report:?}");
     assert_eq!(report.objects.len(), env.serving_keys().len());

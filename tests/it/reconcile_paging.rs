@@ -2,11 +2,11 @@
 //! `continue`), so a namespace with thousands of objects never needs one
 //! huge response; every object of every page is reconciled.
 
+use crate::support::cluster::reconcile_pass;
 use crate::support::fakeapi;
 
 use fakeapi::FakeApi;
 use knative_ha_webhook::policy::{HighAvailabilityPolicySpec, Policy};
-use knative_ha_webhook::reconcile::{self, RateLimiter, ReconcileMetrics, RunOptions};
 use knative_ha_webhook::store::Snapshot;
 use serde_json::json;
 
@@ -40,19 +40,7 @@ async fn a_namespace_larger_than_one_page_is_listed_in_pages() {
             ..Default::default()
         },
     }]);
-    let report = reconcile::Pass {
-        client: &api.client().await,
-        options: RunOptions {
-            dry_run: true,
-            pod_templates: true,
-        },
-        limiter: &mut RateLimiter::new(1000.0),
-        metrics: &ReconcileMetrics::default(),
-        may_write: &|| false,
-        events: None,
-    }
-    .reconcile(&snapshot, None)
-    .await;
+    let report = reconcile_pass(&api, &snapshot, true).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let deployments = report
         .objects

@@ -13,7 +13,8 @@
 //! - `source_state`: per-source objects and a relist in progress, with the
 //!   last valid version of each policy object.
 //! - `state`: merge, publication of [`crate::store::Snapshot`]s, and the
-//!   decision what to report.
+//!   decision what to report; `observe`: the log lines and gauges of each
+//!   merge.
 //! - `merge`: the pure precedence rules. `status`: `Ready` conditions.
 //! - `writer`: status patches, Events and last-valid annotations (off the
 //!   watch path); `sent`: what was asked of it.
@@ -36,6 +37,7 @@ mod leader_election;
 pub mod merge;
 mod metrics;
 mod namespace_watches;
+mod observe;
 pub mod policies;
 mod sent;
 mod source_state;

@@ -136,23 +136,29 @@ pub fn policy_configmap(name: &str, policy_yaml: &str) -> Value {
     })
 }
 
-/// One reconcile pass of `policy` over the fake API server's objects, as
-/// the webhook's reconciler writes (pod templates too); asserts it went
-/// without an error.
-pub async fn reconcile_all(api: &FakeApi, policy: &Policy) -> RunReport {
-    let report = reconcile::Pass {
+/// One reconcile pass over `snapshot` and the fake API server's objects, as
+/// the webhook's reconciler runs it (pod templates too); `dry_run` computes
+/// the writes without making them.
+pub async fn reconcile_pass(api: &FakeApi, snapshot: &Snapshot, dry_run: bool) -> RunReport {
+    reconcile::Pass {
         client: &api.client().await,
         options: RunOptions {
-            dry_run: false,
+            dry_run,
             pod_templates: true,
         },
         limiter: &mut RateLimiter::new(1000.0),
         metrics: &ReconcileMetrics::default(),
-        may_write: &|| true,
+        may_write: &move || !dry_run,
         events: None,
     }
-    .reconcile(&Snapshot::from_policies([policy.clone()]), None)
-    .await;
+    .reconcile(snapshot, None)
+    .await
+}
+
+/// One writing reconcile pass of `policy` ([`reconcile_pass`]); asserts it
+/// went without an error.
+pub async fn reconcile_all(api: &FakeApi, policy: &Policy) -> RunReport {
+    let report = reconcile_pass(api, &Snapshot::from_policies([policy.clone()]), false).await;
     assert!(report.ok(), "{report:?}");
     report
 }

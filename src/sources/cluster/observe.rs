@@ -1,0 +1,145 @@
+//! What the merged policy objects tell an operator after each change: the
+//! log line of a new winner or verdict, and the per-source and per-verdict
+//! gauges. Called by `state` after every merge; pure output, no decisions.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::merge::{Merged, Origin, PolicyObject, Verdict};
+use super::metrics::{SourceLabel, StateLabel};
+use super::{ClusterMetrics, Source};
+
+/// Logs which object governs which namespace when that changes.
+pub(super) fn log_winners(before: &Merged, after: &Merged) {
+    let namespaces: BTreeSet<&String> = after.winners.keys().chain(before.winners.keys()).collect();
+    for ns in namespaces {
+        let was = before.winners.get(ns).map(|w| &w.1);
+        let now = after.winners.get(ns).map(|w| &w.1);
+        let changed = was != now
+            || before.policies.get(ns).map(|p| &p.spec) != after.policies.get(ns).map(|p| &p.spec);
+        if !changed {
+            continue;
+        }
+        match now {
+            Some(winner) => {
+                tracing::info!(namespace = %ns, policy = %winner, "policy in force")
+            }
+            None => tracing::info!(namespace = %ns, "no policy in force any more"),
+        }
+    }
+}
+
+/// Sets the policies-in-force per source and the objects per verdict.
+pub(super) fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
+    let mut by_origin: BTreeMap<Origin, i64> = BTreeMap::new();
+    for (origin, _) in merged.winners.values() {
+        *by_origin.entry(*origin).or_default() += 1;
+    }
+    for (origin, source) in [
+        (Origin::Resource, Source::Policies),
+        (Origin::ConfigMap, Source::ConfigMaps),
+    ] {
+        metrics
+            .policies
+            .get_or_create(&SourceLabel {
+                source: source.label().to_string(),
+            })
+            .set(by_origin.get(&origin).copied().unwrap_or(0));
+    }
+    let mut by_state: BTreeMap<&str, i64> = [
+        ("valid", 0),
+        ("invalid", 0),
+        ("conflict", 0),
+        ("not_governed", 0),
+    ]
+    .into();
+    let mut on_last_valid: BTreeMap<Origin, i64> = BTreeMap::new();
+    let mut on_refused: BTreeMap<Origin, i64> = BTreeMap::new();
+    for ((origin, _), v) in &merged.verdicts {
+        *by_state.entry(v.state()).or_default() += 1;
+        if let Verdict::Invalid {
+            kept: true,
+            refusal,
+            ..
+        } = v
+        {
+            *on_last_valid.entry(*origin).or_default() += 1;
+            if refusal.is_some() {
+                *on_refused.entry(*origin).or_default() += 1;
+            }
+        }
+    }
+    for (origin, source) in [
+        (Origin::Resource, Source::Policies),
+        (Origin::ConfigMap, Source::ConfigMaps),
+    ] {
+        let label = SourceLabel {
+            source: source.label().to_string(),
+        };
+        let count = |by: &BTreeMap<Origin, i64>| by.get(&origin).copied().unwrap_or(0);
+        metrics
+            .on_last_valid
+            .get_or_create(&label)
+            .set(count(&on_last_valid));
+        metrics
+            .on_refused_last_valid
+            .get_or_create(&label)
+            .set(count(&on_refused));
+    }
+    for (state, n) in by_state {
+        metrics
+            .policy_status
+            .get_or_create(&StateLabel {
+                state: state.to_string(),
+            })
+            .set(n);
+    }
+}
+
+/// The log line for a policy object whose verdict changed.
+pub(super) fn log_verdict(obj: &PolicyObject, verdict: &Verdict) {
+    match verdict {
+        Verdict::Valid { namespace } => {
+            tracing::info!(policy = %obj.display(), namespace = %namespace, "policy valid")
+        }
+        Verdict::Invalid {
+            message,
+            kept: true,
+            kept_generation,
+            refusal: Some(refusal),
+        } => tracing::warn!(
+            policy = %obj.display(),
+            error = %message,
+            last_valid_generation = kept_generation,
+            last_valid_refused = %refusal.errors.join("; "),
+            left_out = %refusal.left_out.join(", "),
+            "policy invalid; its last valid version applies without the settings this release refuses; fix the policy"
+        ),
+        Verdict::Invalid {
+            message,
+            kept,
+            kept_generation,
+            ..
+        } => tracing::warn!(
+            policy = %obj.display(),
+            error = %message,
+            last_valid_kept = kept,
+            last_valid_generation = kept_generation,
+            "policy invalid; not applied"
+        ),
+        Verdict::Conflict { namespace, winner } => tracing::warn!(
+            policy = %obj.display(),
+            namespace = %namespace,
+            winner = %winner,
+            "policy in conflict; not applied"
+        ),
+        Verdict::NotGoverned {
+            namespace,
+            governed,
+        } => tracing::warn!(
+            policy = %obj.display(),
+            namespace = %namespace,
+            governed_namespaces = %governed,
+            "policy for a namespace outside --governed-namespaces; not applied"
+        ),
+    }
+}
