@@ -6,11 +6,13 @@
 //! the first change and put back when no policy setting asks for them any
 //! more ([`super::restore`]).
 
+use std::borrow::Cow;
+
 use serde_json::{Value, json};
 
 use super::patch::Patcher;
 use super::records::{
-    self, REPLICAS as RECORDED_REPLICAS, ROLLOUT_MAX_UNAVAILABLE, TOPOLOGY_SPREAD,
+    self, PRIORITY_CLASS, REPLICAS as RECORDED_REPLICAS, ROLLOUT_MAX_UNAVAILABLE, TOPOLOGY_SPREAD,
 };
 use super::restore;
 use super::{EngineError, Handled, Target, affinity, leader};
@@ -24,20 +26,54 @@ const SPREAD: &[&str] = &["spec", "template", "spec", "topologySpreadConstraints
 const STRATEGY_TYPE: &[&str] = &["spec", "strategy", "type"];
 const MAX_UNAVAILABLE: &[&str] = &["spec", "strategy", "rollingUpdate", "maxUnavailable"];
 
-/// The topologySpreadConstraints value the policy wants.
+/// The pod label the Deployment controller gives each ReplicaSet's pods.
+pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
+/// The topologySpreadConstraints value the policy wants. Each constraint
+/// counts only the pods of one ReplicaSet (`matchLabelKeys:
+/// [pod-template-hash]`), so a rollout's new pods are spread on their own
+/// instead of around the old ones they replace, and by default leaves out
+/// nodes with taints the pods do not tolerate (`nodeTaintsPolicy: Honor`),
+/// so a lost zone stops counting as a domain.
 pub fn spread_value(list: &[TopologySpread], match_labels: &Value) -> Value {
     Value::Array(
         list.iter()
             .map(|c| {
                 json!({
                     "labelSelector": {"matchLabels": match_labels},
+                    "matchLabelKeys": [POD_TEMPLATE_HASH],
                     "maxSkew": c.max_skew(),
+                    "nodeTaintsPolicy": c.node_taints_policy().as_str(),
                     "topologyKey": c.topology_key,
                     "whenUnsatisfiable": c.when_unsatisfiable().as_str(),
                 })
             })
             .collect(),
     )
+}
+
+/// The anti-affinity the engine writes for `deployment`: the policy's,
+/// except that Required becomes Preferred on a Deployment an HPA scales
+/// (its replicas go beyond the number of nodes or zones, and every one
+/// beyond would stay Pending). The second value says why, when it differs.
+fn effective_anti_affinity<'p>(
+    t: &Target<'_>,
+    aa: Option<&'p PodAntiAffinity>,
+) -> (Option<Cow<'p, PodAntiAffinity>>, Option<String>) {
+    match aa {
+        Some(a) if a.kind == AntiAffinityType::Required && t.is_hpa_backed(t.name) => {
+            let preferred = PodAntiAffinity {
+                kind: AntiAffinityType::Preferred,
+                topology_key: a.topology_key.clone(),
+            };
+            let why = format!(
+                "Preferred, not the policy's Required: an HPA scales this Deployment, and its replicas beyond the number of {} domains would stay Pending",
+                a.topology_key()
+            );
+            (Some(Cow::Owned(preferred)), Some(why))
+        }
+        other => (other.map(Cow::Borrowed), None),
+    }
 }
 
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
@@ -49,10 +85,12 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     let mut p: Option<Patcher> = None;
 
     let replicas = replicas(t, &mut p, &mut changes)?;
-    let aa = t
+    let asked = t
         .workload(name)
         .and_then(|w| w.pod_anti_affinity.as_ref())
         .or(t.policy.spec.pod_anti_affinity.as_ref());
+    let (aa, downgraded) = effective_anti_affinity(t, asked);
+    let aa = aa.as_deref();
     let match_labels = t.object_at(MATCH_LABELS)?;
     for (k, v) in match_labels.into_iter().flatten() {
         if !v.is_string() {
@@ -62,16 +100,21 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         }
     }
     if let Some(ml) = match_labels {
-        anti_affinity(t, aa, ml, &mut p, &mut changes)?;
+        anti_affinity(t, aa, downgraded.as_deref(), ml, &mut p, &mut changes)?;
         spread(t, ml, &mut p, &mut changes)?;
     }
-    if aa.is_some_and(|aa| aa.kind == AntiAffinityType::Required)
-        && match_labels.is_some_and(|ml| !ml.is_empty())
+    let required = aa
+        .filter(|aa| aa.kind == AntiAffinityType::Required)
+        .filter(|_| match_labels.is_some_and(|ml| !ml.is_empty()));
+    if let Some(aa) = required
+        && replicas > 1
     {
         rolling_update(t, replicas, &mut p, &mut changes)?;
+        changes.push(t.change(strands(aa, replicas)));
     } else {
         records::undo(t, &mut p, &ROLLOUT_MAX_UNAVAILABLE, &mut changes)?;
     }
+    priority_class(t, &mut p, &mut changes)?;
     if let Some(disable) = leader::want_flag(t, replicas) {
         leader::flag(t, &mut p, disable, &mut changes)?;
     }
@@ -115,9 +158,18 @@ fn replicas(
     Ok(i64::from(n))
 }
 
+/// The warning of Required anti-affinity over `replicas` replicas.
+pub fn strands(aa: &PodAntiAffinity, replicas: i64) -> String {
+    let key = aa.topology_key();
+    format!(
+        "warning: Required anti-affinity on {key} puts each of the {replicas} replicas in its own {key} domain: with {replicas} domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them)"
+    )
+}
+
 fn anti_affinity(
     t: &Target<'_>,
     aa: Option<&PodAntiAffinity>,
+    downgraded: Option<&str>,
     ml: &serde_json::Map<String, Value>,
     p: &mut Option<Patcher>,
     changes: &mut Vec<String>,
@@ -138,7 +190,7 @@ fn anti_affinity(
         t.change(match aa.filter(|a| a.kind != AntiAffinityType::None) {
             Some(aa) => format!(
                 "pod anti-affinity set to {} on {}",
-                aa.kind.as_str(),
+                downgraded.unwrap_or(aa.kind.as_str()),
                 aa.topology_key()
             ),
             None => "pod anti-affinity: the policy's own term removed".to_string(),
@@ -172,10 +224,11 @@ fn spread(
         .iter()
         .map(|c| {
             format!(
-                "{} (maxSkew {}, {})",
+                "{} (maxSkew {}, {}, nodeTaintsPolicy {}, per ReplicaSet)",
                 c.topology_key,
                 c.max_skew(),
-                c.when_unsatisfiable().as_str()
+                c.when_unsatisfiable().as_str(),
+                c.node_taints_policy().as_str()
             )
         })
         .collect();
@@ -217,8 +270,40 @@ fn rolling_update(
     pt.set(MAX_UNAVAILABLE, json!(1))
         .map_err(|e| t.malformed(e))?;
     changes.push(t.change(format!(
-        "spec.strategy.rollingUpdate.maxUnavailable {} -> 1 (Required anti-affinity with {replicas} replicas: a rollout must be able to stop a pod first)",
+        "spec.strategy.rollingUpdate.maxUnavailable {} -> 1 (Required anti-affinity with {replicas} replicas: a rollout must be able to stop a pod before its replacement can schedule)",
         current.map_or("unset (25%)".to_string(), crate::policy::schema_check::show)
+    )));
+    Ok(())
+}
+
+const PRIORITY_CLASS_PATH: &[&str] = &["spec", "template", "spec", "priorityClassName"];
+
+/// The pods' PriorityClass, when the policy names one (the workload's,
+/// else the global one); the release's value is recorded and put back when
+/// no policy names one any more.
+fn priority_class(
+    t: &Target<'_>,
+    p: &mut Option<Patcher>,
+    changes: &mut Vec<String>,
+) -> Result<(), EngineError> {
+    let Some(want) = t
+        .workload(t.name)
+        .and_then(|w| w.priority_class_name.as_deref())
+        .or(t.policy.spec.priority_class_name.as_deref())
+    else {
+        return records::undo(t, p, &PRIORITY_CLASS, changes);
+    };
+    let current = t.str_at(PRIORITY_CLASS_PATH)?;
+    if current == Some(want) {
+        return Ok(());
+    }
+    super::check_parents(t, PRIORITY_CLASS_PATH)?;
+    let pt = records::patcher(t, p, &[&PRIORITY_CLASS])?;
+    pt.set(PRIORITY_CLASS_PATH, json!(want))
+        .map_err(|e| t.malformed(e))?;
+    changes.push(t.change(format!(
+        "spec.template.spec.priorityClassName {} -> {want} (the PriorityClass must exist: pods naming one that does not are refused)",
+        current.unwrap_or("unset")
     )));
     Ok(())
 }

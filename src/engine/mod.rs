@@ -37,17 +37,7 @@ use serde_json::Value;
 
 use crate::policy::Policy;
 
-/// Deployments that Knative (Serving, Kourier, Eventing) scales with an HPA.
-/// Their `spec.replicas` belongs to the HPA; the policy raises the HPA's
-/// `minReplicas` instead.
-pub const HPA_BACKED_DEPLOYMENTS: &[&str] = &[
-    "activator",
-    "webhook",
-    "3scale-kourier-gateway",
-    "eventing-webhook",
-    "mt-broker-ingress",
-    "mt-broker-filter",
-];
+pub use crate::policy::names::HPA_BACKED_DEPLOYMENTS;
 
 /// Deployments whose Knative binaries accept `--disable-ha`
 /// (knative.dev/pkg sharedmain). controller and autoscaler exit on it.

@@ -61,6 +61,12 @@ pub const TOPOLOGY_SPREAD: RecordedField = RecordedField {
     path: &["spec", "template", "spec", "topologySpreadConstraints"],
     written: None,
 };
+/// Deployment `spec.template.spec.priorityClassName`.
+pub const PRIORITY_CLASS: RecordedField = RecordedField {
+    annotation: "knativeha.dev/original-priority-class-name",
+    path: &["spec", "template", "spec", "priorityClassName"],
+    written: None,
+};
 /// HorizontalPodAutoscaler `spec.minReplicas` ([`super::hpa::ORIGINAL_MIN`]).
 pub const HPA_MIN: RecordedField = RecordedField {
     annotation: super::hpa::ORIGINAL_MIN,
@@ -99,10 +105,11 @@ pub const LEADER_ELECTION_KEYS: [RecordedField; 4] = [
 
 /// Every annotation the engine keeps its records in (the originals and its
 /// own last writes): what [`super::restore::carries_records`] looks for and the view keeps.
-pub const RECORD_ANNOTATIONS: [&str; 18] = [
+pub const RECORD_ANNOTATIONS: [&str; 19] = [
     REPLICAS.annotation,
     ROLLOUT_MAX_UNAVAILABLE.annotation,
     TOPOLOGY_SPREAD.annotation,
+    PRIORITY_CLASS.annotation,
     HPA_MIN.annotation,
     HPA_MAX.annotation,
     super::hpa::WRITTEN_MIN,

@@ -103,6 +103,7 @@ const POD_TEMPLATE: Shape = Object(&[
         Object(&[
             ("affinity", Object(&[("podAntiAffinity", Keep)])),
             ("topologySpreadConstraints", Keep),
+            ("priorityClassName", Keep),
             ("containers", Items(&CONTAINER)),
         ]),
     ),

@@ -29,8 +29,8 @@ pub mod wrapped;
 pub use parse::{parse_policies, split_documents, written_target, written_target_yaml};
 pub use spec::{
     AntiAffinityType, HighAvailabilityPolicy, HighAvailabilityPolicySpec,
-    HighAvailabilityPolicyStatus, LeaderElection, PodAntiAffinity, PodDisruptionBudgetPolicy,
-    TopologySpread, WhenUnsatisfiable, WorkloadOverride,
+    HighAvailabilityPolicyStatus, LeaderElection, NodeTaintsPolicy, PodAntiAffinity,
+    PodDisruptionBudgetPolicy, TopologySpread, WhenUnsatisfiable, WorkloadOverride,
 };
 
 use std::sync::OnceLock;

@@ -12,6 +12,18 @@ use super::HighAvailabilityPolicySpec;
 /// Operator's `haUnSupported` list). Their replicas are never touched.
 pub const SCALED_ON_DEMAND: &[&str] = &["pingsource-mt-adapter"];
 
+/// Deployments that Knative (Serving, Kourier, Eventing) scales with an HPA.
+/// Their `spec.replicas` belongs to the HPA; the policy raises the HPA's
+/// `minReplicas` instead.
+pub const HPA_BACKED_DEPLOYMENTS: &[&str] = &[
+    "activator",
+    "webhook",
+    "3scale-kourier-gateway",
+    "eventing-webhook",
+    "mt-broker-ingress",
+    "mt-broker-filter",
+];
+
 /// The Deployments of Knative's releases: Serving (core, HPA, domain
 /// mapping), its networking layers (net-kourier, net-istio, net-contour,
 /// net-gateway-api, net-certmanager), Eventing (core, in-memory channel,

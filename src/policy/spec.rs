@@ -54,6 +54,13 @@ pub struct HighAvailabilityPolicySpec {
     /// Settings for every PodDisruptionBudget in the namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_disruption_budget: Option<PodDisruptionBudgetPolicy>,
+    /// The PriorityClass of every governed Deployment's pods (so that
+    /// higher-priority workloads do not preempt the control plane). The
+    /// PriorityClass must exist: the API server refuses pods naming one
+    /// that does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class_name: Option<String>,
     /// Per-Deployment overrides.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<WorkloadOverride>,
@@ -192,6 +199,11 @@ pub struct WorkloadOverride {
     /// (replaces spec.podDisruptionBudget for it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_disruption_budget: Option<PodDisruptionBudgetPolicy>,
+    /// The PriorityClass of this Deployment's pods (replaces
+    /// spec.priorityClassName for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class_name: Option<String>,
 }
 
 /// What the scheduler does when a spread constraint cannot be met.
@@ -213,8 +225,32 @@ impl WhenUnsatisfiable {
     }
 }
 
+/// Whether a spread constraint counts the nodes whose taints the pod does
+/// not tolerate (Kubernetes' `nodeTaintsPolicy`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+pub enum NodeTaintsPolicy {
+    /// Leave out tainted nodes the pod does not tolerate: a lost zone (its
+    /// nodes tainted unreachable) stops counting as a domain, so the
+    /// replacements of its pods can schedule on the zones left.
+    #[default]
+    Honor,
+    /// Count every node, tainted or not (Kubernetes' own default).
+    Ignore,
+}
+
+impl NodeTaintsPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeTaintsPolicy::Honor => "Honor",
+            NodeTaintsPolicy::Ignore => "Ignore",
+        }
+    }
+}
+
 /// One topology spread constraint over the Deployment's own pods
-/// (`labelSelector` = the Deployment's `spec.selector.matchLabels`).
+/// (`labelSelector` = the Deployment's `spec.selector.matchLabels`, and
+/// `matchLabelKeys: [pod-template-hash]`: each ReplicaSet of a rollout is
+/// spread on its own).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TopologySpread {
@@ -228,6 +264,10 @@ pub struct TopologySpread {
     /// ScheduleAnyway (default) | DoNotSchedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when_unsatisfiable: Option<WhenUnsatisfiable>,
+    /// Honor (default) | Ignore: whether nodes with taints the pods do not
+    /// tolerate (a lost zone's) count as domains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_taints_policy: Option<NodeTaintsPolicy>,
 }
 
 impl TopologySpread {
@@ -236,6 +276,9 @@ impl TopologySpread {
     }
     pub fn when_unsatisfiable(&self) -> WhenUnsatisfiable {
         self.when_unsatisfiable.unwrap_or_default()
+    }
+    pub fn node_taints_policy(&self) -> NodeTaintsPolicy {
+        self.node_taints_policy.unwrap_or_default()
     }
 }
 

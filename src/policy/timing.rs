@@ -10,7 +10,21 @@ pub enum TimingRule {
     LeaseAboveRenew,
     /// renewDeadline must be greater than 1.2 x retryPeriod (JitterFactor).
     RenewAboveJitteredRetry,
+    /// leaseDuration must be a whole number of seconds, at least 1s: client-go
+    /// writes the Lease's `leaseDurationSeconds` as `int(leaseDuration /
+    /// 1s)`, and the Lease API refuses a value below 1.
+    LeaseWholeSeconds,
+    /// leaseDuration must be at most `MAX_LEASE_SECONDS`: a crashed
+    /// leader's keys wait that long for another replica.
+    LeaseAtMost,
 }
+
+/// The longest lease a policy or `config-leader-election` may set, in
+/// seconds (10 minutes: ten times Knative's default of 60s). Within
+/// `leaseDurationSeconds`' int32 with room to spare.
+pub const MAX_LEASE_SECONDS: u128 = 600;
+
+const SECOND_NS: u128 = 1_000_000_000;
 
 impl TimingRule {
     /// Indices (0 lease, 1 renew, 2 retry) of the two durations compared.
@@ -18,6 +32,7 @@ impl TimingRule {
         match self {
             TimingRule::LeaseAboveRenew => (0, 1),
             TimingRule::RenewAboveJitteredRetry => (1, 2),
+            TimingRule::LeaseWholeSeconds | TimingRule::LeaseAtMost => (0, 0),
         }
     }
 
@@ -32,6 +47,12 @@ impl TimingRule {
                 "{a} must be greater than {b} x 1.2 = {} (client-go's JitterFactor; its leader election refuses to start otherwise)",
                 format_ns(retry_ns * 6 / 5)
             ),
+            TimingRule::LeaseWholeSeconds => format!(
+                "{a} must be a whole number of seconds, at least 1s (the Lease API stores leaseDurationSeconds, whole seconds above 0, and client-go writes it as leaseDuration / 1s rounded down: every Lease would be refused and no replica would ever lead)"
+            ),
+            TimingRule::LeaseAtMost => format!(
+                "{a} must be at most {MAX_LEASE_SECONDS}s (after a leader crashes, its keys have no leader for the whole lease duration)"
+            ),
         }
     }
 }
@@ -45,6 +66,11 @@ pub fn broken_timing_rules(lease: u128, renew: u128, retry: u128) -> Vec<TimingR
     // renew > 1.2 * retry, in integers.
     if renew * 5 <= retry * 6 {
         out.push(TimingRule::RenewAboveJitteredRetry);
+    }
+    if lease < SECOND_NS || !lease.is_multiple_of(SECOND_NS) {
+        out.push(TimingRule::LeaseWholeSeconds);
+    } else if lease > MAX_LEASE_SECONDS * SECOND_NS {
+        out.push(TimingRule::LeaseAtMost);
     }
     out
 }

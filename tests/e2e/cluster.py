@@ -58,6 +58,15 @@ def wait_for(pred, what: str, limit_s: float, every_s: float = 0.25):
     raise AssertionError(f"timed out after {limit_s}s waiting for {what}" + (f" (last error: {last_err})" if last_err else ""))
 
 
+def wait_for_bool(pred, limit_s: float, every_s: float = 0.5) -> bool:
+    """Whether `pred` returned a true value within `limit_s` (errors count as false)."""
+    try:
+        wait_for(pred, "", limit_s, every_s)
+        return True
+    except AssertionError:
+        return False
+
+
 class Kubectl:
     """kubectl against one kubeconfig; every call is bounded."""
 
@@ -112,7 +121,13 @@ class ApiServer:
 
 
 class LocalControlPlane(ApiServer):
-    def __init__(self, assets: str, workdir: str):
+    """etcd and kube-apiserver from KUBEBUILDER_ASSETS, the controller manager running `controllers` when
+    its binary is there, and kube-scheduler when `scheduler` is true."""
+
+    def __init__(self, assets: str, workdir: str, controllers: str = "namespace,garbagecollector",
+                 scheduler: bool = False):
+        self.controllers = controllers
+        self.scheduler = scheduler
         self.assets = Path(assets)
         self.dir = workdir
         self.procs: list[tuple[str, subprocess.Popen, object]] = []
@@ -170,9 +185,15 @@ class LocalControlPlane(ApiServer):
         kcm = self.assets / "kube-controller-manager"
         if kcm.exists():
             self._spawn("kube-controller-manager", [
-                str(kcm), f"--kubeconfig={self.kubeconfig}", "--controllers=namespace,garbagecollector",
+                str(kcm), f"--kubeconfig={self.kubeconfig}", f"--controllers={self.controllers}",
                 "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-                "--concurrent-namespace-syncs=2", "--v=1"])
+                "--concurrent-namespace-syncs=2", "--horizontal-pod-autoscaler-sync-period=2s",
+                "--use-service-account-credentials=false", "--v=1"])
+        if self.scheduler:
+            self._spawn("kube-scheduler", [
+                str(self.assets / "kube-scheduler"), f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--v=1"])
         # The default ServiceAccount is made by a controller this plane may not run; the chart makes its own.
         wait_for(lambda: self.kubectl.run("get", "namespace", "default", check=False).returncode == 0,
                  "the default namespace", 30)

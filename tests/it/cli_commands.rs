@@ -246,6 +246,31 @@ fn check_accepts_valid_policies() {
 }
 
 #[test]
+fn check_warns_where_required_anti_affinity_can_strand_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("zones.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: zones}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n  podAntiAffinity: {type: Required, topologyKey: topology.kubernetes.io/zone}\n  workloads:\n  - {name: activator, replicas: 5}\n  - {name: controller, replicas: 2}\n",
+    )
+    .unwrap();
+    let out = run(&["check", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].ends_with("document 1: warning: spec.podAntiAffinity: Required anti-affinity on topology.kubernetes.io/zone with 3 replicas puts each replica of every governed Deployment without an HPA in its own topology.kubernetes.io/zone domain: with 3 domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them)"),
+        "{err}"
+    );
+    // The activator (HPA-scaled: it gets Preferred) is not named; the controller is.
+    assert!(
+        lines[1].contains("spec.workloads[1].replicas: Required anti-affinity on topology.kubernetes.io/zone with 2 replicas puts each replica of deployment/controller"),
+        "{err}"
+    );
+}
+
+#[test]
 fn check_rejects_invalid_policies_with_every_error_on_stderr() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.yaml");

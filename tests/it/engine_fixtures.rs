@@ -672,6 +672,7 @@ fn topology_spread_constraints_select_the_deployments_own_pods() {
             topology_key: "topology.kubernetes.io/zone".into(),
             max_skew: None,
             when_unsatisfiable: None,
+            node_taints_policy: None,
         }]);
     let d = fixture("Deployment", "knative-serving", "activator");
     let (patch, changes) = run(&policy, "knative-serving", &d);
@@ -679,7 +680,9 @@ fn topology_spread_constraints_select_the_deployments_own_pods() {
         patch,
         json!([{"op": "add", "path": "/spec/template/spec/topologySpreadConstraints", "value": [{
             "labelSelector": {"matchLabels": {"app": "activator", "role": "activator"}},
+            "matchLabelKeys": ["pod-template-hash"],
             "maxSkew": 1,
+            "nodeTaintsPolicy": "Honor",
             "topologyKey": "topology.kubernetes.io/zone",
             "whenUnsatisfiable": "ScheduleAnyway"
         }]}])
@@ -687,7 +690,7 @@ fn topology_spread_constraints_select_the_deployments_own_pods() {
     assert_eq!(
         changes,
         [
-            "deployment/activator: topology spread set to topology.kubernetes.io/zone (maxSkew 1, ScheduleAnyway) (policy serving)"
+            "deployment/activator: topology spread set to topology.kubernetes.io/zone (maxSkew 1, ScheduleAnyway, nodeTaintsPolicy Honor, per ReplicaSet) (policy serving)"
         ]
     );
     let patched = apply_rfc6902(&d, &patch).unwrap();
@@ -703,12 +706,12 @@ fn required_anti_affinity_is_added_next_to_knatives_preferred_terms() {
     });
     for (name, labels) in [
         ("controller", json!({"app": "controller"})),
-        ("webhook", json!({"app": "webhook", "role": "webhook"})),
+        ("autoscaler", json!({"app": "autoscaler"})),
     ] {
         let d = fixture("Deployment", "knative-serving", name);
         let (patch, changes) = run(&policy, "knative-serving", &d);
-        // Knative's preferred term stays (issue 10, point 9); the policy's
-        // term carries the marker.
+        // Knative's preferred term stays; the policy's term carries the
+        // marker.
         let mut aa = d["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"].clone();
         aa["requiredDuringSchedulingIgnoredDuringExecution"] = json!([
             {"labelSelector": {"matchLabels": labels,
@@ -745,6 +748,143 @@ fn required_anti_affinity_is_added_next_to_knatives_preferred_terms() {
             .remove("podAntiAffinity");
         assert_eq!(before, after, "{name}");
     }
+}
+
+#[test]
+fn required_anti_affinity_becomes_preferred_where_an_hpa_scales_the_deployment() {
+    let mut policy = load_policy("examples/policy.yaml");
+    policy.spec.pod_anti_affinity = Some(knative_ha_webhook::policy::PodAntiAffinity {
+        kind: knative_ha_webhook::policy::AntiAffinityType::Required,
+        topology_key: Some("topology.kubernetes.io/zone".into()),
+    });
+    for name in ["activator", "webhook"] {
+        let d = fixture("Deployment", "knative-serving", name);
+        let (patch, changes) = run(&policy, "knative-serving", &d);
+        let patched = apply_rfc6902(&d, &patch).unwrap();
+        let aa = &patched["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
+        assert!(
+            aa.get("requiredDuringSchedulingIgnoredDuringExecution")
+                .is_none(),
+            "{name}: {aa}"
+        );
+        let preferred = aa["preferredDuringSchedulingIgnoredDuringExecution"]
+            .as_array()
+            .unwrap();
+        assert!(
+            preferred.iter().any(|t| t["weight"] == 100
+                && t["podAffinityTerm"]["topologyKey"] == "topology.kubernetes.io/zone"),
+            "{name}: {aa}"
+        );
+        assert!(
+            changes.contains(&format!(
+                "deployment/{name}: pod anti-affinity set to Preferred, not the policy's Required: an HPA scales this Deployment, and its replicas beyond the number of topology.kubernetes.io/zone domains would stay Pending on topology.kubernetes.io/zone (policy serving)"
+            )),
+            "{changes:?}"
+        );
+        // No rollout rule and no stranding warning where Required is not written.
+        assert!(
+            !changes
+                .iter()
+                .any(|c| c.contains("maxUnavailable") || c.contains("warning:")),
+            "{changes:?}"
+        );
+        assert_eq!(run(&policy, "knative-serving", &patched).0, json!([]));
+    }
+}
+
+#[test]
+fn required_anti_affinity_over_several_replicas_warns_naming_count_and_key() {
+    let mut policy = load_policy("examples/policy.yaml");
+    policy.spec.pod_anti_affinity = Some(knative_ha_webhook::policy::PodAntiAffinity {
+        kind: knative_ha_webhook::policy::AntiAffinityType::Required,
+        topology_key: Some("topology.kubernetes.io/zone".into()),
+    });
+    let d = fixture("Deployment", "knative-serving", "controller");
+    let (patch, changes) = run(&policy, "knative-serving", &d);
+    let warning = "deployment/controller: warning: Required anti-affinity on topology.kubernetes.io/zone puts each of the 3 replicas in its own topology.kubernetes.io/zone domain: with 3 domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them) (policy serving)";
+    assert!(changes.iter().any(|c| c == warning), "{changes:?}");
+    // Said again on every admission, with nothing left to change.
+    let patched = apply_rfc6902(&d, &patch).unwrap();
+    let (again, changes) = run(&policy, "knative-serving", &patched);
+    assert_eq!(again, json!([]));
+    assert_eq!(changes, [warning]);
+    // One replica: nothing to strand, and its rollout stays surge-first.
+    policy.spec.replicas = Some(1);
+    let (patch, changes) = run(&policy, "knative-serving", &d);
+    assert!(
+        !changes.iter().any(|c| c.contains("warning:")),
+        "{changes:?}"
+    );
+    assert!(!patch.to_string().contains("maxUnavailable"), "{patch}");
+}
+
+#[test]
+fn priority_class_is_set_recorded_and_put_back() {
+    // The whole patch, records included (`run` sets them aside).
+    let full = |policy: &Policy, object: &Value| {
+        let input = Input {
+            operation: Operation::Create,
+            namespace: "knative-serving",
+            object,
+        };
+        let m = engine::mutate(policy, &input, &Context::default()).unwrap();
+        (serde_json::to_value(&m.patch).unwrap(), m.changes)
+    };
+    let mut policy = load_policy("examples/policy.yaml");
+    policy.spec.priority_class_name = Some("knative-control-plane".into());
+    let d = fixture("Deployment", "knative-serving", "activator");
+    let (patch, changes) = full(&policy, &d);
+    let patched = apply_rfc6902(&d, &patch).unwrap();
+    assert_eq!(
+        patched["spec"]["template"]["spec"]["priorityClassName"],
+        "knative-control-plane"
+    );
+    assert_eq!(
+        patched["metadata"]["annotations"]["knativeha.dev/original-priority-class-name"],
+        "null"
+    );
+    assert!(
+        changes.iter().any(|c| c.starts_with(
+            "deployment/activator: spec.template.spec.priorityClassName unset -> knative-control-plane"
+        )),
+        "{changes:?}"
+    );
+    // A workload's own class wins.
+    let mut own = policy.clone();
+    own.spec.workloads[0].priority_class_name = Some("system-cluster-critical".into());
+    let (p2, _) = full(&own, &patched);
+    let p2 = apply_rfc6902(&patched, &p2).unwrap();
+    assert_eq!(
+        p2["spec"]["template"]["spec"]["priorityClassName"],
+        "system-cluster-critical"
+    );
+    // No class any more: the release's (none) is back, the record gone.
+    policy.spec.priority_class_name = None;
+    let (p3, _) = full(&policy, &p2);
+    let back = apply_rfc6902(&p2, &p3).unwrap();
+    assert!(
+        back["spec"]["template"]["spec"]
+            .get("priorityClassName")
+            .is_none()
+    );
+    assert!(
+        back["metadata"]["annotations"]
+            .get("knativeha.dev/original-priority-class-name")
+            .is_none()
+    );
+    // restore puts it back too.
+    let restored =
+        knative_ha_webhook::engine::restore::restore("knative-serving", &patched).unwrap();
+    let r = apply_rfc6902(
+        &patched,
+        &serde_json::to_value(&restored.mutation.patch).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        r["spec"]["template"]["spec"]
+            .get("priorityClassName")
+            .is_none()
+    );
 }
 
 #[test]

@@ -215,7 +215,7 @@ fn p8_lowering_the_policy_lowers_the_hpa() {
 
 #[test]
 fn p9_zone_anti_affinity_keeps_knatives_hostname_term() {
-    let d = deployment("activator");
+    let d = deployment("controller");
     let shipped = d["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
         ["preferredDuringSchedulingIgnoredDuringExecution"][0]
         .clone();

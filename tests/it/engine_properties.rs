@@ -12,8 +12,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use knative_ha_webhook::engine::{self, Context, Input, Operation};
 use knative_ha_webhook::policy::{
     AntiAffinityType, HighAvailabilityPolicy, HighAvailabilityPolicySpec, LeaderElection,
-    PodAntiAffinity, PodDisruptionBudgetPolicy, Policy, TopologySpread, WhenUnsatisfiable,
-    WorkloadOverride,
+    NodeTaintsPolicy, PodAntiAffinity, PodDisruptionBudgetPolicy, Policy, TopologySpread,
+    WhenUnsatisfiable, WorkloadOverride,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -53,19 +53,29 @@ fn arb_spread() -> impl Strategy<Value = Option<Vec<TopologySpread>>> {
             topology_key: "topology.kubernetes.io/zone".into(),
             max_skew: None,
             when_unsatisfiable: None,
+            node_taints_policy: None,
         }],
         vec![
             TopologySpread {
                 topology_key: "topology.kubernetes.io/zone".into(),
                 max_skew: Some(2),
                 when_unsatisfiable: Some(WhenUnsatisfiable::DoNotSchedule),
+                node_taints_policy: Some(NodeTaintsPolicy::Ignore),
             },
             TopologySpread {
                 topology_key: "kubernetes.io/hostname".into(),
                 max_skew: Some(1),
                 when_unsatisfiable: Some(WhenUnsatisfiable::ScheduleAnyway),
+                node_taints_policy: Some(NodeTaintsPolicy::Honor),
             },
         ],
+    ]))
+}
+
+fn arb_priority_class() -> impl Strategy<Value = Option<String>> {
+    prop::option::of(prop::sample::select(vec![
+        "knative-control-plane".to_string(),
+        "system-cluster-critical".to_string(),
     ]))
 }
 
@@ -126,25 +136,28 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 prop::option::of(1..=9i32),
                 prop::option::of(arb_aa()),
                 arb_spread(),
+                arb_priority_class(),
             ),
             4,
         ),
         prop::sample::subsequence(NAMES.to_vec(), 0..3),
         arb_spread(),
+        arb_priority_class(),
     )
         .prop_map(
-            |(ns, replicas, le, aa, pdb, wl_names, wl_fields, exclude, spread)| {
+            |(ns, replicas, le, aa, pdb, wl_names, wl_fields, exclude, spread, priority)| {
                 let disabled = le.as_ref().is_some_and(|l| l.enabled == Some(false));
                 let cap = |r: Option<i32>| if disabled { r.map(|_| 1) } else { r };
                 let workloads: Vec<WorkloadOverride> = wl_names
                     .iter()
                     .zip(wl_fields)
-                    .map(|(n, (r, a, t))| WorkloadOverride {
+                    .map(|(n, (r, a, t, pc))| WorkloadOverride {
                         name: n.to_string(),
                         replicas: cap(r),
                         pod_anti_affinity: a,
                         topology_spread_constraints: t,
                         pod_disruption_budget: None,
+                        priority_class_name: pc,
                     })
                     .collect();
                 let exclude: Vec<String> = exclude
@@ -164,6 +177,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                         workloads,
                         exclude,
                         govern_operator_owned: None,
+                        priority_class_name: priority,
                     },
                 );
                 res.metadata.name = Some("p".into());

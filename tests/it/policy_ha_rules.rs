@@ -48,6 +48,45 @@ fn leader_election_timings_follow_client_go() {
     assert!(errors("  leaderElection: {renewDeadline: 13s, retryPeriod: 10s}\n").is_empty());
 }
 
+/// The Lease API refuses `leaseDurationSeconds` below 1 and client-go writes
+/// it as the duration in whole seconds rounded down: these durations pass
+/// Knative's parser and client-go's ordering rules, yet no replica could
+/// ever hold a Lease (or, for the long ones, fail over after a crash).
+#[test]
+fn lease_durations_the_lease_api_refuses_or_that_never_fail_over() {
+    let whole = "must be a whole number of seconds, at least 1s (the Lease API stores leaseDurationSeconds, whole seconds above 0, and client-go writes it as leaseDuration / 1s rounded down: every Lease would be refused and no replica would ever lead)";
+    let long = "must be at most 600s (after a leader crashes, its keys have no leader for the whole lease duration)";
+    for (spec, want) in [
+        (
+            "  leaderElection: {leaseDuration: 900ms, renewDeadline: 800ms, retryPeriod: 100ms}\n",
+            format!("spec.leaderElection.leaseDuration: leaseDuration \"900ms\" {whole}"),
+        ),
+        (
+            "  leaderElection: {leaseDuration: 1500ms, renewDeadline: 1s, retryPeriod: 100ms}\n",
+            format!("spec.leaderElection.leaseDuration: leaseDuration \"1500ms\" {whole}"),
+        ),
+        (
+            "  leaderElection: {leaseDuration: 3ns, renewDeadline: 2ns, retryPeriod: 1ns}\n",
+            format!("spec.leaderElection.leaseDuration: leaseDuration \"3ns\" {whole}"),
+        ),
+        (
+            "  leaderElection: {leaseDuration: 600000h}\n",
+            format!("spec.leaderElection.leaseDuration: leaseDuration \"600000h\" {long}"),
+        ),
+        (
+            "  leaderElection: {leaseDuration: 2562047h}\n",
+            format!("spec.leaderElection.leaseDuration: leaseDuration \"2562047h\" {long}"),
+        ),
+    ] {
+        assert_eq!(errors(spec), vec![want], "{spec}");
+    }
+    assert!(errors("  leaderElection: {leaseDuration: 10m, renewDeadline: 40s}\n").is_empty());
+    assert!(
+        errors("  leaderElection: {leaseDuration: 2s, renewDeadline: 1s, retryPeriod: 500ms}\n")
+            .is_empty()
+    );
+}
+
 #[test]
 fn pod_disruption_budgets_must_allow_a_disruption() {
     let cases: Vec<(&str, String)> = vec![

@@ -24,8 +24,8 @@ use serde_json::Value;
 
 use super::patch::Patcher;
 use super::records::{
-    HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, PutBack, REPLICAS, ROLLOUT_MAX_UNAVAILABLE,
-    RecordedField, TOPOLOGY_SPREAD, annotation, put_back, remove_pruned,
+    HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, PRIORITY_CLASS, PutBack, REPLICAS,
+    ROLLOUT_MAX_UNAVAILABLE, RecordedField, TOPOLOGY_SPREAD, annotation, put_back, remove_pruned,
 };
 use super::{EngineError, Kind, LEADER_ELECTION_CONFIGMAP, Mutated, Mutation};
 use crate::policy::schema_check::show;
@@ -72,7 +72,12 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
         name,
     };
     let records: &[RecordedField] = match kind {
-        Kind::Deployment => &[REPLICAS, ROLLOUT_MAX_UNAVAILABLE, TOPOLOGY_SPREAD],
+        Kind::Deployment => &[
+            REPLICAS,
+            ROLLOUT_MAX_UNAVAILABLE,
+            TOPOLOGY_SPREAD,
+            PRIORITY_CLASS,
+        ],
         Kind::HorizontalPodAutoscaler => &[HPA_MIN, HPA_MAX],
         // Its budget is recorded as one record ([`super::pdb::ORIGINAL`]).
         Kind::PodDisruptionBudget => &[],

@@ -1,0 +1,281 @@
+"""The simulated multi-zone cluster: what the objects the webhook writes do when a scheduler, the
+controllers and (fake) kubelets act on them.
+
+A real etcd, kube-apiserver, kube-scheduler and kube-controller-manager (deployment, replicaset,
+disruption, HPA, garbage-collector and namespace controllers) from KUBEBUILDER_ASSETS, and fake kubelets
+(`kubelet.py`) for 6 nodes over 3 zones. Knative Serving and Kourier go in as `preview` admits them
+(what the webhook would answer for each object), without Knative's own webhook configurations (no process
+answers them). Each step samples every Deployment's ready replicas twice a second and reports per
+component the fewest ready, the seconds the step took and the pods left Pending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+import cluster
+from kubelet import ZONE, Api, FakeKubelets
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMESPACES = ("knative-serving", "kourier-system")
+ZONES = ("zone-a", "zone-b", "zone-c")
+NODES = {f"sim-{z[-1]}{i}": z for z in ZONES for i in (1, 2)}
+CONTROLLERS = "deployment,replicaset,disruption,horizontalpodautoscaling,garbagecollector,namespace"
+BINARIES = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager")
+SKIP_LINE = ("simulated cluster: skipped: KUBEBUILDER_ASSETS needs kube-apiserver, etcd, kube-scheduler and "
+             "kube-controller-manager (docs/testing.md)")
+LEFT_OUT = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+RELEASES = {
+    "1.20": [ROOT / "tests/fixtures/knative-v1.20.0" / f for f in ("2-serving-core.yaml", "3-serving-hpa.yaml", "net-kourier.yaml")],
+    "1.23": [ROOT / "tests/fixtures/knative-v1.23.0" / f for f in ("2-serving-core.yaml", "3-serving-hpa.yaml", "net-kourier.yaml")],
+}
+
+
+def assets_ready() -> bool:
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    return bool(assets) and all((Path(assets) / b).exists() for b in BINARIES)
+
+
+@dataclass
+class Row:
+    """One component through one step."""
+    variant: str
+    step: str
+    component: str
+    want: int
+    min_ready: int
+    end_ready: int
+    pending: int
+    seconds: float
+    note: str = ""
+
+    def line(self) -> str:
+        return (f"{self.variant:<14} {self.step:<22} {self.component:<38} want={self.want:<2} min_ready={self.min_ready:<2} "
+                f"end_ready={self.end_ready:<2} pending={self.pending:<2} {self.seconds:6.1f}s {self.note}")
+
+
+@dataclass
+class Monitor:
+    """Counts the ready pods of every Deployment of the governed namespaces twice a second while a step
+    runs: Running and Ready, not terminating, on a node that is not lost (the pods themselves, not the
+    Deployment's status, which the controllers update a moment later)."""
+    api: Api
+    lost: set = field(default_factory=set)
+    minimum: dict = field(default_factory=dict)
+    active: bool = False
+    stopped: bool = False
+
+    def start(self) -> "Monitor":
+        threading.Thread(target=self._run, daemon=True, name="sim-monitor").start()
+        return self
+
+    def deployments(self) -> dict[str, dict]:
+        out = {}
+        for ns in NAMESPACES:
+            for d in self.api.get(f"/apis/apps/v1/namespaces/{ns}/deployments")["items"]:
+                out[f"{ns}/{d['metadata']['name']}"] = d
+        return out
+
+    def ready(self) -> dict[str, int]:
+        """Ready pods per Deployment (`namespace/name`), every Deployment present."""
+        out = {key: 0 for key in self.deployments()}
+        for ns in NAMESPACES:
+            for p in self.api.get(f"/api/v1/namespaces/{ns}/pods")["items"]:
+                owners = p["metadata"].get("ownerReferences") or [{}]
+                key = f"{ns}/{owners[0].get('name', '').rsplit('-', 1)[0]}"
+                conds = {c["type"]: c["status"] for c in p.get("status", {}).get("conditions", [])}
+                if (key in out and conds.get("Ready") == "True" and not p["metadata"].get("deletionTimestamp")
+                        and p["spec"].get("nodeName") not in self.lost):
+                    out[key] += 1
+        return out
+
+    def _run(self) -> None:
+        while not self.stopped:
+            try:
+                if self.active:
+                    for key, ready in self.ready().items():
+                        self.minimum[key] = min(self.minimum.get(key, ready), ready)
+            except (AssertionError, OSError):
+                pass
+            time.sleep(0.5)
+
+
+class SimCluster:
+    """One simulated cluster, fresh for one variant (a policy, or Knative as shipped)."""
+
+    def __init__(self, workdir: str, binary: str, variant: str, policies: list[str]):
+        self.workdir = workdir
+        self.binary = binary
+        self.variant = variant
+        self.policies = policies  # policy files; none: as shipped
+        self.rows: list[Row] = []
+        self.plane = cluster.LocalControlPlane(os.environ["KUBEBUILDER_ASSETS"], workdir, CONTROLLERS, scheduler=True)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> "SimCluster":
+        self.plane.start()
+        self.kubectl = self.plane.kubectl
+        self.api = Api(self.plane.server, self.plane.admin_token)
+        self.kubelets = FakeKubelets(self.api, NODES)
+        self.kubelets.register()
+        self.kubelets.start()
+        self.monitor = Monitor(self.api, self.kubelets.lost).start()
+        return self
+
+    def stop(self) -> None:
+        if hasattr(self, "monitor"):
+            self.monitor.stopped = True
+        if hasattr(self, "kubelets"):
+            self.kubelets.stop()
+        self.plane.stop()
+
+    # -- Knative ---------------------------------------------------------------------------------
+    def manifests(self, release: str) -> str:
+        files = [str(f) for f in RELEASES[release]]
+        if self.policies:
+            args = [a for p in self.policies for a in ("--policy-file", p)]
+            r = subprocess.run([self.binary, "preview", *args, "-o", "yaml", *files], capture_output=True, text=True,
+                               timeout=120)
+            if r.returncode != 0:
+                raise AssertionError(f"preview failed: {r.stderr}")
+            text = r.stdout
+        else:
+            text = "\n---\n".join(Path(f).read_text() for f in files)
+        docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") not in LEFT_OUT]
+        return yaml.safe_dump_all(docs)
+
+    def apply_release(self, release: str) -> None:
+        text = self.manifests(release)
+        r = self.kubectl.run("apply", "-f", "-", stdin=text, check=False, timeout=180)
+        if r.returncode != 0:  # custom resources before their definitions were established: once more
+            time.sleep(2)
+            self.kubectl.run("apply", "-f", "-", stdin=text, timeout=180)
+
+    def deployments(self) -> list[str]:
+        return sorted(self.monitor.deployments())
+
+    def rollout_all(self, limit_s: float) -> dict[str, bool]:
+        """`kubectl rollout status` of every Deployment, within one shared deadline."""
+        deadline = time.monotonic() + limit_s
+        done = {}
+        for key in self.deployments():
+            ns, name = key.split("/")
+            left = max(1, int(deadline - time.monotonic()))
+            r = self.kubectl.run("-n", ns, "rollout", "status", f"deployment/{name}", f"--timeout={left}s",
+                                 check=False, timeout=left + 30)
+            done[key] = r.returncode == 0
+        return done
+
+    # -- what a step leaves ----------------------------------------------------------------------
+    def pods(self) -> list[dict]:
+        return [p for ns in NAMESPACES for p in self.api.get(f"/api/v1/namespaces/{ns}/pods")["items"]]
+
+    def pending_by_component(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.pods():
+            if p.get("status", {}).get("phase") == "Pending" and not p["metadata"].get("deletionTimestamp"):
+                key = f"{p['metadata']['namespace']}/{p['metadata'].get('labels', {}).get('app', '?')}"
+                out[key] = out.get(key, 0) + 1
+        return out
+
+    def zones_by_component(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for p in self.pods():
+            node = p["spec"].get("nodeName")
+            if node in NODES and p.get("status", {}).get("phase") == "Running":
+                key = f"{p['metadata']['namespace']}/{p['metadata'].get('labels', {}).get('app', '?')}"
+                out.setdefault(key, [0, 0, 0])[ZONES.index(NODES[node])] += 1
+        return out
+
+    def step(self, name: str, action, settle_s: float = 0.0, notes: dict | None = None) -> list[Row]:
+        """Runs `action()` while sampling; `action` returns a note per component (or one for all) or None."""
+        self.monitor.minimum = {}
+        self.monitor.active = True
+        start = time.monotonic()
+        try:
+            note = action()
+        finally:
+            elapsed = time.monotonic() - start
+            time.sleep(settle_s)
+            self.monitor.active = False
+        deployments = self.monitor.deployments()
+        ready = self.monitor.ready()
+        pending = self.pending_by_component()
+        rows = []
+        for key, d in sorted(deployments.items()):
+            app = d["spec"]["selector"].get("matchLabels", {}).get("app", d["metadata"]["name"])
+            component_note = note.get(key, "") if isinstance(note, dict) else (note or "")
+            rows.append(Row(self.variant, name, key, d["spec"].get("replicas", 1),
+                            min(self.monitor.minimum.get(key, 0), ready[key]), ready[key],
+                            pending.get(f"{key.split('/')[0]}/{app}", 0), elapsed, component_note))
+        self.rows.extend(rows)
+        for r in rows:
+            print("  " + r.line(), flush=True)
+        return rows
+
+    # -- the scenarios ---------------------------------------------------------------------------
+    def drain(self, node: str, limit_s: int = 45) -> str:
+        t = time.monotonic()
+        r = self.kubectl.run("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force",
+                             f"--timeout={limit_s}s", check=False, timeout=limit_s + 30)
+        self.kubectl.run("uncordon", node)
+        return f"drain of {node}: {'done' if r.returncode == 0 else 'FAILED'} in {time.monotonic() - t:.1f}s"
+
+    def node_of(self, namespace: str, app: str) -> str:
+        for p in self.api.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3D{app}")["items"]:
+            if p["spec"].get("nodeName") in NODES and p["spec"]["nodeName"] not in self.kubelets.lost:
+                return p["spec"]["nodeName"]
+        raise AssertionError(f"no running pod of {namespace}/{app}")
+
+    def lose_zone(self, zone: str) -> None:
+        """The zone's nodes go NotReady and tainted unreachable; their pods are deleted, as the taint
+        eviction does when the pods' toleration runs out."""
+        lost = [n for n, z in NODES.items() if z == zone]
+        self.kubelets.lose(lost)
+        for p in self.api.get("/api/v1/pods")["items"]:
+            if p["spec"].get("nodeName") in lost:
+                ns, name = p["metadata"]["namespace"], p["metadata"]["name"]
+                self.api.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", {"gracePeriodSeconds": 0})
+
+    def wait_full(self, limit_s: float) -> bool:
+        """Every Deployment back at its full count (or the limit passed)."""
+        def full() -> bool:
+            want = {k: d["spec"].get("replicas", 1) for k, d in self.monitor.deployments().items()}
+            return all(n >= want[k] for k, n in self.monitor.ready().items())
+
+        return cluster.wait_for_bool(full, limit_s)
+
+    def scale_hpa(self, namespace: str, name: str, minimum: int, limit_s: float = 40) -> str:
+        hpa = f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/{name}"
+        before = self.api.get(hpa)["spec"]
+        self.api.merge(hpa, {"spec": {"minReplicas": minimum, "maxReplicas": max(before["maxReplicas"], minimum)}})
+        ok = cluster.wait_for_bool(lambda: self.ready_of(namespace, name) >= minimum, limit_s)
+        return f"HPA {name} minReplicas {before.get('minReplicas', 1)} -> {minimum}: {'all ready' if ok else 'NOT all ready'}"
+
+    def ready_of(self, namespace: str, name: str) -> int:
+        return self.monitor.ready().get(f"{namespace}/{name}", 0)
+
+    def burst(self, replicas: int, cpu: str, limit_s: float = 30) -> str:
+        """Pods of priority 1000 that each fill a node: the scheduler preempts lower-priority pods."""
+        self.kubectl.apply(json.dumps({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                       "metadata": {"name": "sim-burst"}, "value": 1000}) + "\n")
+        self.kubectl.apply(json.dumps({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "burst", "namespace": "default"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "burst"}}, "template": {
+                "metadata": {"labels": {"app": "burst"}},
+                "spec": {"priorityClassName": "sim-burst", "containers": [{
+                    "name": "burst", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu}}}]}}}}) + "\n")
+        time.sleep(limit_s)
+        placed = sum(1 for p in self.api.get("/api/v1/namespaces/default/pods?labelSelector=app%3Dburst")["items"]
+                     if p.get("status", {}).get("phase") == "Running")
+        self.kubectl.run("-n", "default", "delete", "deployment", "burst", "--wait=false")
+        return f"{placed}/{replicas} burst pods ran"

@@ -1,0 +1,140 @@
+"""What the policy's objects do in a running (simulated) cluster: drains, a zone loss, the 1.20 -> 1.23
+upgrade, an HPA scale-out beyond the zones, rollouts on the zones left and a burst of higher-priority
+pods, each run for Knative as shipped and under policies, in the same run (simcluster.py).
+
+KHW_SIM_VARIANTS picks the variants (comma-separated; default `shipped,recommended`; every one:
+`shipped,recommended,preferred-only,required-zone`). Needs kube-scheduler and kube-controller-manager
+beside kube-apiserver and etcd in KUBEBUILDER_ASSETS; one skip line otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import unittest
+from pathlib import Path
+
+import simcluster
+from base import binary
+from simcluster import ROOT, SimCluster
+
+SERVING = "knative-serving"
+KOURIER = "kourier-system"
+
+# The placement parts of each variant; every policy variant also sets 3 replicas, 3 buckets and
+# PodDisruptionBudgets of maxUnavailable 1.
+PLACEMENT = {
+    # examples/policy.yaml's placement: Preferred hostname anti-affinity, zones by a spread constraint
+    # (the engine adds matchLabelKeys [pod-template-hash] and nodeTaintsPolicy Honor), and a
+    # PriorityClass above ordinary workloads.
+    "recommended": """  podAntiAffinity: {type: Preferred, topologyKey: kubernetes.io/hostname}
+  topologySpreadConstraints:
+    - {topologyKey: topology.kubernetes.io/zone, maxSkew: 1, whenUnsatisfiable: DoNotSchedule}
+  priorityClassName: knative-control-plane
+""",
+    "preferred-only": "  podAntiAffinity: {type: Preferred, topologyKey: kubernetes.io/hostname}\n",
+    "required-zone": "  podAntiAffinity: {type: Required, topologyKey: topology.kubernetes.io/zone}\n",
+}
+VARIANTS = ["shipped", *PLACEMENT]
+
+
+def policy_files(variant: str, workdir: str) -> list[str]:
+    if variant == "shipped":
+        return []
+    out = []
+    for ns in (SERVING, KOURIER):
+        leader = "  leaderElection: {enabled: true, buckets: 3}\n" if ns == SERVING else ""
+        text = (f"apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: {ns}}}\n"
+                f"spec:\n  targetNamespace: {ns}\n  replicas: 3\n{leader}"
+                f"  podDisruptionBudget: {{maxUnavailable: 1}}\n{PLACEMENT[variant]}")
+        path = Path(workdir) / f"{variant}-{ns}.yaml"
+        path.write_text(text)
+        out.append(str(path))
+    return out
+
+
+def rolled(done: dict[str, bool]) -> dict[str, str]:
+    return {k: ("rolled out" if ok else "ROLLOUT NOT DONE") for k, ok in done.items()}
+
+
+class SimulatedCluster(unittest.TestCase):
+    def setUp(self):
+        if not simcluster.assets_ready():
+            self.skipTest(simcluster.SKIP_LINE)
+        parent = os.environ.get("KHW_E2E_WORKDIR") or None
+        self.workdir = tempfile.mkdtemp(prefix="simcluster-", dir=parent)
+
+    def run_variant(self, variant: str) -> dict[str, dict[str, simcluster.Row]]:
+        print(f"\n== simulated cluster, {variant}", flush=True)
+        workdir = tempfile.mkdtemp(prefix=f"{variant}-", dir=self.workdir)
+        sim = SimCluster(workdir, binary(), variant, policy_files(variant, workdir)).start()
+        try:
+            if variant != "shipped" and "priorityClassName" in PLACEMENT[variant]:
+                sim.kubectl.apply(str(ROOT / "examples" / "priorityclass.yaml"))
+            steps: dict[str, list[simcluster.Row]] = {}
+
+            def install():
+                sim.apply_release("1.20")
+                return rolled(sim.rollout_all(150))
+
+            steps["install 1.20"] = sim.step("install 1.20", install)
+            print(f"  placement (pods per zone a/b/c): {sim.zones_by_component()}", flush=True)
+            steps["upgrade to 1.23"] = sim.step("upgrade to 1.23", lambda: (sim.apply_release("1.23"),
+                                                                           rolled(sim.rollout_all(150)))[1])
+            steps["drain"] = sim.step("drain", lambda: sim.drain(sim.node_of(SERVING, "activator")), settle_s=2)
+            sim.wait_full(60)
+            steps["HPA scale-out to 5"] = sim.step("HPA scale-out to 5", lambda: sim.scale_hpa(SERVING, "activator", 5))
+            steps["preemption"] = sim.step("preemption", lambda: sim.burst(6, "3800m"))
+            sim.wait_full(90)
+            print(f"  placement before the zone loss: {sim.zones_by_component()}", flush=True)
+
+            def zone_loss():
+                sim.lose_zone("zone-a")
+                return "back to full count" if sim.wait_full(90) else "NOT back to full count in 90s"
+
+            steps["zone loss"] = sim.step("zone loss", zone_loss)
+
+            def rollout_left():
+                for ns in (SERVING, KOURIER):
+                    sim.kubectl.run("-n", ns, "rollout", "restart", "deployment")
+                return rolled(sim.rollout_all(150))
+
+            steps["rollout on zones left"] = sim.step("rollout on zones left", rollout_left)
+            return {step: {r.component: r for r in rows} for step, rows in steps.items()}
+        finally:
+            print(f"  fake kubelet errors: {len(sim.kubelets.errors)}", flush=True)
+            sim.stop()
+
+    def test_shipped_against_policies(self):
+        variants = [v.strip() for v in os.environ.get("KHW_SIM_VARIANTS", "shipped,recommended").split(",") if v.strip()]
+        unknown = [v for v in variants if v not in VARIANTS]
+        self.assertEqual(unknown, [], f"KHW_SIM_VARIANTS: unknown variants (known: {', '.join(VARIANTS)})")
+        results = {v: self.run_variant(v) for v in variants}
+        print("\n== simulated cluster: the fewest ready replicas of each component, per step")
+        for v, steps in results.items():
+            for step, rows in steps.items():
+                for r in rows.values():
+                    print("  " + r.line())
+        if "shipped" in results:
+            drain = next(iter(results["shipped"]["drain"].values())).note
+            self.assertIn("FAILED", drain, "Knative as shipped: its 80% PDBs block the drain")
+        if "recommended" in results:
+            self.check_recommended(results["recommended"])
+
+    def check_recommended(self, steps: dict[str, dict[str, simcluster.Row]]):
+        for step in ("install 1.20", "upgrade to 1.23", "rollout on zones left"):
+            for c, r in steps[step].items():
+                self.assertEqual(r.note, "rolled out", f"{step}: {c}: {r.line()}")
+        for step in ("upgrade to 1.23", "drain", "preemption", "zone loss", "rollout on zones left"):
+            for c, r in steps[step].items():
+                self.assertGreaterEqual(r.min_ready, 2, f"{step}: {c} fell below 2 ready: {r.line()}")
+        drain = next(iter(steps["drain"].values())).note
+        self.assertIn("done", drain)
+        for c, r in steps["zone loss"].items():
+            self.assertEqual((r.end_ready, r.pending), (r.want, 0), f"zone loss: {c}: {r.line()}")
+        scaled = steps["HPA scale-out to 5"][f"{SERVING}/activator"]
+        self.assertEqual((scaled.end_ready, scaled.pending), (5, 0), scaled.line())
+
+
+if __name__ == "__main__":
+    unittest.main()
