@@ -97,12 +97,17 @@ class Monitor:
                     out[key] += 1
         return out
 
+    def sample(self) -> None:
+        """One sample now (a step calls it right after it takes pods away: the replacements may run
+        before the next periodic sample)."""
+        for key, ready in self.ready().items():
+            self.minimum[key] = min(self.minimum.get(key, ready), ready)
+
     def _run(self) -> None:
         while not self.stopped:
             try:
                 if self.active:
-                    for key, ready in self.ready().items():
-                        self.minimum[key] = min(self.minimum.get(key, ready), ready)
+                    self.sample()
             except (AssertionError, OSError):
                 pass
             time.sleep(0.5)
@@ -244,6 +249,7 @@ class SimCluster:
             if p["spec"].get("nodeName") in lost:
                 ns, name = p["metadata"]["namespace"], p["metadata"]["name"]
                 self.api.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", {"gracePeriodSeconds": 0})
+        self.monitor.sample()
 
     def wait_full(self, limit_s: float) -> bool:
         """Every Deployment back at its full count (or the limit passed)."""

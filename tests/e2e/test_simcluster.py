@@ -3,7 +3,7 @@ upgrade, an HPA scale-out beyond the zones, rollouts on the zones left and a bur
 pods, each run for Knative as shipped and under policies, in the same run (simcluster.py).
 
 KHW_SIM_VARIANTS picks the variants (comma-separated; default `shipped,recommended`; every one:
-`shipped,recommended,preferred-only,required-zone`). Needs kube-scheduler and kube-controller-manager
+`shipped,recommended,spread-strict,preferred-only,required-zone`). Needs kube-scheduler and kube-controller-manager
 beside kube-apiserver and etcd in KUBEBUILDER_ASSETS; one skip line otherwise.
 """
 
@@ -28,6 +28,13 @@ PLACEMENT = {
     # (the engine adds matchLabelKeys [pod-template-hash] and nodeTaintsPolicy Honor), and a
     # PriorityClass above ordinary workloads.
     "recommended": """  podAntiAffinity: {type: Preferred, topologyKey: kubernetes.io/hostname}
+  topologySpreadConstraints:
+    - {topologyKey: topology.kubernetes.io/zone, maxSkew: 1, whenUnsatisfiable: ScheduleAnyway}
+  priorityClassName: knative-control-plane
+""",
+    # The same with DoNotSchedule: zones kept apart strictly (a node without the zone label takes none
+    # of these pods).
+    "spread-strict": """  podAntiAffinity: {type: Preferred, topologyKey: kubernetes.io/hostname}
   topologySpreadConstraints:
     - {topologyKey: topology.kubernetes.io/zone, maxSkew: 1, whenUnsatisfiable: DoNotSchedule}
   priorityClassName: knative-control-plane

@@ -132,11 +132,12 @@ fn preview_patches_prints_one_json_line_per_changed_document() {
         ("ConfigMap", "config-leader-election"),
         ("HorizontalPodAutoscaler", "activator"),
         ("PodDisruptionBudget", "activator-pdb"),
+        // the zone spread and the PriorityClass
+        ("Deployment", "activator"),
         ("Deployment", "autoscaler"),
         ("Deployment", "controller"),
         ("HorizontalPodAutoscaler", "webhook"),
         ("PodDisruptionBudget", "webhook-pdb"),
-        // leader-elected: the leader-election hash annotation (issue 10)
         ("Deployment", "webhook"),
         ("Deployment", "net-kourier-controller"),
     ];
