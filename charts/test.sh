@@ -349,6 +349,36 @@ if [ -n "$hook_name" ] && grep -qF "grep 'name=\"$hook_name\"'" docs/operations.
 else
   fail "docs/operations.md troubleshooting does not grep for the rendered webhook name" "$hook_name"
 fi
+# Troubleshooting starts with the API server's fail-open count: with failurePolicy Ignore an
+# outage admits writes unmutated and is counted only there (not in rejection_count), and the
+# PrometheusRule's alert on it is the one the docs name.
+rule_alerts=$("$HELM" template khw "$CHART" --namespace khw-system --set image.repository=registry.test/khw \
+  --set prometheusRule.enabled=true --api-versions monitoring.coreos.com/v1/PrometheusRule 2>&1 |
+  "$PY" -c 'import sys, yaml
+print(" ".join(a["alert"] for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "PrometheusRule"
+               for g in d["spec"]["groups"] for a in g["rules"]))')
+if out=$("$PY" - docs/operations.md "$hook_name" "$rule_alerts" 2>&1 <<'PYEOF'
+import re, sys
+text, hook, alerts = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3].split()
+m = re.search(r"^## Troubleshooting\n(.*?)(?=^## )", text, re.S | re.M)
+assert m, "no '## Troubleshooting' section"
+section = m.group(1)
+first = section.strip().split("\n\n")[0]
+assert "apiserver_admission_webhook_fail_open_count" in first, \
+    "the section's first paragraph does not name apiserver_admission_webhook_fail_open_count: " + first[:200]
+assert "kubectl get --raw /metrics | grep apiserver_admission_webhook_fail_open_count" in section, \
+    "no `kubectl get --raw /metrics | grep apiserver_admission_webhook_fail_open_count`"
+fail_open = section.index("fail_open_count")
+assert "rejection_count" not in section[:fail_open], "rejection_count comes before the fail-open count"
+assert "KnativeHAWebhookFailOpen" in section and "KnativeHAWebhookFailOpen" in alerts, \
+    "the fail-open alert KnativeHAWebhookFailOpen is not both in the section and in the PrometheusRule (%s)" % alerts
+assert "rejection_count" in section and "calling_webhook_error" in section, "the rejection_count part was dropped"
+PYEOF
+); then
+  pass "docs/operations.md troubleshooting starts with the API server's fail-open count and names its alert"
+else
+  fail "docs/operations.md troubleshooting does not start with the fail-open count" "$out"
+fi
 # --- end docs name the rendered webhook ---------------------------------------------------------
 
 echo "chart: $passed passed, $failed failed"

@@ -156,8 +156,12 @@ class Chart:
         self.chart = chart
 
     def render(self, release: str, namespace: str, values: dict | None = None,
-               sets: list[str] | None = None) -> subprocess.CompletedProcess:
+               sets: list[str] | None = None, api_versions: list[str] | None = None) -> subprocess.CompletedProcess:
         cmd = [self.helm, "template", release, str(self.chart), "--namespace", namespace]
+        # `helm template` knows no cluster: .Capabilities.APIVersions holds only the built-in APIs
+        # unless --api-versions adds one (as `helm install` would find it in a cluster's discovery).
+        for api in api_versions or []:
+            cmd += ["--api-versions", api]
         tmp = None
         values = deep_merge(TEST_IMAGE, values or {})
         if values:
@@ -181,12 +185,14 @@ def load_docs(text: str) -> list[dict]:
 class Rendered:
     """One rendering: the documents plus lookups."""
 
-    def __init__(self, text: str, release: str, namespace: str, values: dict) -> None:
+    def __init__(self, text: str, release: str, namespace: str, values: dict,
+                 api_versions: list[str] | None = None) -> None:
         self.text = text
         self.docs = load_docs(text)
         self.release = release
         self.namespace = namespace
         self.values = values
+        self.api_versions = set(api_versions or [])
 
     def of_kind(self, kind: str) -> list[dict]:
         return [d for d in self.docs if d.get("kind") == kind]
@@ -685,7 +691,7 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
                   lambda: eq(len(haps), 0, "HighAvailabilityPolicies"))
 
     sms = r.of_kind("ServiceMonitor")
-    if v.get("serviceMonitor", {}).get("enabled"):
+    if v.get("serviceMonitor", {}).get("enabled") and SERVICE_MONITOR_API in r.api_versions:
         def servicemonitor():
             eq(len(sms), 1, "ServiceMonitors")
             sm = sms[0]
@@ -703,20 +709,52 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
                 eq(sm["metadata"]["labels"].get(k), val, f"label {k}")
         rep.check(f"{label}: ServiceMonitor scrapes the Service's metrics port at /metrics", servicemonitor)
     else:
-        rep.check(f"{label}: no ServiceMonitor unless serviceMonitor.enabled", lambda: eq(len(sms), 0, "ServiceMonitors"))
+        rep.check(f"{label}: no ServiceMonitor unless serviceMonitor.enabled and the cluster serves {SERVICE_MONITOR_API}",
+                  lambda: eq(len(sms), 0, "ServiceMonitors"))
 
     rules = r.of_kind("PrometheusRule")
-    if v.get("prometheusRule", {}).get("enabled"):
+    if v.get("prometheusRule", {}).get("enabled") and PROMETHEUS_RULE_API in r.api_versions:
         rep.check(f"{label}: PrometheusRule alerts use metrics the server registers, scoped to the release namespace",
                   lambda: check_prometheus_rule(rules, ns, v["prometheusRule"], v["reconcile"]))
+        rep.check(f"{label}: PrometheusRule alerts on the API server's fail-open and rejection counts of the "
+                  "mutating webhook, on reconciler write errors, and on drift in a dry run too",
+                  lambda: check_outage_alerts(rules[0], r.webhook_config["webhooks"][0]["name"], ns,
+                                              v["prometheusRule"], v["reconcile"]))
     else:
-        rep.check(f"{label}: no PrometheusRule unless prometheusRule.enabled", lambda: eq(len(rules), 0, "PrometheusRules"))
+        rep.check(f"{label}: no PrometheusRule unless prometheusRule.enabled and the cluster serves {PROMETHEUS_RULE_API}",
+                  lambda: eq(len(rules), 0, "PrometheusRules"))
 
 
+# The Prometheus Operator's APIs: the chart renders its objects only where the cluster serves them.
+SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
+PROMETHEUS_RULE_API = "monitoring.coreos.com/v1/PrometheusRule"
+MONITORING_APIS = [SERVICE_MONITOR_API, PROMETHEUS_RULE_API]
+# Scenarios rendered as on a cluster lacking some of them (default: both served).
+SCENARIO_API_VERSIONS = {
+    "monitoring-without-crds": [],
+    "monitoring-servicemonitor-crd-only": [SERVICE_MONITOR_API],
+}
+
+
+def scenario_api_versions(label: str) -> list[str]:
+    return SCENARIO_API_VERSIONS.get(label, MONITORING_APIS)
+
+
+# The API server's own admission metrics (labelled name=<webhook name>, no namespace of ours).
+FAIL_OPEN_ALERT = "KnativeHAWebhookFailOpen"
+REJECTED_ALERT = "KnativeHAWebhookRejected"
+WRITE_ERRORS_ALERT = "KnativeHAWebhookReconcileWriteErrors"
+APISERVER_ALERT_METRICS = {FAIL_OPEN_ALERT: "apiserver_admission_webhook_fail_open_count",
+                           REJECTED_ALERT: "apiserver_admission_webhook_rejection_count"}
 EXPECTED_ALERTS = {"KnativeHAWebhookNotReady", "KnativeHAWebhookCertificateExpiring",
-                   "KnativeHAWebhookPolicyInvalid", "KnativeHAWebhookSourceDown", "KnativeHAWebhookReconcileFailing"}
-# Only where the reconciler writes everything: a dry run (the default) reports drift by design.
+                   "KnativeHAWebhookPolicyInvalid", "KnativeHAWebhookSourceDown", "KnativeHAWebhookReconcileFailing",
+                   FAIL_OPEN_ALERT, REJECTED_ALERT, WRITE_ERRORS_ALERT}
+# Wherever the drift gauge means something to act on: a dry run reports every drifting object (what
+# an operator must hear about), a writing reconciler reports what it could not fix. Not rendered
+# when the reconciler writes but leaves pod templates out: their drift persists by design.
 DRIFT_ALERT = "KnativeHAWebhookDriftPersists"
+# Every alert's runbook: the troubleshooting section of docs/operations.md.
+RUNBOOK_SUFFIX = "/docs/operations.md#troubleshooting"
 
 
 def registered_metrics() -> set[str]:
@@ -737,17 +775,53 @@ def check_prometheus_rule(rules: list[dict], ns: str, values: dict, reconcile: d
     for k, val in values.get("labels", {}).items():
         eq(rule["metadata"]["labels"].get(k), val, f"label {k}")
     alerts = [a for g in rule["spec"]["groups"] for a in g["rules"]]
-    writes = reconcile["enabled"] and not reconcile["dryRun"] and reconcile["podTemplates"]
-    eq({a["alert"] for a in alerts}, EXPECTED_ALERTS | ({DRIFT_ALERT} if writes else set()),
-       f"alert names (reconcile writes: {writes})")
+    drift = reconcile["enabled"] and (reconcile["dryRun"] or reconcile["podTemplates"])
+    eq({a["alert"] for a in alerts}, EXPECTED_ALERTS | ({DRIFT_ALERT} if drift else set()),
+       f"alert names (drift alerted on: {drift})")
     known = registered_metrics()
     for a in alerts:
+        expect(a.get("annotations", {}).get("runbook_url", "").startswith("https://")
+               and a["annotations"]["runbook_url"].endswith(RUNBOOK_SUFFIX),
+               f"{a['alert']}: runbook_url does not point at docs/operations.md#troubleshooting: "
+               f"{a.get('annotations', {}).get('runbook_url')!r}")
+        eq(a["labels"]["severity"], values["severity"], f"{a['alert']} severity")
+        expect(a["annotations"].get("summary"), f"{a['alert']}: no summary")
+        if a["alert"] in APISERVER_ALERT_METRICS:
+            continue  # the API server's metrics: checked by check_outage_alerts
         used = set(re.findall(r"knative_ha_webhook_[a-z_]+", a["expr"]))
         expect(used, f"{a['alert']}: uses no knative_ha_webhook_ metric")
         expect(used <= known, f"{a['alert']}: unknown metrics {sorted(used - known)}")
         expect(f'namespace="{ns}"' in a["expr"], f"{a['alert']}: not scoped to namespace {ns}: {a['expr']}")
-        eq(a["labels"]["severity"], values["severity"], f"{a['alert']} severity")
-        expect(a["annotations"].get("summary"), f"{a['alert']}: no summary")
+
+
+def check_outage_alerts(rule: dict, hook: str, ns: str, values: dict, reconcile: dict) -> None:
+    """Issue: a webhook outage (failurePolicy Ignore admits writes unmutated) and a reconciler that
+    cannot write were not alerted on; drift was not alerted on in a dry run."""
+    alerts = {a["alert"]: a for g in rule["spec"]["groups"] for a in g["rules"]}
+    window = values.get("admissionErrorsWindow", "10m")
+    for name, metric in APISERVER_ALERT_METRICS.items():
+        expect(name in alerts, f"no alert {name} on {metric}")
+        a = alerts[name]
+        expr = " ".join(a["expr"].split())
+        want = f'increase({metric}{{name="{hook}"}}[{window}])'
+        expect(want in expr and expr.endswith("> 0"), f"{name}: expr {expr!r} lacks {want!r} ... > 0")
+        expect("namespace=" not in expr, f"{name}: the API server's metric has no namespace label of ours: {expr}")
+    fo = alerts[FAIL_OPEN_ALERT]["annotations"]
+    text = (fo.get("summary", "") + " " + fo.get("description", "")).lower()
+    for want in ("unmutated", "reconciler", "failurepolicy"):
+        expect(want in text, f"{FAIL_OPEN_ALERT}: summary/description does not say {want!r}: {text}")
+    expect(alerts[REJECTED_ALERT]["annotations"].get("description"), f"{REJECTED_ALERT}: no description")
+    expect(WRITE_ERRORS_ALERT in alerts, f"no alert {WRITE_ERRORS_ALERT}")
+    expr = " ".join(alerts[WRITE_ERRORS_ALERT]["expr"].split())
+    for want in ("increase(knative_ha_webhook_reconcile_writes_total{", f'namespace="{ns}"', 'result="error"',
+                 f'[{values.get("writeErrorsWindow", "15m")}]', "> 0"):
+        expect(want in expr, f"{WRITE_ERRORS_ALERT}: expr {expr!r} lacks {want!r}")
+    if reconcile["enabled"] and reconcile["dryRun"]:
+        expect(DRIFT_ALERT in alerts, f"no {DRIFT_ALERT} in a dry run (reconcile.dryRun=true)")
+        desc = alerts[DRIFT_ALERT]["annotations"].get("description", "")
+        expect("reconcile.dryRun=false" in desc and "audit" in desc,
+               f"{DRIFT_ALERT} in a dry run: the description must say how to list (audit) and fix "
+               f"(reconcile.dryRun=false) the drift: {desc!r}")
 
 
 def check_defaults(r: Rendered, app_version: str) -> None:
@@ -772,6 +846,9 @@ def check_defaults(r: Rendered, app_version: str) -> None:
     expect("cert-manager.io/inject-ca-from" in r.webhook_config["metadata"].get("annotations", {}),
            "cert-manager is the default TLS mode")
     eq(r.container["image"], f"{r.values['image']['repository']}:{app_version}", "default image tag = appVersion")
+    pr = r.values["prometheusRule"]
+    eq((pr.get("admissionErrorsWindow"), pr.get("writeErrorsWindow")), ("10m", "15m"),
+       "default alert windows: API server fail-open/rejection counts, reconciler write errors")
 
 
 # Values whose content is a Kubernetes object or free-form map: documented and typed as a whole.
@@ -877,6 +954,17 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
         ("service-monitor", "khw", "monitoring-test",
          {"serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}},
           "prometheusRule": {"enabled": True, "severity": "critical", "labels": {"release": "prometheus"}}}),
+        # Enabled, but the cluster lacks the Prometheus Operator's CRDs (SCENARIO_API_VERSIONS):
+        # nothing rendered for them (an install would fail on `no matches for kind`), NOTES say so.
+        ("monitoring-without-crds", "khw", "khw-system",
+         {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}),
+        ("monitoring-servicemonitor-crd-only", "khw", "khw-system",
+         {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}),
+        # A writing reconciler that leaves pod templates out: no drift alert (drift persists by
+        # design); the alert windows are values.
+        ("alerts-no-pod-templates", "khw", "khw-system",
+         {"reconcile": {"dryRun": False, "podTemplates": False},
+          "prometheusRule": {"enabled": True, "admissionErrorsWindow": "5m", "writeErrorsWindow": "1h"}}),
         ("customised", "edge", "platform",
          {"fullnameOverride": "ha-hook", "replicaCount": 3,
           "server": {"port": 9443, "metricsPort": 9191, "shutdownDelay": "20s", "logFormat": "text",
@@ -1021,12 +1109,13 @@ def main() -> int:
     builtin_files = []
     for label, release, ns, over in scenarios(ca_bundle):
         values = deep_merge(defaults, over)
-        res = chart.render(release, ns, values=over)
+        apis = scenario_api_versions(label)
+        res = chart.render(release, ns, values=over, api_versions=apis)
         if res.returncode != 0:
             rep.check(f"{label}: helm template", lambda: expect(False, res.stderr.strip()))
             continue
         rep.check(f"{label}: helm template renders", lambda: None)
-        r = Rendered(res.stdout, release, ns, values)
+        r = Rendered(res.stdout, release, ns, values, apis)
         (out_dir / f"{label}.yaml").write_text(res.stdout)
         builtin = [d for d in r.docs if d["kind"] not in CUSTOM_KINDS]
         unexpected = {d["kind"] for d in r.docs} - CUSTOM_KINDS - {
@@ -1078,14 +1167,16 @@ def main() -> int:
     (notes_chart / "templates" / "notes-check.yaml").write_text(
         'notes: |\n{{ tpl (.Files.Get "notes.txt") . | indent 2 }}\n')
     for label, release, ns, over in scenarios(ca_bundle):
-        if label not in ("defaults", "customised", "policy-from-values"):
+        if label not in ("defaults", "customised", "policy-from-values", "service-monitor",
+                         *SCENARIO_API_VERSIONS):
             continue
 
         def notes(label=label, release=release, ns=ns, over=over):
-            res = Chart(args.helm, notes_chart).render(release, ns, values=over)
+            apis = scenario_api_versions(label)
+            res = Chart(args.helm, notes_chart).render(release, ns, values=over, api_versions=apis)
             expect(res.returncode == 0, res.stderr.strip())
             text = [d for d in load_docs(res.stdout) if "notes" in d][0]["notes"]
-            r = Rendered(res.stdout, release, ns, deep_merge(defaults, over))
+            r = Rendered(res.stdout, release, ns, deep_merge(defaults, over), apis)
             svc = r.service["metadata"]["name"]
             mport = [p["port"] for p in r.service["spec"]["ports"] if p["name"] == "metrics"][0]
             governed = r.values["governedNamespaces"][0]
@@ -1101,7 +1192,18 @@ def main() -> int:
                 expect(want in text, f"NOTES.txt lacks {want!r}")
             expect("<chart>" not in text, "NOTES.txt has a <chart> placeholder")
             expect("{{" not in text and "<no value>" not in text, "NOTES.txt has unrendered parts")
-        rep.check(f"{label}: NOTES.txt shows how to check pods, a server-side dry run and metrics", notes)
+            # An enabled ServiceMonitor/PrometheusRule the cluster has no API for is skipped: NOTES say
+            # which, why, and how to get it (install the CRDs, then helm upgrade).
+            for key, api in (("serviceMonitor", SERVICE_MONITOR_API), ("prometheusRule", PROMETHEUS_RULE_API)):
+                skipped = r.values[key]["enabled"] and api not in apis
+                if not skipped:
+                    expect(api not in text, f"NOTES.txt says {api} is missing although {key} was rendered or disabled")
+                    continue
+                for want in (f"{key}.enabled=true", api, "Prometheus Operator",
+                             f"helm upgrade {release} charts/knative-ha-webhook -n {ns} --reuse-values"):
+                    expect(want in text, f"NOTES.txt does not say the {api.rsplit('/', 1)[1]} was skipped: lacks {want!r}")
+        rep.check(f"{label}: NOTES.txt shows how to check pods, a server-side dry run and metrics, "
+                  "and names a skipped ServiceMonitor/PrometheusRule", notes)
     shutil.rmtree(notes_chart.parent, ignore_errors=True)
 
     print(f"rendered: {rep.passed} passed, {rep.failed} failed (renderings in {out_dir})")

@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::patch::Patcher;
 use super::records::{
@@ -178,14 +178,21 @@ fn anti_affinity(
     if aa.is_none() && current.is_none() {
         return Ok(());
     }
-    let Some(value) = affinity::wanted(aa, ml, current)
-        .map_err(|e| t.malformed(format!("spec.template.spec.affinity.{e}")))?
-    else {
+    // An empty podAntiAffinity is what removing the engine's own term left
+    // when it was the only one: it goes too (with an emptied `affinity`).
+    let emptied = current.is_some_and(|v| v.as_object().is_some_and(Map::is_empty));
+    let wanted = affinity::wanted(aa, ml, current)
+        .map_err(|e| t.malformed(format!("spec.template.spec.affinity.{e}")))?;
+    let Some(value) = wanted.or_else(|| emptied.then(|| Value::Object(Map::new()))) else {
         return Ok(());
     };
     super::check_parents(t, ANTI_AFFINITY)?;
     let pt = p.get_or_insert_with(|| Patcher::new(t.object));
-    pt.set(ANTI_AFFINITY, value).map_err(|e| t.malformed(e))?;
+    if value.as_object().is_some_and(Map::is_empty) {
+        records::remove_pruned(pt, ANTI_AFFINITY);
+    } else {
+        pt.set(ANTI_AFFINITY, value).map_err(|e| t.malformed(e))?;
+    }
     changes.push(
         t.change(match aa.filter(|a| a.kind != AntiAffinityType::None) {
             Some(aa) => format!(

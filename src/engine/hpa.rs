@@ -42,12 +42,17 @@ fn pair(t: &Target<'_>, keys: [&str; 2]) -> Result<Option<(i64, i64)>, EngineErr
     })
 }
 
-/// The Operator's rule: `(min, max)` from the originals and N.
+/// The Operator's rule: `(min, max)` from the originals and N, `maxReplicas`
+/// held within the int32 the HPA API stores (a release's 2147483647 stays
+/// that, instead of an HPA the API server refuses).
 fn rule((orig_min, orig_max): (i64, i64), n: Option<i64>) -> (i64, i64) {
     match n {
         Some(n) if n > orig_min => (
             n,
-            orig_max.saturating_add(n.saturating_sub(orig_min)).max(n),
+            orig_max
+                .saturating_add(n.saturating_sub(orig_min))
+                .max(n)
+                .min(i64::from(i32::MAX).max(orig_max)),
         ),
         _ => (orig_min, orig_max),
     }
@@ -140,4 +145,18 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         Some(p),
         vec![t.change(format!("{} ({from})", parts.join(", ")))],
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rule;
+
+    #[test]
+    fn the_raised_maximum_stays_within_int32() {
+        let max = i64::from(i32::MAX);
+        assert_eq!(rule((1, max), Some(100)), (100, max));
+        assert_eq!(rule((1, max - 10), Some(100)), (100, max));
+        assert_eq!(rule((1, 20), Some(5)), (5, 24));
+        assert_eq!(rule((3, 20), Some(2)), (3, 20));
+    }
 }

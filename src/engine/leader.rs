@@ -278,9 +278,15 @@ pub(crate) fn flag(
         changes.push(t.change(format!("container {cname} args + {DISABLE_HA_FLAG}")));
     } else if !present.is_empty() {
         let pt = flag_patcher(t, p)?;
-        for i in present.iter().rev() {
-            pt.remove_index(&args_path, *i)
-                .map_err(|e| t.malformed(e))?;
+        if present.len() == args.len() {
+            // Only the flag was there: no `args: []` left behind (the same
+            // to Kubernetes, a diff to the release's manifest).
+            pt.remove(&args_path);
+        } else {
+            for i in present.iter().rev() {
+                pt.remove_index(&args_path, *i)
+                    .map_err(|e| t.malformed(e))?;
+            }
         }
         changes.push(t.change(format!("container {cname} args - {DISABLE_HA_FLAG}")));
     }

@@ -101,19 +101,17 @@ impl Patcher {
         Err("empty path".into())
     }
 
-    /// Removes the object member at `path` if present.
+    /// Removes the object member at `path` if present (the parents may
+    /// be list elements, by index).
     pub fn remove(&mut self, path: &[&str]) -> bool {
         let Some((last, parents)) = path.split_last() else {
             return false;
         };
-        let mut cur = &mut self.doc;
-        for key in parents {
-            match cur.get_mut(*key) {
-                Some(next) if next.is_object() => cur = next,
-                _ => return false,
-            }
-        }
-        let removed = cur.as_object_mut().and_then(|m| m.remove(*last)).is_some();
+        let removed = self
+            .get_mut(parents)
+            .and_then(Value::as_object_mut)
+            .and_then(|m| m.remove(*last))
+            .is_some();
         if removed {
             self.ops.push(PatchOperation::Remove(RemoveOperation {
                 path: pointer(path),

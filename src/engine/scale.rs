@@ -17,8 +17,9 @@ const REPLICAS: &[&str] = &["spec", "replicas"];
 pub(crate) fn mutate(t: &Target<'_>) -> super::Result<Handled> {
     // `want_flag(t, 1) == Some(true)`: at one replica the engine gives this
     // Deployment `--disable-ha` (a Knative binary that takes it, leader
-    // election disabled by the policy, no HPA).
-    if leader::want_flag(t, 1) != Some(true) {
+    // election disabled by the policy, no HPA). An excluded Deployment never
+    // gets the flag from the policy: its Scale passes.
+    if t.is_excluded(t.name) || leader::want_flag(t, 1) != Some(true) {
         return Ok((None, Vec::new()));
     }
     let Some(replicas) = t.int_at(REPLICAS)? else {

@@ -7,13 +7,20 @@ scheduler binds to one of its live nodes Running and Ready with an IP, and delet
 once (the grace period is a real kubelet's business). A node it is told is lost (`lose`) is tainted
 unreachable, marked NotReady, and no longer served: its pods are deleted by the caller, as the
 taint-eviction controller would after its toleration runs out.
+
+`Api` is also what the real-cluster mode (KHW_E2E_KUBECONFIG) talks to its cluster with:
+`Api.from_kubeconfig` takes the current context's token or client certificate (what kind and k3d write).
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
+import os
 import ssl
+import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -29,19 +36,68 @@ def now() -> str:
 
 
 class Api:
-    """Bounded JSON calls to the API server with a bearer token (every call has a 20 s deadline)."""
+    """Bounded JSON calls to the API server with a bearer token or a client certificate (every call has a
+    20 s deadline)."""
 
-    def __init__(self, server: str, token: str):
+    def __init__(self, server: str, token: str | None, ctx: ssl.SSLContext | None = None):
         self.server = server
         self.token = token
-        self.ctx = ssl.create_default_context()
-        self.ctx.check_hostname = False
-        self.ctx.verify_mode = ssl.CERT_NONE
+        if ctx is None:  # the local control plane: a token, its self-signed certificate not verified
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        self.ctx = ctx
+
+    @classmethod
+    def from_kubeconfig(cls, path: str) -> "Api":
+        """The current context of a kubeconfig: its server, verified against the kubeconfig's CA (unless
+        `insecure-skip-tls-verify`), and its user's token (`token`, `tokenFile`) or client certificate
+        (`client-certificate[-data]`, `client-key[-data]`; written to a private temporary directory for
+        `load_cert_chain` and removed at once). Exec and auth-provider plugins are not supported."""
+        r = subprocess.run(["kubectl", f"--kubeconfig={path}", "config", "view", "--minify", "--flatten", "-o", "json"],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise AssertionError(f"kubeconfig {path}: {r.stderr.strip()}")
+        view = json.loads(r.stdout)
+        if not view.get("clusters"):
+            raise AssertionError(f"kubeconfig {path}: no current context")
+        server_cfg = view["clusters"][0]["cluster"]
+        user = (view.get("users") or [{}])[0].get("user") or {}
+        if server_cfg.get("insecure-skip-tls-verify"):
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        elif server_cfg.get("certificate-authority-data"):
+            ctx = ssl.create_default_context(cadata=base64.b64decode(server_cfg["certificate-authority-data"]).decode())
+        else:  # the system's CAs
+            ctx = ssl.create_default_context()
+        token = user.get("token")
+        if not token and user.get("tokenFile"):
+            with open(user["tokenFile"]) as f:
+                token = f.read().strip()
+        cert, key = user.get("client-certificate-data"), user.get("client-key-data")
+        if cert and key:
+            with tempfile.TemporaryDirectory(prefix="khw-api-") as d:  # mode 0700
+                cert_path, key_path = os.path.join(d, "client.crt"), os.path.join(d, "client.key")
+                for file, data in ((cert_path, cert), (key_path, key)):
+                    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(base64.b64decode(data))
+                ctx.load_cert_chain(cert_path, key_path)
+        elif user.get("client-certificate") and user.get("client-key"):
+            ctx.load_cert_chain(user["client-certificate"], user["client-key"])
+        elif not token:
+            plugin = "exec" if "exec" in user else "auth-provider" if "auth-provider" in user else None
+            raise AssertionError(f"kubeconfig {path}: the current user has neither a token nor a client certificate"
+                                 + (f" (an {plugin} plugin: not supported here)" if plugin else ""))
+        return cls(server_cfg["server"].rstrip("/"), token, ctx)
 
     def call(self, method: str, path: str, body=None, content_type: str = "application/json"):
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.server + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {self.token}", "Content-Type": content_type, "Accept": "application/json"})
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(self.server + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, context=self.ctx, timeout=20) as r:
                 return json.loads(r.read() or b"null")

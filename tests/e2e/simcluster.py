@@ -7,6 +7,12 @@ disruption, HPA, garbage-collector and namespace controllers) from KUBEBUILDER_A
 (what the webhook would answer for each object), without Knative's own webhook configurations (no process
 answers them). Each step samples every Deployment's ready replicas twice a second and reports per
 component the fewest ready, the seconds the step took and the pods left Pending.
+
+With KHW_E2E_KUBECONFIG (the real-cluster mode: kind or k3d nodes running Knative's real images) no
+control plane is started and no fake kubelet runs: the same objects go into that cluster, whose nodes'
+zones are their `topology.kubernetes.io/zone` labels, with longer limits (`REAL`); before and after each
+variant everything it installs is removed (`remove_knative`). Only the steps that need no fake kubelet
+run there (test_simcluster.py).
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ CONTROLLERS = "deployment,replicaset,disruption,horizontalpodautoscaling,garbage
 BINARIES = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager")
 SKIP_LINE = ("simulated cluster: skipped: KUBEBUILDER_ASSETS needs kube-apiserver, etcd, kube-scheduler and "
              "kube-controller-manager (docs/testing.md)")
+REAL_SKIP_LINE = "real cluster: skipped: KHW_E2E_KUBECONFIG's cluster has no Ready node that takes pods"
+NO_ZONE = "no zone label"
+PRIORITY_CLASS = "knative-control-plane"  # examples/priorityclass.yaml
 LEFT_OUT = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 RELEASES = {
     "1.20": [ROOT / "tests/fixtures/knative-v1.20.0" / f for f in ("2-serving-core.yaml", "3-serving-hpa.yaml", "net-kourier.yaml")],
@@ -42,6 +51,54 @@ RELEASES = {
 def assets_ready() -> bool:
     assets = os.environ.get("KUBEBUILDER_ASSETS")
     return bool(assets) and all((Path(assets) / b).exists() for b in BINARIES)
+
+
+def real_kubeconfig() -> str | None:
+    """KHW_E2E_KUBECONFIG: an existing cluster's kubeconfig (the real-cluster mode), or None. It wins over
+    KUBEBUILDER_ASSETS, as in cluster.from_env."""
+    return os.environ.get("KHW_E2E_KUBECONFIG") or None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Seconds a step may take: real pods pull images, start containers and drain for a while."""
+    install: int  # the first rollout of every Deployment (image pulls)
+    rollout: int  # the other rollouts
+    drain: int  # kubectl drain --timeout
+    full: int  # back to the full count after the drain
+    hpa: int  # the HPA's new replicas all ready
+    remove: int  # the namespaces and the cluster-scoped objects gone (real cluster)
+
+
+SIMULATED = Limits(install=150, rollout=150, drain=45, full=60, hpa=40, remove=0)
+REAL = Limits(install=600, rollout=300, drain=180, full=300, hpa=180, remove=600)
+
+
+def untainted(node: dict) -> bool:
+    """A Ready node that takes ordinary pods (not cordoned, no NoSchedule or NoExecute taint)."""
+    conds = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+    taints = [t for t in node["spec"].get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")]
+    return conds.get("Ready") == "True" and not node["spec"].get("unschedulable") and not taints
+
+
+def takes_pods(kubeconfig: str) -> bool:
+    """Whether the cluster has a node that runs pods (an API server alone has none)."""
+    return any(untainted(n) for n in Api.from_kubeconfig(kubeconfig).get("/api/v1/nodes")["items"])
+
+
+def cluster_scoped(files: list[Path]) -> list[dict]:
+    """The objects of the manifests that have no namespace (CRDs, cluster roles, webhook configurations)
+    but the Namespaces, each once."""
+    seen, out = set(), []
+    for f in files:
+        for d in yaml.safe_load_all(f.read_text()):
+            if not d or d.get("kind") == "Namespace" or d["metadata"].get("namespace"):
+                continue
+            key = (d["apiVersion"].split("/")[0], d["kind"], d["metadata"]["name"])
+            if key not in seen:
+                seen.add(key)
+                out.append(d)
+    return out
 
 
 @dataclass
@@ -114,33 +171,98 @@ class Monitor:
 
 
 class SimCluster:
-    """One simulated cluster, fresh for one variant (a policy, or Knative as shipped)."""
+    """One simulated cluster, fresh for one variant (a policy, or Knative as shipped); with `kubeconfig`,
+    an existing (real) cluster instead, cleared of Knative before and after the variant."""
 
-    def __init__(self, workdir: str, binary: str, variant: str, policies: list[str]):
+    def __init__(self, workdir: str, binary: str, variant: str, policies: list[str], kubeconfig: str | None = None):
         self.workdir = workdir
         self.binary = binary
         self.variant = variant
         self.policies = policies  # policy files; none: as shipped
         self.rows: list[Row] = []
-        self.plane = cluster.LocalControlPlane(os.environ["KUBEBUILDER_ASSETS"], workdir, CONTROLLERS, scheduler=True)
+        self.real = kubeconfig is not None
+        self.limits = REAL if self.real else SIMULATED
+        self.kubelets: FakeKubelets | None = None
+        self.lost: set[str] = set()
+        self.nodes: dict[str, str] = dict(NODES)  # name -> zone
+        self.zones: list[str] = list(ZONES)
+        self.untainted: list[str] = list(NODES)
+        if self.real:
+            self.plane = cluster.ExistingCluster(kubeconfig, workdir)
+        else:
+            self.plane = cluster.LocalControlPlane(os.environ["KUBEBUILDER_ASSETS"], workdir, CONTROLLERS,
+                                                   scheduler=True)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "SimCluster":
         self.plane.start()
         self.kubectl = self.plane.kubectl
-        self.api = Api(self.plane.server, self.plane.admin_token)
-        self.kubelets = FakeKubelets(self.api, NODES)
-        self.kubelets.register()
-        self.kubelets.start()
-        self.monitor = Monitor(self.api, self.kubelets.lost).start()
+        if self.real:
+            self.api = Api.from_kubeconfig(self.plane.kubeconfig)
+            self.read_nodes()
+            removed, note = self.remove_knative()
+            if not removed:
+                raise AssertionError(f"real cluster: Knative of an earlier run not removed: {note}")
+        else:
+            self.api = Api(self.plane.server, self.plane.admin_token)
+            self.kubelets = FakeKubelets(self.api, NODES)
+            self.kubelets.register()
+            self.kubelets.start()
+            self.lost = self.kubelets.lost
+        self.monitor = Monitor(self.api, self.lost).start()
         return self
 
     def stop(self) -> None:
         if hasattr(self, "monitor"):
             self.monitor.stopped = True
-        if hasattr(self, "kubelets"):
+        if self.kubelets is not None:
             self.kubelets.stop()
+        if self.real and hasattr(self, "api"):
+            try:
+                print(f"  {self.remove_knative()[1]}", flush=True)
+            except (AssertionError, OSError, subprocess.SubprocessError) as e:
+                print(f"  removing Knative failed: {e}", flush=True)
         self.plane.stop()
+
+    # -- a real cluster --------------------------------------------------------------------------
+    def read_nodes(self) -> None:
+        """The nodes and their zones (`topology.kubernetes.io/zone`, else NO_ZONE); `zones` in order,
+        those of the nodes that take pods first."""
+        nodes = self.api.get("/api/v1/nodes")["items"]
+        self.nodes = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(ZONE, NO_ZONE) for n in nodes}
+        usable = {self.nodes[n["metadata"]["name"]] for n in nodes if untainted(n)}
+        others = set(self.nodes.values()) - usable
+        order = lambda zs: sorted(zs - {NO_ZONE}) + ([NO_ZONE] if NO_ZONE in zs else [])  # noqa: E731
+        self.zones = order(usable) + order(others)
+        self.untainted = sorted(n["metadata"]["name"] for n in nodes if untainted(n))
+
+    def describe_nodes(self) -> str:
+        return ", ".join(f"{n} ({z}{'' if n in self.untainted else ', takes no pods'})"
+                         for n, z in sorted(self.nodes.items()))
+
+    def remove_knative(self) -> tuple[bool, str]:
+        """Deletes what a variant installs: the namespaces knative-serving and kourier-system (waiting until
+        they are gone), the manifests' cluster-scoped objects (CRDs, cluster roles, webhook configurations;
+        --wait) and the PriorityClass. Whether all went, and a note."""
+        t = time.monotonic()
+        deadline = t + self.limits.remove
+        self.kubectl.run("delete", "namespace", *NAMESPACES, "--ignore-not-found", "--wait=false", timeout=60)
+
+        def gone() -> bool:
+            return not self.kubectl.run("get", "namespace", *NAMESPACES, "--ignore-not-found", "-o", "name",
+                                        timeout=30).stdout.strip()
+
+        left = [] if cluster.wait_for_bool(gone, self.limits.remove, 2) else list(NAMESPACES)
+        path = Path(self.workdir) / "knative-cluster-scoped.yaml"
+        path.write_text(yaml.safe_dump_all(cluster_scoped([f for r in RELEASES.values() for f in r])))
+        left_s = max(30, int(deadline - time.monotonic()))
+        r = self.kubectl.run("delete", "-f", str(path), "--ignore-not-found", "--wait", f"--timeout={left_s}s",
+                             check=False, timeout=left_s + 30)
+        if r.returncode != 0:
+            left.append(f"cluster-scoped objects ({r.stderr.strip()[:200]})")
+        self.kubectl.run("delete", "priorityclass", PRIORITY_CLASS, "--ignore-not-found", timeout=60)
+        took = f"{time.monotonic() - t:.1f}s"
+        return (not left, f"Knative removed in {took}" if not left else f"Knative removal: left {', '.join(left)} after {took}")
 
     # -- Knative ---------------------------------------------------------------------------------
     def manifests(self, release: str) -> str:
@@ -159,10 +281,13 @@ class SimCluster:
 
     def apply_release(self, release: str) -> None:
         text = self.manifests(release)
-        r = self.kubectl.run("apply", "-f", "-", stdin=text, check=False, timeout=180)
-        if r.returncode != 0:  # custom resources before their definitions were established: once more
-            time.sleep(2)
-            self.kubectl.run("apply", "-f", "-", stdin=text, timeout=180)
+        # Custom resources before their definitions were established: once more (twice on a real cluster).
+        for attempt in range(3 if self.real else 2):
+            last = attempt == (2 if self.real else 1)
+            r = self.kubectl.run("apply", "-f", "-", stdin=text, check=last, timeout=180)
+            if r.returncode == 0:
+                return
+            time.sleep(5 if self.real else 2)
 
     def deployments(self) -> list[str]:
         return sorted(self.monitor.deployments())
@@ -192,13 +317,18 @@ class SimCluster:
         return out
 
     def zones_by_component(self) -> dict[str, list[int]]:
+        """Running pods per component, per zone in the order of `zones` (`zone_names()`)."""
         out: dict[str, list[int]] = {}
         for p in self.pods():
             node = p["spec"].get("nodeName")
-            if node in NODES and p.get("status", {}).get("phase") == "Running":
+            if node in self.nodes and p.get("status", {}).get("phase") == "Running":
                 key = f"{p['metadata']['namespace']}/{p['metadata'].get('labels', {}).get('app', '?')}"
-                out.setdefault(key, [0, 0, 0])[ZONES.index(NODES[node])] += 1
+                out.setdefault(key, [0] * len(self.zones))[self.zones.index(self.nodes[node])] += 1
         return out
+
+    def zone_names(self) -> str:
+        """`a/b/c` for zone-a, zone-b, zone-c."""
+        return "/".join(z.removeprefix("zone-") for z in self.zones)
 
     def step(self, name: str, action, settle_s: float = 0.0, notes: dict | None = None) -> list[Row]:
         """Runs `action()` while sampling; `action` returns a note per component (or one for all) or None."""
@@ -227,7 +357,8 @@ class SimCluster:
         return rows
 
     # -- the scenarios ---------------------------------------------------------------------------
-    def drain(self, node: str, limit_s: int = 45) -> str:
+    def drain(self, node: str, limit_s: int | None = None) -> str:
+        limit_s = limit_s or self.limits.drain
         t = time.monotonic()
         r = self.kubectl.run("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force",
                              f"--timeout={limit_s}s", check=False, timeout=limit_s + 30)
@@ -236,7 +367,7 @@ class SimCluster:
 
     def node_of(self, namespace: str, app: str) -> str:
         for p in self.api.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3D{app}")["items"]:
-            if p["spec"].get("nodeName") in NODES and p["spec"]["nodeName"] not in self.kubelets.lost:
+            if p["spec"].get("nodeName") in self.nodes and p["spec"]["nodeName"] not in self.lost:
                 return p["spec"]["nodeName"]
         raise AssertionError(f"no running pod of {namespace}/{app}")
 
@@ -259,7 +390,8 @@ class SimCluster:
 
         return cluster.wait_for_bool(full, limit_s)
 
-    def scale_hpa(self, namespace: str, name: str, minimum: int, limit_s: float = 40) -> str:
+    def scale_hpa(self, namespace: str, name: str, minimum: int, limit_s: float | None = None) -> str:
+        limit_s = limit_s or self.limits.hpa
         hpa = f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/{name}"
         before = self.api.get(hpa)["spec"]
         self.api.merge(hpa, {"spec": {"minReplicas": minimum, "maxReplicas": max(before["maxReplicas"], minimum)}})

@@ -37,6 +37,8 @@ from install import SERVING_CORE
 from knleader import Replica, lease_names, leases
 
 LEASE_S, RENEW_S, RETRY_S = 15, 10, 2
+# client-go's candidates poll a Lease every retryPeriod x (1 + rand x 1.2) (wait.JitterUntil, JitterFactor).
+POLL_MAX_S = RETRY_S * 2.2
 
 
 class RealLeaderElection(unittest.TestCase):
@@ -54,6 +56,7 @@ class RealLeaderElection(unittest.TestCase):
         cls.leader_binary = leader
         parent = os.environ.get("KHW_E2E_WORKDIR") or None
         cls.workdir = tempfile.mkdtemp(prefix="test_leader_election-", dir=parent)
+        # The namespace controller only: nothing here has owners for the garbage collector.
         cls.api = cluster.LocalControlPlane(assets, f"{cls.workdir}/control-plane", controllers="namespace")
         try:
             cls.api.start()
@@ -94,8 +97,9 @@ class RealLeaderElection(unittest.TestCase):
         path = self.dir / name
         election = {"buckets": buckets, "leaseDuration": lease, "renewDeadline": renew, "retryPeriod": retry}
         spec = {"targetNamespace": self.ns, "replicas": 3, "leaderElection": election}
-        path.write_text(yaml.safe_dump({"apiVersion": "knativeha.dev/v1alpha1", "kind": "HighAvailabilityPolicy",
-                                        "metadata": {"name": "ha"}, "spec": spec}))
+        doc = {"apiVersion": "knativeha.dev/v1alpha1", "kind": "HighAvailabilityPolicy",
+               "metadata": {"name": "ha"}, "spec": spec}
+        path.write_text(yaml.safe_dump(doc))
         return path
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
@@ -167,8 +171,11 @@ class RealLeaderElection(unittest.TestCase):
                  f"(leaseDurationSeconds {LEASE_S})")
 
     def test_sigkilled_leader_handed_over_after_the_lease_expires(self):
-        """A SIGKILLed leader's bucket passes to a live replica within leaseDuration + 2 retryPeriods (+5 s),
-        and not before the Lease has expired: its last renewal was at most one retryPeriod before the kill."""
+        """A SIGKILLed leader's bucket passes to a live replica within leaseDuration + 2 retryPeriods + 5 s,
+        and not before the Lease has expired: its last renewal was at most one retryPeriod before the kill.
+
+        client-go's own worst case is leaseDuration + 2 x POLL_MAX_S (23.8 s): a candidate may see the last
+        renewal one poll late and the expiry one poll late. Two candidates make it unlikely."""
         self.engine_configmap(3)
         replicas = self.start(3)
         lease = lease_names(3)[0]
@@ -187,8 +194,9 @@ class RealLeaderElection(unittest.TestCase):
                  f"(leaseDuration {LEASE_S}s, retryPeriod {RETRY_S}s, bound {bound} s)")
 
     def test_sigtermed_leader_releases_the_lease(self):
-        """A SIGTERMed leader gives its Lease up within retryPeriod + 5 s (ReleaseOnCancel), a live replica
-        holds it well before the lease duration a SIGKILL waits out, and the leader exits 0."""
+        """A SIGTERMed leader gives its Lease up within retryPeriod + 5 s (ReleaseOnCancel: holderIdentity
+        emptied), a live replica takes it at its next poll (an empty holder is not waited out) and the leader
+        exits 0."""
         self.engine_configmap(3)
         replicas = self.start(3)
         lease = lease_names(3)[0]
@@ -204,12 +212,13 @@ class RealLeaderElection(unittest.TestCase):
         t0 = time.monotonic()
         (after,) = wait_for(given_up, f"{victim} to give up {lease}", RETRY_S + 5, every_s=0.05)
         released = time.monotonic() - t0
-        successor = self.wait_held([lease], others, LEASE_S - released, every_s=0.1)[lease]
+        bound = released + POLL_MAX_S + 3
+        successor = self.wait_held([lease], others, bound + 10, every_s=0.1)[lease]
         taken = time.monotonic() - t0
-        self.assertLess(taken, LEASE_S, "handover after SIGTERM")
+        self.assertLessEqual(taken, bound, "handover after SIGTERM: a live replica's next poll")
         self.assertEqual(victim.wait(10), 0, f"{victim}: exit code after SIGTERM")
         self.say(f"SIGTERM of {victim}: {lease} given up after {released:.1f} s (holderIdentity {after!r}), "
-                 f"held by {successor} after {taken:.1f} s; exit 0")
+                 f"held by {successor} after {taken:.1f} s (bound {bound:.1f} s); exit 0")
 
     def test_disable_ha_writes_no_lease(self):
         """With `--disable-ha` (and the engine's ConfigMap of 3 buckets there) the controller runs its

@@ -5,6 +5,12 @@ pods, each run for Knative as shipped and under policies, in the same run (simcl
 KHW_SIM_VARIANTS picks the variants (comma-separated; default `shipped,recommended`; every one:
 `shipped,recommended,spread-strict,preferred-only,required-zone`). Needs kube-scheduler and kube-controller-manager
 beside kube-apiserver and etcd in KUBEBUILDER_ASSETS; one skip line otherwise.
+
+With KHW_E2E_KUBECONFIG (a kind or k3d cluster running Knative's real images; .github/workflows/e2e-kind.yml)
+the variants run in that cluster instead, one after another, each removing Knative before and after it:
+install 1.20, the upgrade to 1.23, the drain of an activator's node, the HPA scale-out to 5 and a
+rollout restart of every Deployment (the preemption and zone-loss steps need the fake kubelets). The
+cluster is the test's alone: Knative Serving, Kourier and their CRDs are deleted from it.
 """
 
 from __future__ import annotations
@@ -66,31 +72,51 @@ def rolled(done: dict[str, bool]) -> dict[str, str]:
 
 class SimulatedCluster(unittest.TestCase):
     def setUp(self):
-        if not simcluster.assets_ready():
+        self.kubeconfig = simcluster.real_kubeconfig()
+        if self.kubeconfig:
+            self.assertTrue(Path(self.kubeconfig).is_file(), f"KHW_E2E_KUBECONFIG={self.kubeconfig}: no such file")
+            if not simcluster.takes_pods(self.kubeconfig):
+                self.skipTest(simcluster.REAL_SKIP_LINE)
+        elif not simcluster.assets_ready():
             self.skipTest(simcluster.SKIP_LINE)
+        self.title = "real cluster" if self.kubeconfig else "simulated cluster"
         parent = os.environ.get("KHW_E2E_WORKDIR") or None
         self.workdir = tempfile.mkdtemp(prefix="simcluster-", dir=parent)
 
     def run_variant(self, variant: str) -> dict[str, dict[str, simcluster.Row]]:
-        print(f"\n== simulated cluster, {variant}", flush=True)
+        print(f"\n== {self.title}, {variant}", flush=True)
         workdir = tempfile.mkdtemp(prefix=f"{variant}-", dir=self.workdir)
-        sim = SimCluster(workdir, binary(), variant, policy_files(variant, workdir)).start()
+        sim = SimCluster(workdir, binary(), variant, policy_files(variant, workdir), self.kubeconfig).start()
         try:
+            if sim.real:
+                print(f"  API server {sim.plane.server}; nodes: {sim.describe_nodes()}", flush=True)
             if variant != "shipped" and "priorityClassName" in PLACEMENT[variant]:
                 sim.kubectl.apply(str(ROOT / "examples" / "priorityclass.yaml"))
             steps: dict[str, list[simcluster.Row]] = {}
+            limits = sim.limits
 
             def install():
                 sim.apply_release("1.20")
-                return rolled(sim.rollout_all(150))
+                return rolled(sim.rollout_all(limits.install))
 
             steps["install 1.20"] = sim.step("install 1.20", install)
-            print(f"  placement (pods per zone a/b/c): {sim.zones_by_component()}", flush=True)
+            placement = sim.zones_by_component()
+            print(f"  placement (pods per zone {sim.zone_names()}): {placement}", flush=True)
             steps["upgrade to 1.23"] = sim.step("upgrade to 1.23", lambda: (sim.apply_release("1.23"),
-                                                                           rolled(sim.rollout_all(150)))[1])
+                                                                           rolled(sim.rollout_all(limits.rollout)))[1])
             steps["drain"] = sim.step("drain", lambda: sim.drain(sim.node_of(SERVING, "activator")), settle_s=2)
-            sim.wait_full(60)
+            sim.wait_full(limits.full)
             steps["HPA scale-out to 5"] = sim.step("HPA scale-out to 5", lambda: sim.scale_hpa(SERVING, "activator", 5))
+            if sim.real:  # no preemption or zone loss: they need the fake kubelets
+                def rollout_restart():
+                    for ns in (SERVING, KOURIER):
+                        sim.kubectl.run("-n", ns, "rollout", "restart", "deployment")
+                    return rolled(sim.rollout_all(limits.rollout))
+
+                steps["rollout restart"] = sim.step("rollout restart", rollout_restart)
+                placement = sim.zones_by_component()
+                print(f"  placement after the rollout (pods per zone {sim.zone_names()}): {placement}", flush=True)
+                return {step: {r.component: r for r in rows} for step, rows in steps.items()}
             steps["preemption"] = sim.step("preemption", lambda: sim.burst(6, "3800m"))
             sim.wait_full(90)
             print(f"  placement before the zone loss: {sim.zones_by_component()}", flush=True)
@@ -109,7 +135,8 @@ class SimulatedCluster(unittest.TestCase):
             steps["rollout on zones left"] = sim.step("rollout on zones left", rollout_left)
             return {step: {r.component: r for r in rows} for step, rows in steps.items()}
         finally:
-            print(f"  fake kubelet errors: {len(sim.kubelets.errors)}", flush=True)
+            if sim.kubelets is not None:
+                print(f"  fake kubelet errors: {len(sim.kubelets.errors)}", flush=True)
             sim.stop()
 
     def test_shipped_against_policies(self):
@@ -117,7 +144,7 @@ class SimulatedCluster(unittest.TestCase):
         unknown = [v for v in variants if v not in VARIANTS]
         self.assertEqual(unknown, [], f"KHW_SIM_VARIANTS: unknown variants (known: {', '.join(VARIANTS)})")
         results = {v: self.run_variant(v) for v in variants}
-        print("\n== simulated cluster: the fewest ready replicas of each component, per step")
+        print(f"\n== {self.title}: the fewest ready replicas of each component, per step")
         for v, steps in results.items():
             for step, rows in steps.items():
                 for r in rows.values():
@@ -129,15 +156,17 @@ class SimulatedCluster(unittest.TestCase):
             self.check_recommended(results["recommended"])
 
     def check_recommended(self, steps: dict[str, dict[str, simcluster.Row]]):
-        for step in ("install 1.20", "upgrade to 1.23", "rollout on zones left"):
-            for c, r in steps[step].items():
+        """The steps a run has (a real cluster's: no preemption or zone loss; "rollout restart" for
+        "rollout on zones left")."""
+        for step in ("install 1.20", "upgrade to 1.23", "rollout on zones left", "rollout restart"):
+            for c, r in steps.get(step, {}).items():
                 self.assertEqual(r.note, "rolled out", f"{step}: {c}: {r.line()}")
-        for step in ("upgrade to 1.23", "drain", "preemption", "zone loss", "rollout on zones left"):
-            for c, r in steps[step].items():
+        for step in ("upgrade to 1.23", "drain", "preemption", "zone loss", "rollout on zones left", "rollout restart"):
+            for c, r in steps.get(step, {}).items():
                 self.assertGreaterEqual(r.min_ready, 2, f"{step}: {c} fell below 2 ready: {r.line()}")
         drain = next(iter(steps["drain"].values())).note
         self.assertIn("done", drain)
-        for c, r in steps["zone loss"].items():
+        for c, r in steps.get("zone loss", {}).items():
             self.assertEqual((r.end_ready, r.pending), (r.want, 0), f"zone loss: {c}: {r.line()}")
         scaled = steps["HPA scale-out to 5"][f"{SERVING}/activator"]
         self.assertEqual((scaled.end_ready, scaled.pending), (5, 0), scaled.line())

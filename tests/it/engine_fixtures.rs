@@ -476,7 +476,8 @@ fn enabling_leader_election_removes_disable_ha() {
         patch,
         json!([
             {"op": "add", "path": "/spec/replicas", "value": 3},
-            {"op": "remove", "path": "/spec/template/spec/containers/0/args/0"}
+            // the flag was all of args: no `args: []` left
+            {"op": "remove", "path": "/spec/template/spec/containers/0/args"}
         ])
     );
 }

@@ -325,3 +325,56 @@ fn p10_scale_subresource_keeps_disable_ha_deployments_at_one_replica() {
         assert_eq!(out["spec"]["replicas"], 3, "{name}: {changes:?}");
     }
 }
+
+/// An excluded Deployment is left alone by the policy, so it never gets
+/// `--disable-ha` from it: its Scale must pass, not be held at one replica
+/// with a reason ("it runs --disable-ha") that is not true and advice
+/// (`workloads[].replicas`) that `check` refuses for an excluded name.
+#[test]
+fn scale_of_an_excluded_deployment_passes_under_disabled_leader_election() {
+    let scale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+           "metadata": {"name": "autoscaler-hpa", "namespace": NS},
+           "spec": {"replicas": 3}, "status": {"replicas": 1}});
+    let off = policy("  leaderElection: {enabled: false}\n  exclude: [autoscaler-hpa]\n");
+    let (out, changes) = run(&off, &scale);
+    assert_eq!(out["spec"]["replicas"], 3, "{changes:?}");
+    assert!(changes.is_empty(), "{changes:?}");
+}
+
+/// A policy that stops asking for Required anti-affinity or `--disable-ha`
+/// leaves the object as the release shipped it, not with an empty
+/// `affinity: {podAntiAffinity: {}}` or `args: []` that the release's
+/// manifest does not have (a permanent diff for diff-based GitOps).
+#[test]
+fn dropped_settings_leave_no_empty_leftovers() {
+    let d = deployment("net-kourier-controller");
+    let shipped_spec = d["spec"]["template"]["spec"].clone();
+    assert!(
+        shipped_spec.get("affinity").is_none()
+            && shipped_spec["containers"][0].get("args").is_none()
+    );
+    let required =
+        policy("  podAntiAffinity: {type: Required, topologyKey: topology.kubernetes.io/zone}\n");
+    let none = policy("  replicas: 3\n");
+    let after = seq(&[required, none.clone()], &d);
+    assert!(
+        after["spec"]["template"]["spec"].get("affinity").is_none(),
+        "{}",
+        after["spec"]["template"]["spec"]["affinity"]
+    );
+    let off = policy("  leaderElection: {enabled: false}\n");
+    let on = policy("  leaderElection: {enabled: true}\n");
+    let flagged = seq(&[off], &d);
+    assert!(has_disable_ha(&flagged));
+    let after = seq(&[on], &flagged);
+    assert!(
+        after["spec"]["template"]["spec"]["containers"][0]
+            .get("args")
+            .is_none(),
+        "{}",
+        after["spec"]["template"]["spec"]["containers"][0]["args"]
+    );
+    // And once clean, nothing more to change.
+    let once = seq(std::slice::from_ref(&none), &after);
+    assert_eq!(run(&none, &once), (once.clone(), Vec::new()));
+}

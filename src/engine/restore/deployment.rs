@@ -122,16 +122,8 @@ pub(super) fn disable_ha(
                 pt.remove_index(&args, *j)?;
             }
             removed |= !found.is_empty();
-            if found.len() == list.len()
-                && let Some(Value::Object(c)) = pt.get_mut(&args[..5])
-            {
-                // Through the array, which `Patcher::remove` does not walk.
-                c.remove("args");
-                pt.ops.push(json_patch::PatchOperation::Remove(
-                    json_patch::RemoveOperation {
-                        path: crate::engine::patch::pointer(&args),
-                    },
-                ));
+            if found.len() == list.len() {
+                pt.remove(&args);
             }
         }
         if removed {
