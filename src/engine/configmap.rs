@@ -171,6 +171,47 @@ pub fn duration_data(data: &Map<String, Value>) -> Map<String, Value> {
         .collect()
 }
 
+/// In [`super::Context::leader_election`]: the ConfigMap carries the opt-out
+/// label (a ConfigMap key never holds a `/`, so this cannot be a data key).
+pub const SKIPPED_MARK: &str = "knativeha.dev/skipped";
+/// In [`super::Context::leader_election`]: the Knative Operator's resource
+/// owning the ConfigMap (`Kind/name`).
+pub const OPERATOR_OWNER_MARK: &str = "knativeha.dev/operator-owner";
+
+/// What [`super::Context::leader_election`] holds of a whole
+/// `config-leader-election` object: its duration keys, and whether the
+/// engine leaves it unchanged whatever the policy (the opt-out label) or
+/// unless the policy governs the Operator's objects.
+pub fn context_data(object: &Value) -> Map<String, Value> {
+    let mut out = object
+        .get("data")
+        .and_then(Value::as_object)
+        .map(duration_data)
+        .unwrap_or_default();
+    let metadata = object.get("metadata").and_then(Value::as_object);
+    if super::skipped(metadata) {
+        out.insert(SKIPPED_MARK.into(), Value::Bool(true));
+    }
+    if let Some(owner) = super::operator_owner(metadata) {
+        out.insert(OPERATOR_OWNER_MARK.into(), Value::String(owner));
+    }
+    out
+}
+
+/// Why the namespace's `config-leader-election` (as `data` says, from
+/// [`context_data`]) gets none of the policy's settings, or None.
+pub(crate) fn left_unchanged(t: &Target<'_>, data: &Map<String, Value>) -> Option<String> {
+    if data.contains_key(SKIPPED_MARK) {
+        return Some(format!(
+            "{LEADER_ELECTION_CONFIGMAP} carries the opt-out label {}",
+            super::SKIP_LABEL
+        ));
+    }
+    let owner = data.get(OPERATOR_OWNER_MARK)?.as_str()?;
+    (t.policy.spec.govern_operator_owned != Some(true))
+        .then(|| format!("{LEADER_ELECTION_CONFIGMAP} is owned by the Knative Operator's {owner}"))
+}
+
 /// Whether `config-leader-election` holding `data` holds the policy's
 /// durations back: the decision of [`mutate`] (the same function), for a
 /// leader-elected Deployment's hash ([`super::leader`]). A value Knative

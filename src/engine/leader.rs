@@ -114,6 +114,21 @@ pub(crate) fn hash(
     if !LEADER_ELECTED_DEPLOYMENTS.contains(&t.name) {
         return Ok(());
     }
+    if let Some(why) = t
+        .leader_election
+        .and_then(|data| super::configmap::left_unchanged(t, data))
+    {
+        // Knative reads none of the policy's settings: no hash claims them.
+        if let Some(current) = super::lookup(t.object, HASH_PATH) {
+            let pt = p.get_or_insert_with(|| Patcher::new(t.object));
+            super::records::remove_pruned(pt, HASH_PATH);
+            changes.push(t.change(format!(
+                "pod template annotation {HASH_ANNOTATION} {} -> removed ({why}: the leader-election settings are not written there)",
+                crate::policy::schema_check::show(current)
+            )));
+        }
+        return Ok(());
+    }
     let held_back = t
         .leader_election
         .is_some_and(|data| super::configmap::durations_held_back(t, le, data));

@@ -327,7 +327,7 @@ fn warning_only(changes: Vec<String>) -> Mutated {
 }
 
 /// True when the object carries the opt-out label [`SKIP_LABEL`] `"true"`.
-fn skipped(metadata: Option<&serde_json::Map<String, Value>>) -> bool {
+pub(crate) fn skipped(metadata: Option<&serde_json::Map<String, Value>>) -> bool {
     metadata
         .and_then(|m| m.get("labels")?.get(SKIP_LABEL)?.as_str())
         .is_some_and(|v| v == "true")
@@ -335,7 +335,7 @@ fn skipped(metadata: Option<&serde_json::Map<String, Value>>) -> bool {
 
 /// `Kind/name` of an ownerReference whose apiVersion is the Knative
 /// Operator's group (`operator.knative.dev/*`).
-fn operator_owner(metadata: Option<&serde_json::Map<String, Value>>) -> Option<String> {
+pub(crate) fn operator_owner(metadata: Option<&serde_json::Map<String, Value>>) -> Option<String> {
     let refs = metadata?.get("ownerReferences")?.as_array()?;
     refs.iter().find_map(|r| {
         let api = r.get("apiVersion")?.as_str()?;

@@ -61,6 +61,81 @@ pub const KNATIVE_DEPLOYMENTS: &[&str] = &[
     "kafka-sink-receiver",
 ];
 
+/// The namespaces Knative's releases install into.
+pub const KNATIVE_NAMESPACES: &[&str] = &["knative-serving", "kourier-system", "knative-eventing"];
+
+/// The namespace a Knative release puts the Deployment `name` in (None for
+/// a name that is not one of [`KNATIVE_DEPLOYMENTS`]).
+pub fn home_namespace(name: &str) -> Option<&'static str> {
+    if !KNATIVE_DEPLOYMENTS.contains(&name) {
+        return None;
+    }
+    let eventing = name.starts_with("eventing-")
+        || name.starts_with("imc-")
+        || name.starts_with("mt-broker-")
+        || name.starts_with("kafka-")
+        || name == "pingsource-mt-adapter"
+        || name == "job-sink";
+    Some(match name {
+        "3scale-kourier-gateway" => "kourier-system",
+        _ if eventing => "knative-eventing",
+        _ => "knative-serving",
+    })
+}
+
+/// A workload or exclude name that is a Knative Deployment of another of
+/// Knative's namespaces than the policy's: the policy never meets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Misplaced {
+    /// `spec.workloads[I].name` or `spec.exclude[I]`.
+    pub path: String,
+    pub name: String,
+    /// Where Knative's release puts it.
+    pub home: &'static str,
+}
+
+/// The workload and exclude names of `spec` that are Knative Deployments
+/// living in another of Knative's namespaces (only for a policy whose
+/// `targetNamespace` is one of them: Knative installed elsewhere is not
+/// judged).
+pub fn misplaced(spec: &HighAvailabilityPolicySpec) -> Vec<Misplaced> {
+    let target = spec.target_namespace.as_str();
+    if !KNATIVE_NAMESPACES.contains(&target) {
+        return Vec::new();
+    }
+    let workloads = spec
+        .workloads
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (format!("spec.workloads[{i}].name"), &w.name));
+    let excluded = spec
+        .exclude
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (format!("spec.exclude[{i}]"), name));
+    workloads
+        .chain(excluded)
+        .filter_map(|(path, name)| {
+            let home = home_namespace(name).filter(|h| *h != target)?;
+            Some(Misplaced {
+                path,
+                name: name.clone(),
+                home,
+            })
+        })
+        .collect()
+}
+
+impl Misplaced {
+    /// The warning text, after the place.
+    pub fn message(&self, target: &str) -> String {
+        format!(
+            "{}: {:?} is a Knative Deployment of namespace {}, not of this policy's {target}: the policy never meets it (give {} a policy of its own)",
+            self.path, self.name, self.home, self.home
+        )
+    }
+}
+
 /// [`KNATIVE_DEPLOYMENTS`] as a set.
 pub fn knative_deployments() -> BTreeSet<String> {
     KNATIVE_DEPLOYMENTS.iter().map(|s| s.to_string()).collect()
@@ -169,6 +244,33 @@ mod tests {
                 ("spec.exclude[1]", "mine", None),
                 ("spec.exclude[2]", "webhok", Some("webhook")),
             ]
+        );
+    }
+
+    #[test]
+    fn names_of_other_knative_namespaces_are_misplaced() {
+        let got = misplaced(&spec(
+            &["3scale-kourier-gateway", "activator"],
+            &["imc-dispatcher", "mine"],
+        ));
+        let shown: Vec<(&str, &str, &str)> = got
+            .iter()
+            .map(|m| (m.path.as_str(), m.name.as_str(), m.home))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (
+                    "spec.workloads[0].name",
+                    "3scale-kourier-gateway",
+                    "kourier-system"
+                ),
+                ("spec.exclude[0]", "imc-dispatcher", "knative-eventing"),
+            ]
+        );
+        assert_eq!(
+            got[0].message("knative-serving"),
+            "spec.workloads[0].name: \"3scale-kourier-gateway\" is a Knative Deployment of namespace kourier-system, not of this policy's knative-serving: the policy never meets it (give kourier-system a policy of its own)"
         );
     }
 

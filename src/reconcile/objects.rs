@@ -122,8 +122,7 @@ pub async fn list_namespace(client: &kube::Client, namespace: &str) -> Result<Li
     )
     .await?
     {
-        let data = cm.get("data").and_then(Value::as_object);
-        listed.leader_election = Some(data.map(configmap::duration_data).unwrap_or_default());
+        listed.leader_election = Some(configmap::context_data(&cm));
         listed.objects.push(cm);
     }
     Ok(listed)

@@ -162,6 +162,30 @@ pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
                     found.place
                 )));
             }
+            if found.policy.spec.leader_election.is_some() {
+                out.extend(
+                    found
+                        .policy
+                        .spec
+                        .exclude
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, n)| crate::engine::LEADER_ELECTED_DEPLOYMENTS.contains(&n.as_str()))
+                        .map(|(i, n)| {
+                            Line::Warning(format!(
+                                "{}: warning: spec.exclude[{i}]: {n:?} runs Knative's leader election but is excluded, so it is not restarted when spec.leaderElection changes: it keeps reading the old settings until it restarts, and while its bucket count differs every key it reconciles has two leaders",
+                                found.place
+                            ))
+                        }),
+                );
+            }
+            out.extend(names::misplaced(&found.policy.spec).iter().map(|m| {
+                Line::Warning(format!(
+                    "{}: warning: {}",
+                    found.place,
+                    m.message(&found.policy.spec.target_namespace)
+                ))
+            }));
             let known = names::knative_deployments();
             out.extend(
                 names::unmatched(&found.policy.spec, &known)

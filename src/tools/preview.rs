@@ -85,9 +85,8 @@ pub fn leader_election_data(docs: &[Document]) -> BTreeMap<String, Map<String, V
                 == Some(engine::LEADER_ELECTION_CONFIGMAP)
         })
         .map(|d| {
-            let data = d.value.get("data").and_then(Value::as_object);
-            let data = data.map(engine::configmap::duration_data);
-            (namespace_of(&d.value).to_string(), data.unwrap_or_default())
+            let data = engine::configmap::context_data(&d.value);
+            (namespace_of(&d.value).to_string(), data)
         })
         .collect()
 }
@@ -105,6 +104,9 @@ pub fn name_warnings(policies: &BTreeMap<String, Policy>, docs: &[Document]) -> 
                 .filter_map(|d| d.value.pointer("/metadata/name").and_then(Value::as_str))
                 .map(str::to_string),
         );
+        for m in policy::names::misplaced(&policy.spec) {
+            out.push(format!("policy {}: {}", policy.name, m.message(ns)));
+        }
         for u in policy::names::unmatched(&policy.spec, &known) {
             let hint = u
                 .suggestion

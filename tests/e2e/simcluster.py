@@ -200,7 +200,8 @@ class SimCluster:
         if self.real:
             self.api = Api.from_kubeconfig(self.plane.kubeconfig)
             self.read_nodes()
-            removed, note = self.remove_knative()
+            removed, note = self.remove_knative()  # what an earlier run or variant left
+            print(f"  before the variant: {note}", flush=True)
             if not removed:
                 raise AssertionError(f"real cluster: Knative of an earlier run not removed: {note}")
         else:

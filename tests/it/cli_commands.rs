@@ -85,6 +85,7 @@ fn preview_yaml_prints_every_document_in_order_mutated_where_governed() {
         "controller",
         "webhook",
         "webhook-pdb",
+        "autoscaler-hpa",
         "net-kourier-controller",
     ];
     let mut same = 0;
@@ -139,6 +140,7 @@ fn preview_patches_prints_one_json_line_per_changed_document() {
         ("HorizontalPodAutoscaler", "webhook"),
         ("PodDisruptionBudget", "webhook-pdb"),
         ("Deployment", "webhook"),
+        ("Deployment", "autoscaler-hpa"),
         ("Deployment", "net-kourier-controller"),
     ];
     assert_eq!(got, want.map(|(k, n)| (k.to_string(), n.to_string())));
@@ -268,6 +270,47 @@ fn check_warns_where_required_anti_affinity_can_strand_replicas() {
     assert!(
         lines[1].contains("spec.workloads[1].replicas: Required anti-affinity on topology.kubernetes.io/zone with 2 replicas puts each replica of deployment/controller"),
         "{err}"
+    );
+}
+
+#[test]
+fn check_warns_about_knative_deployments_of_another_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("serving.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: s}\nspec:\n  targetNamespace: knative-serving\n  workloads:\n  - {name: 3scale-kourier-gateway, replicas: 3}\n",
+    )
+    .unwrap();
+    let out = run(&["check", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("document 1: warning: spec.workloads[0].name: \"3scale-kourier-gateway\" is a Knative Deployment of namespace kourier-system, not of this policy's knative-serving: the policy never meets it (give kourier-system a policy of its own)"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// An excluded Deployment is not restarted by the settings hash: under a
+/// changed bucket count it runs the old one beside the new, two leaders per
+/// key (seen with knative.dev/pkg's own leader election).
+#[test]
+fn check_warns_about_excluded_leader_elected_deployments() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("excluded.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: s}\nspec:\n  targetNamespace: knative-serving\n  leaderElection: {buckets: 3}\n  exclude: [activator, autoscaler-hpa]\n",
+    )
+    .unwrap();
+    let out = run(&["check", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).trim_end(),
+        format!(
+            "{}: document 1: warning: spec.exclude[1]: \"autoscaler-hpa\" runs Knative's leader election but is excluded, so it is not restarted when spec.leaderElection changes: it keeps reading the old settings until it restarts, and while its bucket count differs every key it reconciles has two leaders",
+            file.display()
+        )
     );
 }
 

@@ -117,12 +117,12 @@ fn example_cases() -> Vec<Case> {
             changes: &[],
         },
         Case {
-            name: "autoscaler-hpa deployment: excluded",
+            name: "autoscaler-hpa deployment: 3 replicas (leader-elected: restarted with the others)",
             kind: "Deployment",
             namespace: "knative-serving",
             object: "autoscaler-hpa",
-            patch: json!([]),
-            changes: &[],
+            patch: json!([{"op": "add", "path": "/spec/replicas", "value": 3}]),
+            changes: &["deployment/autoscaler-hpa: spec.replicas unset -> 3 (policy serving)"],
         },
         Case {
             name: "net-kourier-controller deployment: replicas and a new affinity block",
@@ -276,10 +276,7 @@ fn example_cases() -> Vec<Case> {
 fn with_example_placement(case: &Case, object: &Value) -> (Value, Vec<String>) {
     let mut patch = case.patch.clone();
     let mut changes: Vec<String> = case.changes.iter().map(|c| c.to_string()).collect();
-    if case.kind == "Deployment"
-        && case.namespace == "knative-serving"
-        && case.object != "autoscaler-hpa"
-    {
+    if case.kind == "Deployment" && case.namespace == "knative-serving" {
         let labels = object["spec"]["selector"]["matchLabels"].clone();
         let ops = patch.as_array_mut().unwrap();
         ops.push(json!({"op": "add", "path": "/spec/template/spec/topologySpreadConstraints", "value": [{
@@ -561,7 +558,8 @@ fn hpa_is_never_lowered_and_max_keeps_up() {
 
 #[test]
 fn hpa_of_an_excluded_deployment_is_untouched() {
-    let policy = example_policy();
+    let mut policy = example_policy();
+    policy.spec.exclude = vec!["autoscaler-hpa".into()];
     let mut hpa = fixture("HorizontalPodAutoscaler", "knative-serving", "webhook");
     hpa["spec"]["scaleTargetRef"]["name"] = json!("autoscaler-hpa");
     assert_eq!(run(&policy, "knative-serving", &hpa).0, json!([]));

@@ -116,3 +116,34 @@ fn preview_hashes_what_the_manifests_configmap_lets_through() {
         out[1].mutation.changes
     );
 }
+
+/// `config-leader-election` left unchanged (the opt-out label, or owned by
+/// the Knative Operator while the policy does not govern its objects) never
+/// gets the policy's settings: a hash of them would restart the
+/// leader-elected Deployments for settings Knative does not read. `preview`
+/// sees the ConfigMap in the manifests and writes no hash then.
+#[test]
+fn no_hash_when_config_leader_election_is_left_unchanged() {
+    let policy = support::serving_policy("  leaderElection: {buckets: 3}\n");
+    let cm = support::fixture("ConfigMap", NS, "config-leader-election");
+    let controller = support::fixture("Deployment", NS, "controller");
+    let hash_of = |cm: &Value| {
+        let manifests = format!(
+            "{}---\n{}",
+            preview::to_yaml(cm).unwrap(),
+            preview::to_yaml(&controller).unwrap()
+        );
+        let docs = preview::parse_manifests("m.yaml", &manifests).unwrap();
+        let policies = std::iter::once((NS.to_string(), policy.clone())).collect();
+        let out = preview::preview_documents(&policies, docs).unwrap();
+        out[1].object["spec"]["template"]["metadata"]["annotations"][HASH_ANNOTATION].clone()
+    };
+    assert!(hash_of(&cm).is_string(), "governed: the hash is written");
+    let mut skipped = cm.clone();
+    skipped["metadata"]["labels"] = json!({"knativeha.dev/skip": "true"});
+    assert_eq!(hash_of(&skipped), Value::Null, "skip-labelled ConfigMap");
+    let mut owned = cm.clone();
+    owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "operator.knative.dev/v1beta1",
+        "kind": "KnativeServing", "name": "knative-serving", "uid": "u"}]);
+    assert_eq!(hash_of(&owned), Value::Null, "Operator-owned ConfigMap");
+}

@@ -298,7 +298,10 @@ const CASES: &[(&str, Edit, &str, &str)] = &[
     ),
     (
         "workload name also excluded",
-        |v| v["spec"]["workloads"][1]["name"] = json!("autoscaler-hpa"),
+        |v| {
+            v["spec"]["exclude"] = json!(["autoscaler-hpa"]);
+            v["spec"]["workloads"][1]["name"] = json!("autoscaler-hpa");
+        },
         "spec.workloads[1].name",
         "\"autoscaler-hpa\" is also listed in spec.exclude",
     ),

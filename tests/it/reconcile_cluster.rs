@@ -316,7 +316,9 @@ async fn policy_appears_each_drifting_object_is_written_once() {
     let r = env.reconciler("pod-a", |_| {}).await;
     env.wait_leader(r).await;
 
-    let value = example_policy_value();
+    let mut value = example_policy_value();
+    // An excluded Deployment is never written.
+    value["spec"]["exclude"] = json!(["autoscaler-hpa"]);
     let policy = policy_of(&value);
     let exp = expectations(&env.api, &env.serving_keys(), &policy);
     let needed = needing(&exp);

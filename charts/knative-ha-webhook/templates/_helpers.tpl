@@ -223,3 +223,33 @@ scripts/release-chart writes the OCI reference), with --version for a published 
 {{- $ref }}
 {{- end }}
 {{- end }}
+
+{{/*
+Name of the MutatingWebhookConfiguration's webhook. The API server labels its admission metrics
+with it (apiserver_admission_webhook_fail_open_count{name=...}, ..._rejection_count{name=...}),
+which the PrometheusRule's KnativeHAWebhookFailOpen and KnativeHAWebhookRejected alerts select.
+*/}}
+{{- define "knative-ha-webhook.mutatingWebhookName" -}}
+mutate.knativeha.dev
+{{- end }}
+
+{{/*
+The Prometheus Operator's APIs: a ServiceMonitor or PrometheusRule is rendered only when the
+cluster serves its API (an install would otherwise fail on `no matches for kind` and leave the
+webhook configurations registered). `helm template` has none of them unless given
+--api-versions monitoring.coreos.com/v1/ServiceMonitor (resp. PrometheusRule).
+Each yields "true" or "".
+*/}}
+{{- define "knative-ha-webhook.serviceMonitorAPI" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor" }}true{{ end }}
+{{- end }}
+{{- define "knative-ha-webhook.prometheusRuleAPI" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule" }}true{{ end }}
+{{- end }}
+
+{{/*
+Runbook of every alert: the troubleshooting section of docs/operations.md.
+*/}}
+{{- define "knative-ha-webhook.runbookURL" -}}
+{{- printf "%s/blob/main/docs/operations.md#troubleshooting" (.Chart.Home | trimSuffix "/") }}
+{{- end }}

@@ -16,7 +16,6 @@ use tokio::task::JoinHandle;
 use super::namespace_watches::{NamespaceWatches, Sink, Spawn, Update};
 use super::{Change, Item, Msg, Source};
 use crate::engine::LEADER_ELECTION_CONFIGMAP;
-use crate::engine::configmap::is_duration_key;
 
 /// The duration keys of `config-leader-election` per namespace (absent when
 /// it has none, or is not there).
@@ -28,16 +27,13 @@ pub(crate) type LeaderElectionUpdate = Update<Map<String, Value>>;
 /// What these watches are logged as.
 pub(crate) const WHAT: &str = "ConfigMap config-leader-election";
 
-/// The ConfigMap's key (its name) and its duration keys.
+/// The ConfigMap's key (its name) and what the engine's context holds of it
+/// (its duration keys, its opt-out label and Operator owner:
+/// [`crate::engine::configmap::context_data`]).
 pub(crate) fn into_parts(cm: ConfigMap) -> (String, Map<String, Value>) {
-    let data = cm
-        .data
-        .into_iter()
-        .flatten()
-        .filter(|(k, _)| is_duration_key(k))
-        .map(|(k, v)| (k, Value::String(v)))
-        .collect();
-    (cm.metadata.name.unwrap_or_default(), data)
+    let name = cm.metadata.name.clone().unwrap_or_default();
+    let object = serde_json::to_value(&cm).unwrap_or(Value::Null);
+    (name, crate::engine::configmap::context_data(&object))
 }
 
 /// Starts real watchers through the API server.
