@@ -284,6 +284,9 @@ pub fn mutate_governed(
         name,
         object,
     };
+    if !target.governs_object()? {
+        return ungoverned(namespace, object);
+    }
     let (patcher, changes) = match kind {
         Kind::Deployment => deployment::mutate(&target)?,
         Kind::HorizontalPodAutoscaler => hpa::mutate(&target)?,
@@ -313,6 +316,27 @@ pub fn mutate_governed(
         _ if !changes.is_empty() => Ok(warning_only(changes)),
         _ => Ok(Mutated::default()),
     }
+}
+
+/// Why the change lines of [`ungoverned`] are made.
+pub const UNGOVERNED_WHY: &str =
+    "not one of Knative's Deployments and not named by the policy's workloads";
+
+/// A user's own object in a governed namespace: left alone, unless it
+/// carries the records of an earlier version that governed it, which are
+/// put back (as [`restore::undo_unclaimed`] does where no policy exists).
+fn ungoverned(namespace: &str, object: &Value) -> Result<Mutated> {
+    if !restore::carries_records(object) {
+        return Ok(Mutated::default());
+    }
+    let mut outcome = restore::restore(namespace, object)?;
+    for line in &mut outcome.mutation.changes {
+        *line = match line.strip_suffix(" (restored)") {
+            Some(text) => format!("{text} ({UNGOVERNED_WHY}: the release value, record removed)"),
+            None => format!("{line} ({UNGOVERNED_WHY})"),
+        };
+    }
+    Ok(outcome)
 }
 
 /// An outcome without a patch, carrying warning lines.

@@ -116,6 +116,15 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         )));
     }
     let (Some(original), Some(written)) = (recorded(t, ORIGINAL)?, recorded(t, WRITTEN)?) else {
+        if wanted.is_none() && n > 1 && allowed(&current, n) == Some(0) {
+            // The policy raised the replicas, and the budget the release
+            // ships still blocks every drain at the new count.
+            changes.push(t.change(format!(
+                "warning: {} allows no voluntary disruption {}, so every node drain and cluster upgrade blocks; set spec.podDisruptionBudget (maxUnavailable: 1 lets a drain take one pod at a time)",
+                shown(&current),
+                at(&runs)
+            )));
+        }
         return Ok((None, changes));
     };
     if written != current {

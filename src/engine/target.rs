@@ -109,6 +109,38 @@ impl Target<'_> {
             .or(self.policy.spec.replicas)
     }
 
+    /// True for a Deployment the policy governs: one of Knative's
+    /// ([`crate::policy::names::KNATIVE_DEPLOYMENTS`]) or one it names in
+    /// `workloads`. A user's own Deployment in the namespace is not.
+    pub fn governs(&self, deployment: &str) -> bool {
+        crate::policy::names::KNATIVE_DEPLOYMENTS.contains(&deployment)
+            || self.workload(deployment).is_some()
+    }
+
+    /// Whether this object is governed: a governed Deployment (or its
+    /// Scale), an HPA scaling one, a PDB of one (it selects `app: <name>`
+    /// or is named `<name>-pdb`), `config-leader-election`.
+    pub fn governs_object(&self) -> Result<bool, EngineError> {
+        Ok(match self.kind {
+            Kind::Deployment | Kind::Scale => self.governs(self.name),
+            Kind::HorizontalPodAutoscaler => self
+                .str_at(&["spec", "scaleTargetRef", "name"])?
+                .is_some_and(|d| self.governs(d)),
+            Kind::PodDisruptionBudget => {
+                let app = self
+                    .str_at(&["spec", "selector", "matchLabels", "app"])
+                    .ok()
+                    .flatten();
+                app.is_some_and(|a| self.governs(a))
+                    || self
+                        .name
+                        .strip_suffix("-pdb")
+                        .is_some_and(|d| self.governs(d))
+            }
+            Kind::ConfigMap => self.name == super::LEADER_ELECTION_CONFIGMAP,
+        })
+    }
+
     pub fn is_hpa_backed(&self, deployment: &str) -> bool {
         HPA_BACKED_DEPLOYMENTS.contains(&deployment) || self.hpa_targets.contains(deployment)
     }

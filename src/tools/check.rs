@@ -179,6 +179,15 @@ pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
                         }),
                 );
             }
+            if let Some(n) = found.policy.spec.replicas.filter(|n| *n > 1)
+                && found.policy.spec.pod_disruption_budget.is_none()
+                && n < 5
+            {
+                out.push(Line::Warning(format!(
+                    "{}: warning: spec.replicas {n} without spec.podDisruptionBudget: the PodDisruptionBudgets Knative ships (minAvailable \"80%\") allow no voluntary disruption below 5 replicas, so every node drain would block; set spec.podDisruptionBudget (maxUnavailable: 1)",
+                    found.place
+                )));
+            }
             out.extend(names::misplaced(&found.policy.spec).iter().map(|m| {
                 Line::Warning(format!(
                     "{}: warning: {}",

@@ -39,6 +39,9 @@ BINARIES = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager
 SKIP_LINE = ("simulated cluster: skipped: KUBEBUILDER_ASSETS needs kube-apiserver, etcd, kube-scheduler and "
              "kube-controller-manager (docs/testing.md)")
 REAL_SKIP_LINE = "real cluster: skipped: KHW_E2E_KUBECONFIG's cluster has no Ready node that takes pods"
+# On a real cluster the namespaces this suite installs carry this annotation: it deletes only those (a
+# Knative it did not install is left alone, and the test skipped).
+OWNED = "knativeha.dev/e2e-simcluster"
 NO_ZONE = "no zone label"
 PRIORITY_CLASS = "knative-control-plane"  # examples/priorityclass.yaml
 LEFT_OUT = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
@@ -84,6 +87,13 @@ def untainted(node: dict) -> bool:
 def takes_pods(kubeconfig: str) -> bool:
     """Whether the cluster has a node that runs pods (an API server alone has none)."""
     return any(untainted(n) for n in Api.from_kubeconfig(kubeconfig).get("/api/v1/nodes")["items"])
+
+
+def foreign_namespaces(kubeconfig: str) -> list[str]:
+    """Those of knative-serving and kourier-system that exist without this suite's annotation (OWNED):
+    a Knative the suite did not install, which it would delete."""
+    names = {ns["metadata"]["name"]: ns for ns in Api.from_kubeconfig(kubeconfig).get("/api/v1/namespaces")["items"]}
+    return [n for n in NAMESPACES if n in names and OWNED not in (names[n]["metadata"].get("annotations") or {})]
 
 
 def cluster_scoped(files: list[Path]) -> list[dict]:
@@ -244,7 +254,11 @@ class SimCluster:
     def remove_knative(self) -> tuple[bool, str]:
         """Deletes what a variant installs: the namespaces knative-serving and kourier-system (waiting until
         they are gone), the manifests' cluster-scoped objects (CRDs, cluster roles, webhook configurations;
-        --wait) and the PriorityClass. Whether all went, and a note."""
+        --wait) and the PriorityClass. Whether all went, and a note. Refuses (AssertionError) where a
+        namespace is not this suite's (OWNED)."""
+        foreign = foreign_namespaces(self.plane.kubeconfig)
+        if foreign:
+            raise AssertionError(f"{', '.join(foreign)}: not installed by test_simcluster (no {OWNED} annotation); not deleted")
         t = time.monotonic()
         deadline = t + self.limits.remove
         self.kubectl.run("delete", "namespace", *NAMESPACES, "--ignore-not-found", "--wait=false", timeout=60)
@@ -278,6 +292,10 @@ class SimCluster:
         else:
             text = "\n---\n".join(Path(f).read_text() for f in files)
         docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") not in LEFT_OUT]
+        if self.real:  # the namespaces marked as this suite's (remove_knative deletes them)
+            for d in docs:
+                if d["kind"] == "Namespace":
+                    d["metadata"].setdefault("annotations", {})[OWNED] = "true"
         return yaml.safe_dump_all(docs)
 
     def apply_release(self, release: str) -> None:

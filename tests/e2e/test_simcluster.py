@@ -7,7 +7,8 @@ KHW_SIM_VARIANTS picks the variants (comma-separated; default `shipped,recommend
 beside kube-apiserver and etcd in KUBEBUILDER_ASSETS; one skip line otherwise.
 
 With KHW_E2E_KUBECONFIG (a kind or k3d cluster running Knative's real images; .github/workflows/e2e-kind.yml)
-the variants run in that cluster instead, one after another, each removing Knative before and after it:
+the variants run in that cluster instead, one after another, each removing Knative before and after it
+(only namespaces it installed: they carry the annotation simcluster.OWNED; a foreign Knative skips the test):
 install 1.20, the upgrade to 1.23, the drain of an activator's node, the HPA scale-out to 5 and a
 rollout restart of every Deployment (the preemption and zone-loss steps need the fake kubelets). The
 cluster is the test's alone: Knative Serving, Kourier and their CRDs are deleted from it.
@@ -77,6 +78,10 @@ class SimulatedCluster(unittest.TestCase):
             self.assertTrue(Path(self.kubeconfig).is_file(), f"KHW_E2E_KUBECONFIG={self.kubeconfig}: no such file")
             if not simcluster.takes_pods(self.kubeconfig):
                 self.skipTest(simcluster.REAL_SKIP_LINE)
+            foreign = simcluster.foreign_namespaces(self.kubeconfig)
+            if foreign:  # a Knative this suite did not install: it would delete it
+                self.skipTest(f"real cluster: skipped: {', '.join(foreign)} exist(s) without the "
+                              f"{simcluster.OWNED} annotation: not installed by this suite, which would delete it")
         elif not simcluster.assets_ready():
             self.skipTest(simcluster.SKIP_LINE)
         self.title = "real cluster" if self.kubeconfig else "simulated cluster"

@@ -254,7 +254,7 @@ fn check_warns_where_required_anti_affinity_can_strand_replicas() {
     let file = dir.path().join("zones.yaml");
     std::fs::write(
         &file,
-        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: zones}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n  podAntiAffinity: {type: Required, topologyKey: topology.kubernetes.io/zone}\n  workloads:\n  - {name: activator, replicas: 5}\n  - {name: controller, replicas: 2}\n",
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: zones}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n  podAntiAffinity: {type: Required, topologyKey: topology.kubernetes.io/zone}\n  podDisruptionBudget: {maxUnavailable: 1}\n  workloads:\n  - {name: activator, replicas: 5}\n  - {name: controller, replicas: 2}\n",
     )
     .unwrap();
     let out = run(&["check", file.to_str().unwrap()]);
@@ -311,6 +311,24 @@ fn check_warns_about_excluded_leader_elected_deployments() {
             "{}: document 1: warning: spec.exclude[1]: \"autoscaler-hpa\" runs Knative's leader election but is excluded, so it is not restarted when spec.leaderElection changes: it keeps reading the old settings until it restarts, and while its bucket count differs every key it reconciles has two leaders",
             file.display()
         )
+    );
+}
+
+#[test]
+fn check_warns_when_raised_replicas_meet_knatives_blocking_budgets() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("nobudget.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: s}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n",
+    )
+    .unwrap();
+    let out = run(&["check", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("document 1: warning: spec.replicas 3 without spec.podDisruptionBudget: the PodDisruptionBudgets Knative ships (minAvailable \"80%\") allow no voluntary disruption below 5 replicas, so every node drain would block; set spec.podDisruptionBudget (maxUnavailable: 1)"),
+        "{}",
+        stderr(&out)
     );
 }
 

@@ -18,6 +18,7 @@ mod cluster_source;
 mod cluster_unclaimed;
 mod cluster_watch_logs;
 mod engine_fixtures;
+mod engine_governed;
 mod engine_knative_ha;
 mod engine_leader_hash;
 mod engine_lifecycle;
