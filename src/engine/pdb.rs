@@ -105,9 +105,27 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     let mut changes = Vec::new();
     if let Some((field, value)) = wanted {
         let allows = disruption::disruptions_allowed(field == "minAvailable", value, n);
-        if allows.is_some_and(|a| a > 0) {
-            let want = Map::from_iter([(field.to_string(), int_or_string(value))]);
-            return write(t, &current, &want, None);
+        if let Some(a) = allows.filter(|a| *a > 0) {
+            return match release_field(t, &current)?.filter(|f| f != field) {
+                // The release sets the other field: the policy's budget goes
+                // there, at the replicas judged, so that a write that does
+                // not pass the webhook (the release's own apply while it is
+                // down, a GitOps sync) sets one field, never both.
+                Some(other) => {
+                    let v = if other == "minAvailable" { n - a } else { a };
+                    let want = Map::from_iter([(other.clone(), json!(v))]);
+                    let note = format!(
+                        "the policy's {field} {} {}, in the field the release sets",
+                        show(&int_or_string(value)),
+                        at(&runs)
+                    );
+                    write(t, &current, &want, None, Some(note))
+                }
+                None => {
+                    let want = Map::from_iter([(field.to_string(), int_or_string(value))]);
+                    write(t, &current, &want, None, None)
+                }
+            };
         }
         changes.push(t.change(format!(
             "warning: spec.{field} {} not written: {} it allows no voluntary disruption, so every node drain and cluster upgrade would block",
@@ -147,7 +165,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
             shown(&written),
             shown(&theirs)
         );
-        let (p, mut kept) = write(t, &current, &theirs, Some(why))?;
+        let (p, mut kept) = write(t, &current, &theirs, Some(why), None)?;
         changes.append(&mut kept);
         return Ok((p, changes));
     }
@@ -166,9 +184,24 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         // The policy's budget was held back; the engine's earlier one still allows a drain.
         return Ok((None, changes));
     };
-    let (p, mut restored) = write(t, &current, &original, Some(why))?;
+    let (p, mut restored) = write(t, &current, &original, Some(why), None)?;
     changes.append(&mut restored);
     Ok((p, changes))
+}
+
+/// The budget field the release sets: the recorded original's, else the
+/// one field the PDB holds now (None for none, or both).
+fn release_field(
+    t: &Target<'_>,
+    current: &Map<String, Value>,
+) -> Result<Option<String>, EngineError> {
+    let fields = match recorded(t, ORIGINAL)? {
+        Some(original) => original,
+        None => current.clone(),
+    };
+    Ok((fields.len() == 1)
+        .then(|| fields.keys().next().cloned())
+        .flatten())
 }
 
 /// `minAvailable 3` (the one field of a budget, as the user wrote it).
@@ -192,6 +225,7 @@ fn write(
     current: &Map<String, Value>,
     want: &Map<String, Value>,
     restore: Option<String>,
+    note: Option<String>,
 ) -> Result<Handled, EngineError> {
     if current == want {
         return Ok((None, Vec::new()));
@@ -233,9 +267,10 @@ fn write(
             String::new()
         }
     };
+    let note = note.map(|n| format!(" ({n})")).unwrap_or_default();
     Ok((
         Some(p),
-        vec![t.change(format!("{}{why}", parts.join(", ")))],
+        vec![t.change(format!("{}{note}{why}", parts.join(", ")))],
     ))
 }
 

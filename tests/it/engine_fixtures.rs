@@ -178,35 +178,32 @@ fn example_cases() -> Vec<Case> {
             ],
         },
         Case {
-            name: "activator-pdb: maxUnavailable 1 replaces minAvailable 80%",
+            name: "activator-pdb: maxUnavailable 1 of 5 as minAvailable 4, the release's field",
             kind: "PodDisruptionBudget",
             namespace: "knative-serving",
             object: "activator-pdb",
             patch: json!([
-                {"op": "add", "path": "/spec/maxUnavailable", "value": 1},
-                {"op": "remove", "path": "/spec/minAvailable"},
-                // Issue 22: what the engine replaced and wrote, recorded.
+                {"op": "replace", "path": "/spec/minAvailable", "value": 4},
+                // What the engine replaced and wrote, recorded.
                 {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}"}},
-                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"maxUnavailable\":1}"}
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"minAvailable\":4}"}
             ]),
             changes: &[
-                "poddisruptionbudget/activator-pdb: spec.maxUnavailable unset -> 1, spec.minAvailable \"80%\" -> removed (policy serving)",
+                "poddisruptionbudget/activator-pdb: spec.minAvailable \"80%\" -> 4 (the policy's maxUnavailable 1 with 5 replicas (spec.workloads[0].replicas), in the field the release sets) (policy serving)",
             ],
         },
         Case {
-            name: "webhook-pdb: maxUnavailable 1 replaces minAvailable 80%",
+            name: "webhook-pdb: maxUnavailable 1 of 3 as minAvailable 2, the release's field",
             kind: "PodDisruptionBudget",
             namespace: "knative-serving",
             object: "webhook-pdb",
             patch: json!([
-                {"op": "add", "path": "/spec/maxUnavailable", "value": 1},
-                {"op": "remove", "path": "/spec/minAvailable"},
-                // Issue 22: what the engine replaced and wrote, recorded.
+                {"op": "replace", "path": "/spec/minAvailable", "value": 2},
                 {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}"}},
-                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"maxUnavailable\":1}"}
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"minAvailable\":2}"}
             ]),
             changes: &[
-                "poddisruptionbudget/webhook-pdb: spec.maxUnavailable unset -> 1, spec.minAvailable \"80%\" -> removed (policy serving)",
+                "poddisruptionbudget/webhook-pdb: spec.minAvailable \"80%\" -> 2 (the policy's maxUnavailable 1 with 3 replicas (spec.replicas), in the field the release sets) (policy serving)",
             ],
         },
         Case {

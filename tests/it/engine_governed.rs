@@ -53,7 +53,8 @@ fn a_deployment_the_policy_names_is_governed_with_its_budget_and_hpa() {
                      "metadata": {"name": "my-app-pdb", "namespace": NS},
                      "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "my-app"}}}});
     let (out, changes) = run(&p, &pdb);
-    assert_eq!(out["spec"]["minAvailable"], 2, "{changes:?}");
+    // minAvailable 2 of 4, in the field the PDB sets.
+    assert_eq!(out["spec"]["maxUnavailable"], 2, "{changes:?}");
     let hpa = json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
                      "metadata": {"name": "my-app", "namespace": NS},
                      "spec": {"minReplicas": 1, "maxReplicas": 8,

@@ -259,8 +259,9 @@ fn p10_per_workload_pdb() {
         &p,
         &support::fixture("PodDisruptionBudget", NS, "activator-pdb"),
     );
-    assert_eq!(a["spec"]["maxUnavailable"], 2);
-    assert!(a["spec"].get("minAvailable").is_none());
+    // maxUnavailable 2 of 5, in the field the release sets.
+    assert_eq!(a["spec"]["minAvailable"], 3);
+    assert!(a["spec"].get("maxUnavailable").is_none());
     let (w, _) = run(
         &p,
         &support::fixture("PodDisruptionBudget", NS, "webhook-pdb"),

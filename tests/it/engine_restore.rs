@@ -142,8 +142,9 @@ fn a_later_policy_without_the_setting_puts_the_release_value_back() {
 
     let pdb = object("poddisruptionbudget/activator-pdb");
     let first = mutated(&required_zone(), &pdb);
-    assert_eq!(first["spec"]["maxUnavailable"], 1);
-    assert!(first["spec"].get("minAvailable").is_none());
+    // maxUnavailable 1 of 3, in the field the release sets.
+    assert_eq!(first["spec"]["minAvailable"], 2);
+    assert!(first["spec"].get("maxUnavailable").is_none());
     let second = mutated(&none, &first);
     assert_eq!(
         second["spec"], pdb["spec"],
@@ -208,12 +209,11 @@ fn the_records_are_the_release_values_json_text() {
         serde_json::to_value(&m.patch).unwrap(),
         // One record of the budget it replaced, one of what it wrote (engine::pdb).
         serde_json::json!([
-            {"op": "add", "path": "/spec/maxUnavailable", "value": 1},
-            {"op": "remove", "path": "/spec/minAvailable"},
+            {"op": "replace", "path": "/spec/minAvailable", "value": 4},
             {"op": "add", "path": "/metadata/annotations",
              "value": {"knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}"}},
             {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget",
-             "value": "{\"maxUnavailable\":1}"},
+             "value": "{\"minAvailable\":4}"},
         ])
     );
     let autoscaler = mutated(&required_zone(), &object("deployment/autoscaler"));
