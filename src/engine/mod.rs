@@ -318,7 +318,7 @@ pub fn mutate_governed(
     }
 }
 
-/// Why the change lines of [`ungoverned`] are made.
+/// Why the change lines of the undo of an ungoverned object are made.
 pub const UNGOVERNED_WHY: &str =
     "not one of Knative's Deployments and not named by the policy's workloads";
 
