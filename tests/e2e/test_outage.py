@@ -1,0 +1,137 @@
+"""When the webhook is not in the write path, and which objects it governs, on a real API server.
+
+The chart's webhook has `failurePolicy: Ignore`: while the server is down the API server admits writes
+unmutated (and counts them in `apiserver_admission_webhook_fail_open_count`). What the engine wrote must
+stay valid for every writer that bypasses it: Knative's own `kubectl apply` of the next release, client-
+and server-side (without `--force-conflicts`).
+"""
+
+from __future__ import annotations
+
+import json
+import unittest
+from pathlib import Path
+
+from base import GOVERNED, ClusterCase, summary, wait_for, webhook_metrics
+from install import KNATIVE, ROOT, WEBHOOK_NAME
+
+PREVIOUS = ROOT / "tests" / "fixtures" / "knative-v1.20.0"
+RELEASE_120 = tuple(PREVIOUS / f for f in ("2-serving-core.yaml", "3-serving-hpa.yaml", "net-kourier.yaml"))
+RELEASE_123 = tuple(KNATIVE / f for f in ("2-serving-core.yaml", "3-serving-hpa.yaml", "net-kourier.yaml"))
+
+
+class Outage(ClusterCase):
+    """Scenarios that stop the webhook on purpose: fail-opens are expected and only printed."""
+
+    def tearDown(self):
+        try:
+            m = webhook_metrics(self.api.raw("/metrics"))
+            print(f"\n  {self._testMethodName}: apiserver admission metrics for {WEBHOOK_NAME}: {summary(m)}")
+        finally:
+            self.install.stop_servers()
+            self.api.stop()
+        self.assertEqual(m["rejection_count"], 0, "the API server rejected writes because of the webhook")
+
+    def budgets(self) -> dict[str, dict]:
+        out = {}
+        for pdb in self.kubectl.json("-n", GOVERNED, "pdb")["items"]:
+            spec = pdb["spec"]
+            out[pdb["metadata"]["name"]] = {k: spec[k] for k in ("minAvailable", "maxUnavailable") if k in spec}
+        return out
+
+    def governed_120(self):
+        """Chart, server, the example policy Ready, then Knative v1.20.0 applied through the webhook."""
+        self.install_chart()
+        server = self.start_server()
+        self.apply_policy()
+        self.wait_policy("serving", "True")
+        self.apply_knative(*RELEASE_120)
+        return server
+
+    def test_release_applies_client_side_while_the_webhook_is_down(self):
+        server = self.governed_120()
+        governed = self.budgets()
+        self.assertEqual(governed["activator-pdb"], {"minAvailable": 4}, "the budget in the release's own field")
+        server.stop()
+        # Knative's upgrade with the webhook down: kubectl's three-way merge sets the release's
+        # minAvailable again; the PDB must not end with both fields (the API server refuses that).
+        for f in self.install.knative_files(*RELEASE_123):
+            r = self.kubectl.apply(str(f), check=False)
+            if r.returncode != 0:
+                r = self.kubectl.apply(str(f), check=False)
+            self.assertEqual(r.returncode, 0, f"kubectl apply of {f.name} with the webhook down: {r.stderr}")
+        after = self.budgets()
+        self.assertTrue(all(len(b) == 1 for b in after.values()), after)
+        m = webhook_metrics(self.api.raw("/metrics"))
+        self.assertGreater(m["fail_open_count"], 0, "the apply went through the API server's fail-open path")
+        print(f"\n  budgets: governed {governed}, after the release's apply with the webhook down {after}")
+
+    def ssa(self, *files: Path) -> list[str]:
+        """`kubectl apply --server-side` (no --force-conflicts) of each file; the failures' stderr."""
+        failed = []
+        for f in self.install.knative_files(*files):
+            r = self.kubectl.apply(str(f), "--server-side", check=False)
+            if r.returncode != 0 and "conflict" not in r.stderr:  # CRDs not yet established: once more
+                r = self.kubectl.apply(str(f), "--server-side", check=False)
+            if r.returncode != 0:
+                failed.append(f"{f.name}: {r.stderr.splitlines()[0] if r.stderr else r.returncode}")
+        return failed
+
+    def test_release_applies_server_side_while_the_webhook_is_down(self):
+        """A GitOps-style install (server-side apply throughout) governed by the webhook: the next
+        release's server-side apply, without --force-conflicts, with the webhook down."""
+        self.install_chart()
+        server = self.start_server()
+        self.apply_policy()
+        self.wait_policy("serving", "True")
+        self.assertEqual(self.ssa(*RELEASE_120), [])
+        self.assertEqual(self.budgets()["activator-pdb"], {"minAvailable": 4})
+        server.stop()
+        self.assertEqual(self.ssa(*RELEASE_123), [], "server-side apply of v1.23.0 with the webhook down")
+        self.assertTrue(all(len(b) == 1 for b in self.budgets().values()), self.budgets())
+
+    def test_server_side_over_client_side_conflicts_without_the_webhook_too(self):
+        """What the first server-side apply over a client-side install meets is kubectl's and Knative's,
+        not the webhook's: with no policy at all, the v1.23.0 server-side apply over a client-side
+        v1.20.0 conflicts with kubectl-client-side-apply on the fields the release changes (the docs
+        say to pass --force-conflicts once)."""
+        self.install_chart()
+        self.start_server()
+        self.apply_knative(*RELEASE_120)
+        failed = self.ssa(*RELEASE_123)
+        print(f"\n  no policy, server-side over client-side: {failed}")
+        self.assertTrue(any("conflict" in f and "kubectl-client-side-apply" in f for f in failed), failed)
+
+    def test_a_users_own_objects_are_admitted_unchanged(self):
+        self.install_chart()
+        self.start_server()
+        self.apply_policy()
+        self.wait_policy("serving", "True")
+        app = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "my-app", "namespace": GOVERNED},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "my-app"}},
+                        "template": {"metadata": {"labels": {"app": "my-app"}},
+                                     "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}}
+        pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+               "metadata": {"name": "redis-pdb", "namespace": GOVERNED},
+               "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "redis"}}}}
+        self.kubectl.run("create", "namespace", GOVERNED, check=False)
+        for obj in (app, pdb):
+            r = self.kubectl.run("apply", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(obj))
+            stored = json.loads(r.stdout)
+            self.assertEqual(stored["spec"].get("replicas", stored["spec"].get("maxUnavailable")), 1, r.stdout)
+            self.assertNotIn("(policy ", r.stderr, f"{obj['metadata']['name']} was mutated: {r.stderr}")
+        # The same Deployment named by the policy is governed.
+        named = Path(self.workdir) / "named.yaml"
+        named.write_text(Path(ROOT / "examples" / "policy.yaml").read_text().replace(
+            "  workloads:\n", "  workloads:\n    - name: my-app\n      replicas: 2\n"))
+        self.apply_policy(str(named))
+
+        def replicas() -> int:
+            r = self.kubectl.run("apply", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(app))
+            return json.loads(r.stdout)["spec"]["replicas"]
+
+        wait_for(lambda: replicas() == 2, "my-app, named in workloads, to be governed", 30)
+
+
+if __name__ == "__main__":
+    unittest.main()
