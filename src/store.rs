@@ -32,10 +32,10 @@ pub struct Snapshot {
 
 /// The namespaces no policy object names at all: not one in force, nor
 /// one that is invalid, in conflict, outside `--governed-namespaces` or
-/// never valid. There the engine's records are undone (issue 22: a
-/// deleted policy must not leave what it wrote, which breaks the release's
-/// next `kubectl apply`); a policy object that exists but is not in force
-/// never counts as none (undoing would lower HA behind a typo).
+/// never valid. Where the serve option to undo is on (`--undo-unclaimed`),
+/// the engine's records are undone there; by default a deleted policy
+/// changes nothing (`restore` undoes). A policy object that exists but is
+/// not in force never counts as none (undoing would lower HA behind a typo).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Unclaimed {
     /// Not known (the default; a source that cannot tell, e.g. a policy
@@ -100,8 +100,9 @@ impl Snapshot {
     }
 
     /// True when, once synced, no policy object names `namespace` at all
-    /// ([`Unclaimed`]): an object there carrying the engine's records gets
-    /// them undone ([`engine::restore::undo_unclaimed`]).
+    /// ([`Unclaimed`]): with `--undo-unclaimed`, an object there carrying
+    /// the engine's records gets them undone
+    /// ([`engine::restore::undo_unclaimed`]).
     pub fn unclaimed(&self, namespace: &str) -> bool {
         self.synced && !self.policies.contains_key(namespace) && self.unclaimed.contains(namespace)
     }

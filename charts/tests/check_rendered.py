@@ -60,8 +60,8 @@ def expected_reconcile_rules(dry_run: bool) -> list[dict]:
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["config-leader-election"],
          "verbs": ["get"] if dry_run else ["get", "patch"]},
     ] + ([] if dry_run else [
-        # an Event on each written object (src/reconcile/events.rs)
-        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        # an Event of its own on each write (src/reconcile/events.rs): created, never patched
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
     ])
 
 
@@ -573,6 +573,12 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         rc = v["reconcile"]
         names = ["KHW_RECONCILE", "KHW_RECONCILE_INTERVAL", "KHW_RECONCILE_DRY_RUN",
                  "KHW_RECONCILE_POD_TEMPLATES", "KHW_RECONCILE_RATE"]
+        # with or without the reconciler: admission undoes only with the opt-in
+        eq(env["KHW_UNDO_UNCLAIMED"].get("value"), str(v["undoWhenPolicyDeleted"]).lower(),
+           "KHW_UNDO_UNCLAIMED (undoWhenPolicyDeleted)")
+        if KHW_CMD:
+            res = subprocess.run([*KHW_CMD, "serve", "--help"], capture_output=True, text=True, check=False)
+            expect("env: KHW_UNDO_UNCLAIMED=" in res.stdout, "`serve --help` does not read KHW_UNDO_UNCLAIMED")
         if not rc["enabled"]:
             expect(not any(n in env for n in names + ["POD_NAME"]), f"reconcile off but env has {sorted(env)}")
             return
@@ -587,7 +593,8 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
             res = subprocess.run([*KHW_CMD, "serve", "--help"], capture_output=True, text=True, check=False)
             missing = [n for n in names if f"env: {n}=" not in res.stdout]
             expect(not missing, f"`serve --help` does not read {missing}")
-    rep.check(f"{label}: reconcile env (KHW_RECONCILE*, POD_NAME) follows reconcile values", reconcile_env)
+    rep.check(f"{label}: reconcile env (KHW_RECONCILE*, POD_NAME) follows reconcile values, "
+              "KHW_UNDO_UNCLAIMED undoWhenPolicyDeleted", reconcile_env)
 
     def tls():
         cfg = r.webhook_config
@@ -842,7 +849,10 @@ def check_defaults(r: Rendered, app_version: str) -> None:
     eq(args["--on-error"], "allow", "default --on-error")
     env = {e["name"]: e.get("value") for e in r.container.get("env", [])}
     eq((env.get("KHW_RECONCILE"), env.get("KHW_RECONCILE_DRY_RUN"), env.get("KHW_RECONCILE_POD_TEMPLATES")),
-       ("true", "true", "true"), "reconcile on by default in dry-run (first contact changes no running object)")
+       ("true", "false", "true"),
+       "reconcile on and writing by default (HA comes back by itself after writes admitted unmutated)")
+    eq(env.get("KHW_UNDO_UNCLAIMED"), "false",
+       "a deleted policy changes nothing by default (undoWhenPolicyDeleted: false)")
     expect("cert-manager.io/inject-ca-from" in r.webhook_config["metadata"].get("annotations", {}),
            "cert-manager is the default TLS mode")
     eq(r.container["image"], f"{r.values['image']['repository']}:{app_version}", "default image tag = appVersion")
@@ -944,7 +954,7 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
         ("cluster-rbac", "khw", "khw-system",
          {"rbac": {"scope": "cluster"}, "governedNamespaces": ["knative-serving", "knative-eventing"],
           "reconcile": {"dryRun": False}}),
-        ("cluster-rbac-dry-run", "khw", "khw-system", {"rbac": {"scope": "cluster"}}),
+        ("cluster-rbac-dry-run", "khw", "khw-system", {"rbac": {"scope": "cluster"}, "reconcile": {"dryRun": True}}),
         ("cluster-rbac-reconcile-off", "khw", "khw-system",
          {"rbac": {"scope": "cluster"}, "reconcile": {"enabled": False}}),
         ("reconcile-dry-run", "khw", "khw-system",
@@ -966,7 +976,7 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
          {"reconcile": {"dryRun": False, "podTemplates": False},
           "prometheusRule": {"enabled": True, "admissionErrorsWindow": "5m", "writeErrorsWindow": "1h"}}),
         ("customised", "edge", "platform",
-         {"fullnameOverride": "ha-hook", "replicaCount": 3,
+         {"fullnameOverride": "ha-hook", "replicaCount": 3, "undoWhenPolicyDeleted": True,
           "server": {"port": 9443, "metricsPort": 9191, "shutdownDelay": "20s", "logFormat": "text",
                      "onError": "deny", "extraEnv": [{"name": "RUST_LOG", "value": "debug"}]},
           "terminationGracePeriodSeconds": 45,
@@ -1022,6 +1032,7 @@ REJECTIONS = [
     ("reconcile.rate 0", "khw-system", ["reconcile.rate=0"], "rate"),
     ("reconcile.interval not a duration", "khw-system", ["reconcile.interval=often"], "interval"),
     ("unknown reconcile key", "khw-system", ["reconcile.writes=3"], "writes"),
+    ("undoWhenPolicyDeleted not a boolean", "khw-system", ["undoWhenPolicyDeleted=yes"], "undoWhenPolicyDeleted"),
     ("rbac.scope not namespaced/cluster", "khw-system", ["rbac.scope=everywhere"], "scope"),
 ]
 
@@ -1187,9 +1198,15 @@ def main() -> int:
                          f"curl -s localhost:{mport}/metrics",
                          "knativeha.dev/policy"):
                 expect(want in text, f"NOTES.txt lacks {want!r}")
-            if r.values["reconcile"]["dryRun"]:
-                want = f"helm upgrade {release} charts/knative-ha-webhook -n {ns} --reuse-values --set reconcile.dryRun=false"
+            if r.values["reconcile"]["enabled"]:
+                # how to leave the default (writing) for a dry run, or the dry run for writing
+                flip = "false" if r.values["reconcile"]["dryRun"] else "true"
+                want = f"helm upgrade {release} charts/knative-ha-webhook -n {ns} --reuse-values --set reconcile.dryRun={flip}"
                 expect(want in text, f"NOTES.txt lacks {want!r}")
+            # a deleted policy changes nothing unless undoWhenPolicyDeleted; restore undoes
+            want = ("undoWhenPolicyDeleted=true" if r.values["undoWhenPolicyDeleted"]
+                    else "knative-ha-webhook restore --namespace NS")
+            expect(want in text, f"NOTES.txt lacks {want!r}")
             expect("<chart>" not in text, "NOTES.txt has a <chart> placeholder")
             expect("{{" not in text and "<no value>" not in text, "NOTES.txt has unrendered parts")
             # An enabled ServiceMonitor/PrometheusRule the cluster has no API for is skipped: NOTES say

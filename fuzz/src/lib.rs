@@ -17,7 +17,10 @@ pub static SNAPSHOT: LazyLock<Snapshot> = LazyLock::new(oracle::example_snapshot
 /// broken property, on any answer that is not well formed or not repeatable.
 pub fn check_review(bytes: &[u8]) {
     for on_error in [OnError::Allow, OnError::Deny] {
-        let opts = ReviewOptions { on_error };
+        let opts = ReviewOptions {
+            on_error,
+            ..ReviewOptions::default()
+        };
         let reply = oracle::review(&SNAPSHOT, bytes, &opts);
         if let Err(e) = oracle::check_reply(&SNAPSHOT, &opts, bytes, &reply) {
             panic!("{e}\nreply: {}", reply.body);

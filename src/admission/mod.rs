@@ -57,6 +57,10 @@ pub enum OnError {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ReviewOptions {
     pub on_error: OnError,
+    /// `--undo-unclaimed`: where no policy object exists at all
+    /// ([`Snapshot::unclaimed`]), undo the engine's records on the objects
+    /// sent. Off (the default): such objects are admitted as they are.
+    pub undo_unclaimed: bool,
 }
 
 /// How a review ended; the `outcome` label of the request metrics.
@@ -194,7 +198,8 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
             if let Err(message) = apply_policy(&governed, object, &mut reply, &mut response, opts) {
                 return bad_request(message);
             }
-        } else if snapshot.unclaimed(&reply.namespace)
+        } else if opts.undo_unclaimed
+            && snapshot.unclaimed(&reply.namespace)
             && let Some(ObjectIn::Raw(raw)) = request.object
             && let Err(message) = undo_unclaimed(raw, &mut reply, &mut response, opts)
         {
@@ -239,7 +244,8 @@ fn apply_policy<'r>(
     Ok(())
 }
 
-/// Where no policy object exists ([`Snapshot::unclaimed`]): an object
+/// With `--undo-unclaimed` ([`ReviewOptions::undo_unclaimed`]), where no
+/// policy object exists ([`Snapshot::unclaimed`]): an object
 /// carrying the engine's records gets them undone
 /// ([`engine::restore::undo_unclaimed`]); one without is left alone after
 /// a look at its annotations ([`engine::view::records`]: its text scanned,

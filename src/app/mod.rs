@@ -63,6 +63,10 @@ pub struct Config {
     pub reconcile: Option<crate::reconcile::ReconcileConfig>,
     /// `--governed-namespaces`.
     pub governed: crate::scope::AllowedNamespaces,
+    /// `--undo-unclaimed`: where no policy object exists at all, admission
+    /// undoes the engine's records (the reconciler's part is
+    /// [`crate::reconcile::ReconcileConfig::undo_unclaimed`]).
+    pub undo_unclaimed: bool,
     /// The pod's name (`POD_NAME`): the instance of the cluster source's
     /// Event reporter.
     pub pod_name: Option<String>,
@@ -109,6 +113,7 @@ impl Config {
             policy_poll_interval: crate::sources::file::POLL_INTERVAL,
             reconcile: None,
             governed: crate::scope::AllowedNamespaces::all(),
+            undo_unclaimed: false,
             pod_name: None,
         }
     }

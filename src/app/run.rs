@@ -71,6 +71,7 @@ impl App {
             metrics,
             options: ReviewOptions {
                 on_error: config.on_error,
+                undo_unclaimed: config.undo_unclaimed,
             },
         };
         let settings = Settings {

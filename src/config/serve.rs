@@ -121,6 +121,13 @@ pub struct ServeArgs {
         value_name = "NS,..."
     )]
     pub governed_namespaces: Vec<String>,
+    /// Where no policy object names a namespace any more (its policy
+    /// deleted): undo the webhook's changes there, at admission and with
+    /// one reconciler pass. Off: a deleted policy changes nothing (the
+    /// objects keep their values and records); `knative-ha-webhook restore`
+    /// undoes.
+    #[arg(long = "undo-unclaimed", env = "KHW_UNDO_UNCLAIMED")]
+    pub undo_unclaimed: bool,
     #[command(flatten)]
     pub reconcile: ReconcileArgs,
     #[command(flatten)]
@@ -231,8 +238,12 @@ pub fn serve_config(args: &ServeArgs, env: &dyn Env) -> Result<ServeConfig> {
             PolicySource::Cluster { namespace }
         }
     };
-    let reconcile = reconcile_config(&args.reconcile, args.namespace.as_deref(), env)?
-        .map(|r| r.governed(governed.clone()));
+    let reconcile = reconcile_config(&args.reconcile, args.namespace.as_deref(), env)?.map(|r| {
+        ReconcileConfig {
+            undo_unclaimed: args.undo_unclaimed,
+            ..r.governed(governed.clone())
+        }
+    });
     let app = app::Config {
         listen: args.listen,
         metrics_listen: args.metrics_listen,
@@ -240,6 +251,7 @@ pub fn serve_config(args: &ServeArgs, env: &dyn Env) -> Result<ServeConfig> {
         on_error: args.on_error.into(),
         reconcile,
         governed,
+        undo_unclaimed: args.undo_unclaimed,
         pod_name: env.var("POD_NAME"),
         ..app::Config::new(tls, policy)
     };
@@ -303,5 +315,6 @@ pub fn reconcile_config(
         },
         poll: POLL_INTERVAL,
         governed: AllowedNamespaces::all(),
+        undo_unclaimed: false,
     }))
 }

@@ -323,3 +323,21 @@ fn listen_addresses_take_the_forms_users_write() {
     assert_eq!(serve.app.listen.to_string(), "127.0.0.1:8443");
     assert_eq!(serve.app.metrics_listen.to_string(), "0.0.0.0:9090");
 }
+
+/// A deleted policy changes nothing unless `--undo-unclaimed` asks for the
+/// undo, which admission and the reconciler then both make.
+#[test]
+fn undo_unclaimed_is_off_by_default_and_reaches_admission_and_the_reconciler() {
+    let reconcile = ["--reconcile", "--webhook-namespace", "khw"];
+    let off = serve_with(&reconcile).unwrap();
+    assert!(!off.app.undo_unclaimed, "admission undoes by default");
+    assert!(
+        !off.app.reconcile.expect("reconcile on").undo_unclaimed,
+        "the reconciler undoes by default"
+    );
+    let on = serve_with(&[&reconcile[..], &["--undo-unclaimed"]].concat()).unwrap();
+    assert!(on.app.undo_unclaimed);
+    assert!(on.app.reconcile.expect("reconcile on").undo_unclaimed);
+    let without_reconcile = serve_with(&["--undo-unclaimed"]).unwrap();
+    assert!(without_reconcile.app.undo_unclaimed && without_reconcile.app.reconcile.is_none());
+}

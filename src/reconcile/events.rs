@@ -3,31 +3,50 @@
 //! who asks "what did the webhook change here, when, and why". The Event is
 //! written after the object; a failure to write it is logged and never fails
 //! the run.
+//!
+//! Each write gets an Event of its own (`events.k8s.io/v1`, created under a
+//! name unique to the write), carrying that write's changes. kube's
+//! `Recorder` is not used: it folds every Event with the same object, reason
+//! and action into the first one's series (count 2, the first message), so a
+//! second write to an object showed the first write's changes.
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::PostParams;
 use serde_json::Value;
 
 /// The Event's reason on every written object.
 pub const REASON: &str = "HighAvailabilityApplied";
 /// The Event's action.
 pub const ACTION: &str = "Reconcile";
+/// The Event's reporting controller.
+pub const CONTROLLER: &str = "knative-ha-webhook";
 /// An Event note holds at most 1 kB.
 const NOTE_BYTES: usize = 1024;
+/// An object name is at most 253 characters; so is the Event's name, which
+/// adds `.` and up to 32 hex digits of the write's time.
+const NAME_BYTES: usize = 253 - 33;
 
-/// The recorder of `identity` (the Lease holder's name, e.g. the pod).
-pub fn recorder(client: kube::Client, identity: &str) -> Recorder {
-    Recorder::new(
+/// Writes the Events of one reconciler (the Lease holder, e.g. the pod).
+#[derive(Clone)]
+pub struct EventWriter {
+    client: kube::Client,
+    instance: String,
+}
+
+/// The Event writer of `identity` (the Lease holder's name, e.g. the pod).
+pub fn writer(client: kube::Client, identity: &str) -> EventWriter {
+    EventWriter {
         client,
-        Reporter {
-            controller: "knative-ha-webhook".into(),
-            instance: Some(identity.to_string()),
-        },
-    )
+        instance: identity.to_string(),
+    }
 }
 
 /// The reference an Event about `object` carries (apiVersion, kind,
-/// namespace, name, uid, resourceVersion as read).
+/// namespace, name, uid).
 pub fn reference(object: &Value) -> ObjectReference {
     let text = |v: &Value| v.as_str().map(str::to_string);
     let meta = &object["metadata"];
@@ -41,32 +60,60 @@ pub fn reference(object: &Value) -> ObjectReference {
     }
 }
 
-/// The Event for a written object whose changes are `changes` (the log
-/// line's text), clipped to what a note holds.
-pub fn event(changes: &str) -> Event {
+/// The Event's name: the object's (clipped), then the write's time in
+/// nanoseconds as hex, as client-go names Events: one per write.
+pub fn name(object_name: &str, at: Timestamp) -> String {
+    let mut end = object_name.len().min(NAME_BYTES);
+    while !object_name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}.{:x}", &object_name[..end], at.as_nanosecond())
+}
+
+/// The Event of one write to `regarding`, made at `at` by `instance`, whose
+/// changes are `changes` (the log line's text), clipped to what a note holds.
+pub fn event(regarding: ObjectReference, changes: &str, instance: &str, at: Timestamp) -> Event {
+    let object_name = regarding.name.clone().unwrap_or_else(|| CONTROLLER.into());
     Event {
-        type_: EventType::Normal,
-        reason: REASON.into(),
+        metadata: ObjectMeta {
+            namespace: regarding.namespace.clone(),
+            name: Some(name(&object_name, at)),
+            ..ObjectMeta::default()
+        },
+        type_: Some("Normal".into()),
+        reason: Some(REASON.into()),
+        action: Some(ACTION.into()),
         note: Some(crate::telemetry::clip(changes, NOTE_BYTES - 32)),
-        action: ACTION.into(),
-        secondary: None,
+        event_time: Some(MicroTime(at)),
+        regarding: Some(regarding),
+        reporting_controller: Some(CONTROLLER.into()),
+        reporting_instance: Some(instance.to_string()),
+        ..Event::default()
     }
 }
 
-/// Publishes the Event for `object`, written with `changes`.
-pub async fn written(recorder: &Recorder, object: &Value, changes: &str) {
-    let reference = reference(object);
-    if let Err(err) = recorder.publish(&event(changes), &reference).await {
-        tracing::warn!(
-            kind = reference.kind.as_deref().unwrap_or(""),
-            name = reference.name.as_deref().unwrap_or(""),
-            error = %crate::errors::Chain(&err), "reconcile: event write failed"
-        );
+impl EventWriter {
+    /// Creates the Event of one write to `object`, whose changes are `changes`.
+    pub async fn written(&self, object: &Value, changes: &str) {
+        let regarding = reference(object);
+        let namespace = regarding.namespace.clone().unwrap_or_default();
+        let (kind, name) = (regarding.kind.clone(), regarding.name.clone());
+        let event = event(regarding, changes, &self.instance, Timestamp::now());
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        if let Err(err) = api.create(&PostParams::default(), &event).await {
+            tracing::warn!(
+                kind = kind.as_deref().unwrap_or(""),
+                namespace = %namespace,
+                name = name.as_deref().unwrap_or(""),
+                error = %crate::errors::Chain(&err), "reconcile: event write failed"
+            );
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::jiff::Timestamp;
     use serde_json::json;
 
     #[test]
@@ -79,9 +126,33 @@ mod tests {
         assert_eq!(r.namespace.as_deref(), Some("knative-serving"));
         assert_eq!(r.name.as_deref(), Some("controller"));
         assert_eq!(r.uid.as_deref(), Some("u-1"));
-        let e = super::event("deployment/controller: spec.replicas 1 -> 3 (policy serving)");
-        assert_eq!(e.reason, super::REASON);
+        let at = Timestamp::from_second(1_700_000_000).unwrap();
+        let note = "deployment/controller: spec.replicas 1 -> 3 (policy serving)";
+        let e = super::event(r.clone(), note, "pod-a", at);
+        assert_eq!(e.reason.as_deref(), Some(super::REASON));
+        assert_eq!(e.action.as_deref(), Some(super::ACTION));
+        assert_eq!(e.note.as_deref(), Some(note));
+        assert_eq!(e.regarding.as_ref(), Some(&r));
+        assert_eq!(e.metadata.namespace.as_deref(), Some("knative-serving"));
+        assert_eq!(e.reporting_instance.as_deref(), Some("pod-a"));
+        assert!(e.series.is_none(), "one write is one occurrence");
         let long = "x".repeat(5000);
-        assert!(super::event(&long).note.unwrap().len() <= 1024);
+        let clipped = super::event(r, &long, "pod-a", at).note.unwrap();
+        assert!(clipped.len() <= 1024);
+    }
+
+    /// Two writes, two names (kube's Recorder folded the second into the
+    /// first Event's series); a long object name is clipped to fit.
+    #[test]
+    fn each_write_gets_its_own_name() {
+        let at = Timestamp::from_second(1_700_000_000).unwrap();
+        let later = Timestamp::from_nanosecond(at.as_nanosecond() + 1).unwrap();
+        assert_ne!(
+            super::name("controller", at),
+            super::name("controller", later)
+        );
+        assert!(super::name("controller", at).starts_with("controller."));
+        let long = "a".repeat(253);
+        assert!(super::name(&long, at).len() <= 253);
     }
 }

@@ -17,9 +17,10 @@
 //!
 //! - [`reconciler`]: the running reconciler; [`schedule`]: which
 //!   namespaces are due; [`lease`]: leader election.
-//! - [`run`]: one run over some namespaces, object by object, paced by
-//!   [`rate`], told in a [`report`]; [`plan`]: pure drift computation
-//!   (which changes roll pods);
+//! - [`run`]: one run over some namespaces, object by object
+//!   (`config-leader-election` before the Deployments), paced by [`rate`],
+//!   told in a [`report`] and in one Event per write ([`events`]);
+//!   [`plan`]: pure drift computation (which changes roll pods);
 //!   [`objects`]: list/get/patch of governed objects.
 //! - [`metrics`]: the reconcile metrics. [`audit`]: the `audit` command.
 //!   [`restore`]: the `restore` command (the release values back).
@@ -68,6 +69,9 @@ pub struct ReconcileConfig {
     pub poll: Duration,
     /// `--governed-namespaces`: no other namespace is ever read or written.
     pub governed: AllowedNamespaces,
+    /// `--undo-unclaimed`: one restore pass over a namespace whose policy
+    /// was deleted ([`Pass::restore`]). Off: a deletion changes nothing.
+    pub undo_unclaimed: bool,
 }
 
 impl ReconcileConfig {
@@ -93,6 +97,7 @@ impl ReconcileConfig {
             },
             poll: Duration::from_millis(50),
             governed: AllowedNamespaces::all(),
+            undo_unclaimed: false,
         }
     }
 }

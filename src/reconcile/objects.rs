@@ -46,7 +46,9 @@ fn to_value(kind: Kind, obj: &DynamicObject) -> Result<Value> {
 /// The governed objects of one namespace.
 #[derive(Clone, Debug, Default)]
 pub struct Listed {
-    /// Deployments, HPAs, PDBs and `config-leader-election`, in that order.
+    /// `config-leader-election` first, then Deployments, HPAs and PDBs: a
+    /// pass (and `restore`) writes in this order, so pods that a Deployment
+    /// write starts read the new leader-election keys.
     pub objects: Vec<Value>,
     /// Deployments some listed HPA scales.
     pub hpa_targets: BTreeSet<String>,
@@ -91,9 +93,20 @@ async fn list_all(
     }
 }
 
-/// Lists the governed objects of `namespace`.
+/// Lists the governed objects of `namespace`, in [`Listed::objects`]'s order.
 pub async fn list_namespace(client: &kube::Client, namespace: &str) -> Result<Listed> {
     let mut listed = Listed::default();
+    if let Some(cm) = get(
+        client,
+        Kind::ConfigMap,
+        namespace,
+        LEADER_ELECTION_CONFIGMAP,
+    )
+    .await?
+    {
+        listed.leader_election = Some(configmap::context_data(&cm));
+        listed.objects.push(cm);
+    }
     for kind in [
         Kind::Deployment,
         Kind::HorizontalPodAutoscaler,
@@ -113,17 +126,6 @@ pub async fn list_namespace(client: &kube::Client, namespace: &str) -> Result<Li
             }
             listed.objects.push(v);
         }
-    }
-    if let Some(cm) = get(
-        client,
-        Kind::ConfigMap,
-        namespace,
-        LEADER_ELECTION_CONFIGMAP,
-    )
-    .await?
-    {
-        listed.leader_election = Some(configmap::context_data(&cm));
-        listed.objects.push(cm);
     }
     Ok(listed)
 }

@@ -22,7 +22,7 @@ pub struct Reconciler {
     store: PolicyStore,
     metrics: ReconcileMetrics,
     /// Events on the objects it writes ([`super::events`]).
-    events: kube::runtime::events::Recorder,
+    events: super::events::EventWriter,
 }
 
 /// A reconciler running in the background (see [`Reconciler::spawn`]).
@@ -46,7 +46,7 @@ impl Reconciler {
         store: PolicyStore,
         metrics: ReconcileMetrics,
     ) -> Reconciler {
-        let events = super::events::recorder(client.clone(), &config.lease.identity);
+        let events = super::events::writer(client.clone(), &config.lease.identity);
         Reconciler {
             client,
             config,
@@ -101,17 +101,22 @@ impl Reconciler {
                 }
                 _ = poll.tick() => {}
             }
-            // Every replica remembers which namespaces it saw governed, so
-            // that a new leader knows where a policy was deleted.
-            released.observe(&self.store.load());
+            // With --undo-unclaimed, every replica remembers which
+            // namespaces it saw governed, so that a new leader knows where a
+            // policy was deleted.
+            if self.config.undo_unclaimed {
+                released.observe(&self.store.load());
+            }
             if !*leader_rx.borrow() {
                 continue;
             }
             let (leader, stopping) = (leader_rx.clone(), stop.clone());
             let may_write = move || *leader.borrow() && !*stopping.borrow();
             self.tick(&mut schedule, &mut limiter, &may_write).await;
-            self.restore_released(&mut released, &mut limiter, &may_write)
-                .await;
+            if self.config.undo_unclaimed {
+                self.restore_released(&mut released, &mut limiter, &may_write)
+                    .await;
+            }
         }
         let _ = election.await;
         tracing::info!("reconciler stopped");
@@ -126,6 +131,7 @@ impl Reconciler {
             dry_run = config.dry_run,
             pod_templates = config.pod_templates,
             rate = config.rate,
+            undo_unclaimed = config.undo_unclaimed,
             "reconciler starting"
         );
     }
@@ -145,8 +151,9 @@ impl Reconciler {
         }
     }
 
-    /// As the leader: one pass over the namespaces whose policy was deleted
-    /// ([`Released`]), undoing the engine's records there.
+    /// As the leader, with `--undo-unclaimed`: one pass over the namespaces
+    /// whose policy was deleted ([`Released`]), undoing the engine's records
+    /// there.
     async fn restore_released(
         &self,
         released: &mut Released,
@@ -212,10 +219,11 @@ impl Reconciler {
     }
 }
 
-/// The namespaces this process saw governed, for one restore pass each once
-/// no policy object names them any more (their policy deleted): the
-/// reconciler's part of issue 22 item 5 (admission undoes the records of
-/// the objects it is sent; this pass, of the others).
+/// With `--undo-unclaimed`: the namespaces this process saw governed, for
+/// one restore pass each once no policy object names them any more (their
+/// policy deleted): the reconciler's part of issue 22 item 5 (admission
+/// undoes the records of the objects it is sent; this pass, of the others).
+/// Without it a deletion changes nothing; `restore` undoes.
 #[derive(Debug, Default)]
 pub(super) struct Released {
     /// Had a policy in force since this process started, not restored since.

@@ -247,8 +247,9 @@ fn readmitted(written: &Value) -> Result<(), String> {
     }
 }
 
-/// The reconciler's plan for an object of a namespace no policy object
-/// names any more (its policy deleted): [`engine::restore::undo_unclaimed`]'s
+/// With `--undo-unclaimed`, the reconciler's plan for an object of a
+/// namespace no policy object names any more (its policy deleted):
+/// [`engine::restore::undo_unclaimed`]'s
 /// patch as a [`super::Drift`]. With `pod_templates == false`, a patch that
 /// touches the pod template, or of `config-leader-election` (its keys take
 /// effect on the restart the template change makes), is held back whole: no

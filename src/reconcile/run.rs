@@ -9,6 +9,7 @@ use json_patch::Patch;
 use serde_json::Value;
 
 use super::error::{self, Result};
+use super::events::EventWriter;
 use super::metrics::ReconcileMetrics;
 use super::objects;
 use super::plan::{self, Drift};
@@ -17,7 +18,6 @@ use super::report::{ObjectResult, RunReport};
 use crate::engine::{Context, Kind};
 use crate::policy::Policy;
 use crate::store::Snapshot;
-use kube::runtime::events::Recorder;
 
 pub use super::error::MAX_ATTEMPTS;
 
@@ -48,7 +48,7 @@ pub struct Pass<'a> {
     pub limiter: &'a mut RateLimiter,
     pub metrics: &'a ReconcileMetrics,
     pub may_write: &'a dyn MayWrite,
-    pub events: Option<&'a Recorder>,
+    pub events: Option<&'a EventWriter>,
 }
 
 impl Pass<'_> {
@@ -73,7 +73,8 @@ impl Pass<'_> {
         Run::new(self).over(selected).await
     }
 
-    /// Once over `namespaces`, which no policy object names any more (their
+    /// With `--undo-unclaimed` ([`super::ReconcileConfig::undo_unclaimed`]),
+    /// once over `namespaces`, which no policy object names any more (their
     /// policy deleted, [`Snapshot::unclaimed`]): every object carrying the
     /// engine's records gets them undone, as at admission
     /// ([`crate::engine::restore::undo_unclaimed`]); objects without records
@@ -372,8 +373,8 @@ impl Run<'_> {
                 tracing::info!(kind, namespace, name, changes = %changes,
                     attempts = attempt, pod_template_ops_left_out = drift.held_back,
                     "reconcile: written");
-                if let Some(recorder) = self.pass.events {
-                    super::events::written(recorder, current, changes).await;
+                if let Some(events) = self.pass.events {
+                    events.written(current, changes).await;
                 }
                 Attempt::Done(Reconciled {
                     result: ObjectResult::Written { attempts: attempt },

@@ -30,7 +30,7 @@ class Lifecycle(ClusterCase):
         wait_for(lambda: self.reconcile_runs(server) > start, "a reconcile run", limit_s)
 
     def test_drift_repaired_and_audit_exit_codes(self):
-        server = self.governed_install("reconcile.interval=3s")  # the chart's default: dry run
+        server = self.governed_install("reconcile.interval=3s", "reconcile.dryRun=true")  # dry run first
         r = self.audit()
         self.assertEqual(r.returncode, 0, f"in line after install: {r.stdout}{r.stderr}")
         self.kubectl.run("-n", GOVERNED, "scale", "deployment", "controller", "--replicas=1")
@@ -153,27 +153,40 @@ class Lifecycle(ClusterCase):
         annotations = self.kubectl.json("-n", GOVERNED, "deployment", "controller")["metadata"].get("annotations", {})
         self.assertEqual([k for k in annotations if k.startswith("knativeha.dev/")], [], "records left")
 
-    def test_policy_deleted_then_the_release_applies_again(self):
-        """Issue 22 item 5: with the policy deleted (the webhook still installed, nothing restored by hand),
-        the release's next `kubectl apply` succeeds: the webhook undoes its records on the objects the apply
-        writes (the PDBs' re-added minAvailable beside maxUnavailable failed before)."""
-        self.governed_install()
-        pdb = self.kubectl.json("-n", GOVERNED, "pdb", "activator-pdb")["spec"]
-        self.assertEqual(pdb.get("maxUnavailable"), 1, "governed first")
+    def test_policy_deleted_changes_nothing_and_the_release_applies_again(self):
+        """A deleted policy (an accident, a GitOps prune) drops no HA by itself: the objects keep their
+        values; the release's next `kubectl apply` succeeds (each PDB keeps one budget field); `restore`
+        is the one command that puts the release back."""
+        self.governed_install("reconcile.interval=3s")
+        governed = self.kubectl.json("-n", GOVERNED, "pdb", "activator-pdb")["spec"]
+        self.assertEqual(governed.get("minAvailable"), 4, "governed first, in the release's field")
         self.kubectl.run("delete", "highavailabilitypolicy", "serving")
         wait_for(lambda: self.probe_replicas() == 1, "the namespace to be ungoverned", 30)
+        time.sleep(5)  # more than a reconcile interval: nothing may undo it meanwhile
+        self.assertEqual(self.replicas("autoscaler"), 3, "the policy's replicas stay")
+        self.assertEqual(self.kubectl.json("-n", GOVERNED, "pdb", "activator-pdb")["spec"].get("minAvailable"), 4)
         for f in self.install.knative_files():
             r = self.kubectl.apply(str(f), check=False)
             self.assertEqual(r.returncode, 0, f"kubectl apply -f {f.name} with the policy deleted: {r.stderr}")
         for name in ("activator-pdb", "webhook-pdb"):
-            obj = self.kubectl.json("-n", GOVERNED, "pdb", name)
-            self.assertEqual(obj["spec"].get("minAvailable"), "80%", name)
-            self.assertNotIn("maxUnavailable", obj["spec"], name)
-            records = [k for k in obj["metadata"].get("annotations", {}) if k.startswith("knativeha.dev/")]
-            self.assertEqual(records, [], f"{name}: records left")
+            spec = self.kubectl.json("-n", GOVERNED, "pdb", name)["spec"]
+            self.assertEqual(spec.get("minAvailable"), "80%", name)  # the release's apply set its own value
+            self.assertNotIn("maxUnavailable", spec, name)
+        r = self.cli("restore", "--kubeconfig", self.api.kubeconfig, "--namespace", GOVERNED)
+        self.assertEqual(r.returncode, 0, f"{r.stdout}{r.stderr}")
         self.assertEqual(self.kubectl.json("-n", GOVERNED, "hpa", "activator")["spec"]["minReplicas"], 1)
-        self.assertEqual(self.replicas("autoscaler"), 1, "the release's replicas")
-        self.assertEqual(self.replicas("controller"), 1, "the release sets none: the record (unset) is put back")
+        self.assertEqual(self.replicas("autoscaler"), 1, "the release's replicas, by restore")
+        annotations = self.kubectl.json("-n", GOVERNED, "deployment", "controller")["metadata"].get("annotations", {})
+        self.assertEqual([k for k in annotations if k.startswith("knativeha.dev/")], [], "records left")
+
+    def test_policy_deleted_with_the_undo_opted_in(self):
+        """`undoWhenPolicyDeleted=true` (serve --undo-unclaimed): the webhook and the reconciler put the
+        release's values back once the policy is gone."""
+        self.governed_install("reconcile.interval=3s", "undoWhenPolicyDeleted=true")
+        self.kubectl.run("delete", "highavailabilitypolicy", "serving")
+        wait_for(lambda: self.replicas("autoscaler") == 1, "the reconciler to put the release's replicas back", 60)
+        spec = self.kubectl.json("-n", GOVERNED, "pdb", "activator-pdb")["spec"]
+        self.assertEqual(spec.get("minAvailable"), "80%")
 
     def test_opt_out_label_is_honoured_everywhere(self):
         """Issue 22 item 6 (was pinned: preview patched it, the reconciler scaled it back)."""

@@ -1,8 +1,9 @@
 //! Issue 22 item 5 in the cluster source: the namespaces no policy object
-//! names at all (`Snapshot::unclaimed`), where `/mutate` undoes the
-//! engine's records. A policy object that exists but is not in force
-//! (invalid, never valid, or one whose target cannot be read) never leaves
-//! its namespace unclaimed: undoing there would lower HA behind a typo.
+//! names at all (`Snapshot::unclaimed`). By default a deleted policy changes
+//! nothing there (`restore` undoes); with `--undo-unclaimed`, `/mutate`
+//! undoes the engine's records. A policy object that exists but is not in
+//! force (invalid, never valid, or one whose target cannot be read) never
+//! leaves its namespace unclaimed: undoing there would lower HA behind a typo.
 
 use crate::support;
 use crate::support::cluster as cluster_harness;
@@ -11,7 +12,7 @@ use crate::support::router;
 
 use cluster_harness::{GROUP, HAPS, Harness, OWN_NS, hap_with_spec as hap};
 use fakeapi::FakeApi;
-use knative_ha_webhook::admission::ReviewOptions;
+use knative_ha_webhook::admission::{OnError, ReviewOptions};
 use router::Mutate;
 use serde_json::{Value, json};
 use support::wait_until;
@@ -39,13 +40,17 @@ fn reapplied_pdb() -> Value {
     pdb
 }
 
-/// `/mutate` over the source's store for an UPDATE of `object`: the
-/// `response`.
-async fn mutate(h: &Harness, object: &Value) -> Value {
+/// `--undo-unclaimed`.
+const UNDO: ReviewOptions = ReviewOptions {
+    on_error: OnError::Allow,
+    undo_unclaimed: true,
+};
+
+/// `/mutate` over the source's store for an UPDATE of `object` under
+/// `options`: the `response`.
+async fn mutate(h: &Harness, object: &Value, options: ReviewOptions) -> Value {
     let review = support::corpus::review("u-1", "UPDATE", SERVING, object);
-    let (status, mut body) = Mutate::new(h.store.clone(), ReviewOptions::default())
-        .post(&review)
-        .await;
+    let (status, mut body) = Mutate::new(h.store.clone(), options).post(&review).await;
     assert_eq!(status, 200);
     body["response"].take()
 }
@@ -66,12 +71,12 @@ async fn an_invalid_policy_object_claims_its_namespace_until_it_is_deleted() {
     );
     assert!(!snapshot.unclaimed(SERVING), "but it exists");
     assert!(snapshot.unclaimed(EVENTING), "it claims its target only");
-    let response = mutate(&h, &reapplied_pdb()).await;
+    let response = mutate(&h, &reapplied_pdb(), UNDO).await;
     assert!(response.get("patch").is_none(), "{response}");
 
     h.api.delete(GROUP, HAPS, "", "broken");
     wait_unclaimed(&h, SERVING).await;
-    let response = mutate(&h, &reapplied_pdb()).await;
+    let response = mutate(&h, &reapplied_pdb(), UNDO).await;
     assert!(
         response["patch"].is_string(),
         "the records undone: {response}"
@@ -97,6 +102,41 @@ async fn a_deleted_policy_leaves_its_namespace_unclaimed() {
     assert!(!h.store.load().unclaimed(SERVING));
     h.api.delete(GROUP, HAPS, "", "serving");
     wait_unclaimed(&h, SERVING).await;
+}
+
+/// By default (no `--undo-unclaimed`) a deleted policy changes nothing: the
+/// release's next write of an object carrying the engine's records (and the
+/// policy's values) is admitted as it is, an empty patch, no warning.
+#[tokio::test]
+async fn by_default_a_deleted_policy_leaves_the_objects_as_they_are() {
+    let h = Harness::synced(FakeApi::start().await).await;
+    h.api.create(
+        GROUP,
+        HAPS,
+        hap(
+            "serving",
+            json!({"targetNamespace": SERVING, "podDisruptionBudget": {"maxUnavailable": 1}}),
+        ),
+    );
+    let store = h.store.clone();
+    wait_until("the policy in force", async || {
+        store.load().policy_for(SERVING).map(|_| ())
+    })
+    .await;
+    h.api.delete(GROUP, HAPS, "", "serving");
+    wait_unclaimed(&h, SERVING).await;
+    let response = mutate(&h, &reapplied_pdb(), ReviewOptions::default()).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(
+        response.get("patch").is_none(),
+        "records undone without --undo-unclaimed: {response}"
+    );
+    assert!(response.get("warnings").is_none(), "{response}");
+    let response = mutate(&h, &reapplied_pdb(), UNDO).await;
+    assert!(
+        response["patch"].is_string(),
+        "with --undo-unclaimed the records are undone: {response}"
+    );
 }
 
 #[tokio::test]

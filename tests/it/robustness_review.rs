@@ -48,9 +48,11 @@ static REVIEWS: LazyLock<Vec<(String, Value)>> = LazyLock::new(|| {
 const OPTIONS: [ReviewOptions; 2] = [
     ReviewOptions {
         on_error: OnError::Allow,
+        undo_unclaimed: false,
     },
     ReviewOptions {
         on_error: OnError::Deny,
+        undo_unclaimed: false,
     },
 ];
 

@@ -452,6 +452,7 @@ async fn engine_error_is_admitted_with_a_warning_or_denied() {
         PolicyStore::new(example_snapshot()),
         ReviewOptions {
             on_error: knative_ha_webhook::admission::OnError::Deny,
+            ..ReviewOptions::default()
         },
     );
     let (status, body) = deny.post(&review_body).await;
