@@ -9,6 +9,7 @@ and server-side (without `--force-conflicts`).
 from __future__ import annotations
 
 import json
+import time
 import unittest
 from pathlib import Path
 
@@ -64,7 +65,14 @@ class Outage(ClusterCase):
         self.assertTrue(all(len(b) == 1 for b in after.values()), after)
         m = webhook_metrics(self.api.raw("/metrics"))
         self.assertGreater(m["fail_open_count"], 0, "the apply went through the API server's fail-open path")
-        print(f"\n  budgets: governed {governed}, after the release's apply with the webhook down {after}")
+        drifted = self.audit()
+        self.assertEqual(drifted.returncode, 1, f"the outage left drift: {drifted.stdout}{drifted.stderr}")
+        # The webhook back, with the chart's defaults: its reconciler's first pass runs at once and repairs.
+        start = time.monotonic()
+        self.start_server("webhook-1")
+        wait_for(lambda: self.audit().returncode == 0, "HA back after the outage (audit exit 0)", 60)
+        print(f"\n  budgets: governed {governed}, after the release's apply with the webhook down {after}; "
+              f"in line again {time.monotonic() - start:.1f}s after the webhook restarted")
 
     def ssa(self, *files: Path) -> list[str]:
         """`kubectl apply --server-side` (no --force-conflicts) of each file; the failures' stderr."""
