@@ -75,6 +75,29 @@ pub const LEADER_ELECTED_DEPLOYMENTS: &[&str] = &[
     "mt-broker-controller",
 ];
 
+/// In [`Context::hpa_targets`]: an HPA that carries the opt-out label
+/// ([`SKIP_LABEL`]) targets the Deployment named after this prefix (a
+/// Deployment name holds no `:`). The policy does not raise such an HPA, so
+/// its Deployment runs what it runs without the policy.
+pub const SKIPPED_HPA_TARGET: &str = "knativeha.dev/skipped-hpa:";
+
+/// The entry of [`Context::hpa_targets`] for an HPA targeting `deployment`
+/// (`labels`: the HPA's labels, to see the opt-out label).
+pub fn hpa_target_entry(
+    deployment: &str,
+    labels: Option<&serde_json::Map<String, Value>>,
+) -> String {
+    let skipped = labels
+        .and_then(|l| l.get(SKIP_LABEL))
+        .and_then(Value::as_str)
+        .is_some_and(|v| v == "true");
+    if skipped {
+        format!("{SKIPPED_HPA_TARGET}{deployment}")
+    } else {
+        deployment.to_string()
+    }
+}
+
 /// The API group of the Knative Operator's resources.
 pub const OPERATOR_API_GROUP: &str = "operator.knative.dev";
 

@@ -99,7 +99,17 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         _ => None,
     };
     let deployment = app.or(t.name.strip_suffix("-pdb")).unwrap_or(t.name);
-    let runs = disruption::replicas_of(&t.policy.spec, deployment);
+    let runs = if t.hpa_skipped(deployment) {
+        Fewest {
+            replicas: 1,
+            source: format!(
+                "its HPA carries the opt-out label {}, so the policy does not raise it: counted as the 1 Knative ships",
+                super::SKIP_LABEL
+            ),
+        }
+    } else {
+        disruption::replicas_of(&t.policy.spec, deployment)
+    };
     let n = i64::from(runs.replicas);
     let current = budget(t.object_at(&["spec"])?);
     let mut changes = Vec::new();

@@ -142,7 +142,18 @@ impl Target<'_> {
     }
 
     pub fn is_hpa_backed(&self, deployment: &str) -> bool {
-        HPA_BACKED_DEPLOYMENTS.contains(&deployment) || self.hpa_targets.contains(deployment)
+        HPA_BACKED_DEPLOYMENTS.contains(&deployment)
+            || self.hpa_targets.contains(deployment)
+            || self.hpa_skipped(deployment)
+    }
+
+    /// True when the HPA scaling `deployment` carries the opt-out label:
+    /// the policy does not raise it ([`super::SKIPPED_HPA_TARGET`]).
+    pub fn hpa_skipped(&self, deployment: &str) -> bool {
+        !self.hpa_targets.is_empty()
+            && self
+                .hpa_targets
+                .contains(&format!("{}{deployment}", super::SKIPPED_HPA_TARGET))
     }
 
     /// True when the policy turns leader election off.

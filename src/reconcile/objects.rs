@@ -122,7 +122,10 @@ pub async fn list_namespace(client: &kube::Client, namespace: &str) -> Result<Li
                     .pointer("/spec/scaleTargetRef/name")
                     .and_then(Value::as_str)
             {
-                listed.hpa_targets.insert(target.to_string());
+                let labels = v.pointer("/metadata/labels").and_then(Value::as_object);
+                listed
+                    .hpa_targets
+                    .insert(crate::engine::hpa_target_entry(target, labels));
             }
             listed.objects.push(v);
         }

@@ -67,9 +67,13 @@ pub fn hpa_targets(docs: &[Document]) -> BTreeMap<String, BTreeSet<String>> {
         let kind = target.and_then(|t| t.get("kind")).and_then(Value::as_str);
         let name = target.and_then(|t| t.get("name")).and_then(Value::as_str);
         if let (Some("Deployment"), Some(name)) = (kind, name) {
+            let labels = d
+                .value
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object);
             out.entry(namespace_of(&d.value).to_string())
                 .or_default()
-                .insert(name.to_string());
+                .insert(engine::hpa_target_entry(name, labels));
         }
     }
     out

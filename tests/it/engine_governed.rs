@@ -112,3 +112,49 @@ fn a_shipped_budget_that_blocks_at_the_raised_count_is_warned_about() {
     // At 5 replicas 80% lets one go: nothing to say.
     assert!(run(&policy("  replicas: 5\n"), &pdb).1.is_empty());
 }
+
+/// A budget is judged at what runs: where the activator's HPA carries the
+/// opt-out label the policy does not raise it, so the activator runs what
+/// Knative ships (1); `maxUnavailable: 1` of 3 written as `minAvailable: 2`
+/// would allow no disruption there. `preview` sees the labelled HPA in the
+/// manifests.
+#[test]
+fn a_budget_is_judged_at_one_replica_where_the_hpa_opts_out() {
+    use knative_ha_webhook::tools::preview;
+    let mut hpa = support::fixture("HorizontalPodAutoscaler", NS, "activator");
+    let pdb = support::fixture("PodDisruptionBudget", NS, "activator-pdb");
+    let budget_of = |p: &knative_ha_webhook::policy::Policy, hpa: &Value| {
+        let manifests = format!(
+            "{}---\n{}",
+            preview::to_yaml(hpa).unwrap(),
+            preview::to_yaml(&pdb).unwrap()
+        );
+        let docs = preview::parse_manifests("m.yaml", &manifests).unwrap();
+        let policies = std::iter::once((NS.to_string(), p.clone())).collect();
+        let out = preview::preview_documents(&policies, docs).unwrap();
+        (
+            out[1].object["spec"].clone(),
+            out[1].mutation.changes.clone(),
+        )
+    };
+    let min2 = policy("  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n");
+    let max1 = policy("  replicas: 3\n  podDisruptionBudget: {maxUnavailable: 1}\n");
+    assert_eq!(
+        budget_of(&min2, &hpa).0["minAvailable"],
+        2,
+        "governed HPA: 3 run, one may go"
+    );
+    assert_eq!(budget_of(&max1, &hpa).0["minAvailable"], 2);
+    hpa["metadata"]["labels"] = json!({"knativeha.dev/skip": "true"});
+    // minAvailable 2 with the 1 pod that runs would block every drain: not written.
+    let (spec, changes) = budget_of(&min2, &hpa);
+    assert_eq!(spec["minAvailable"], "80%", "not written: {changes:?}");
+    assert!(
+        changes
+            .iter()
+            .any(|c| c.contains("warning:") && c.contains("with 1 replica")),
+        "{changes:?}"
+    );
+    // maxUnavailable 1 of the 1 that runs: minAvailable 0, the pod may go.
+    assert_eq!(budget_of(&max1, &hpa).0["minAvailable"], 0);
+}

@@ -2,7 +2,7 @@
 //! namespace: which Deployments are scaled by an HPA, for the engine's
 //! HPA-backed rule.
 //!
-//! Only `metadata` (name, namespace, resourceVersion) and
+//! Only `metadata` (name, namespace, resourceVersion, the opt-out label) and
 //! `spec.scaleTargetRef` are parsed ([`HpaRef`]); the HPA controller's
 //! status rewrites (every HPA about every 15 s) cost one small parse and
 //! change nothing: each watcher folds its events into its own
@@ -46,8 +46,9 @@ pub struct TargetRef {
     pub name: String,
 }
 
-/// Reads only name, namespace and resourceVersion of `metadata` (the rest,
-/// `managedFields` included, is skipped without building anything).
+/// Reads only name, namespace, resourceVersion and the opt-out label of
+/// `metadata` (the rest, `managedFields` included, is skipped without
+/// building anything).
 fn lite_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -55,12 +56,18 @@ fn lite_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error
         name: Option<String>,
         namespace: Option<String>,
         resource_version: Option<String>,
+        labels: Option<BTreeMap<String, String>>,
     }
     let lite = Lite::deserialize(d)?;
+    let labels = lite
+        .labels
+        .and_then(|mut l| l.remove_entry(crate::engine::SKIP_LABEL))
+        .map(|(k, v)| BTreeMap::from([(k, v)]));
     Ok(ObjectMeta {
         name: lite.name,
         namespace: lite.namespace,
         resource_version: lite.resource_version,
+        labels,
         ..ObjectMeta::default()
     })
 }
@@ -103,7 +110,18 @@ pub struct HpaTarget {
 pub fn into_parts(hpa: HpaRef) -> (String, HpaTarget) {
     let HpaRef { metadata, spec } = hpa;
     let target = spec.scale_target_ref;
-    let deployment = (target.kind == "Deployment").then_some(target.name);
+    let skipped = metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(crate::engine::SKIP_LABEL))
+        .is_some_and(|v| v == "true");
+    let deployment = (target.kind == "Deployment").then(|| {
+        if skipped {
+            format!("{}{}", crate::engine::SKIPPED_HPA_TARGET, target.name)
+        } else {
+            target.name
+        }
+    });
     (
         metadata.name.unwrap_or_default(),
         HpaTarget {
@@ -274,6 +292,22 @@ mod tests {
         let (key, sts) = into_parts(hpa("ns", "s", "StatefulSet", "db"));
         assert_eq!(key, "s");
         assert_eq!(sts.deployment, None);
+    }
+
+    #[test]
+    fn an_opted_out_hpa_marks_its_target() {
+        let read: HpaRef = serde_json::from_value(json!({
+            "metadata": {"name": "activator", "namespace": "knative-serving",
+                         "labels": {"knativeha.dev/skip": "true", "app": "activator"}},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "activator"}}
+        }))
+        .unwrap();
+        let kept = read.metadata.labels.as_ref().map(BTreeMap::len);
+        assert_eq!(kept, Some(1), "only the opt-out label is kept");
+        assert_eq!(
+            into_parts(read).1.deployment.as_deref(),
+            Some("knativeha.dev/skipped-hpa:activator")
+        );
     }
 
     #[test]
