@@ -82,7 +82,8 @@ class Outage(ClusterCase):
             if r.returncode != 0 and "conflict" not in r.stderr:  # CRDs not yet established: once more
                 r = self.kubectl.apply(str(f), "--server-side", check=False)
             if r.returncode != 0:
-                failed.append(f"{f.name}: {r.stderr.splitlines()[0] if r.stderr else r.returncode}")
+                lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("Warning:")]
+                failed.append(f"{f.name}: {' '.join(lines[:3]) or r.returncode}")
         return failed
 
     def test_release_applies_server_side_while_the_webhook_is_down(self):
@@ -97,6 +98,26 @@ class Outage(ClusterCase):
         server.stop()
         self.assertEqual(self.ssa(*RELEASE_123), [], "server-side apply of v1.23.0 with the webhook down")
         self.assertTrue(all(len(b) == 1 for b in self.budgets().values()), self.budgets())
+
+    @unittest.expectedFailure
+    def test_server_side_apply_after_a_reconciler_write(self):
+        """A server-side applied release, drift repaired by the reconciler (its JSON patch, field manager
+        knative-ha-webhook-reconciler), then the release's next server-side apply without
+        --force-conflicts. Open defect, pinned: the apply fails with `conflict with
+        "knative-ha-webhook-reconciler" using autoscaling/v2: .spec.minReplicas` (the repaired field
+        changed manager; an Update under another manager name would conflict the same way)."""
+        self.install_chart("reconcile.interval=3s")
+        server = self.start_server()
+        self.apply_policy()
+        self.wait_policy("serving", "True")
+        self.assertEqual(self.ssa(*RELEASE_123), [])
+        server.stop()
+        self.kubectl.run("-n", GOVERNED, "patch", "hpa", "activator", "--type=merge", "-p", '{"spec":{"minReplicas":1}}')
+        self.start_server("webhook-1")
+        wait_for(lambda: self.audit().returncode == 0, "the reconciler to repair the drift", 60)
+        failed = self.ssa(*RELEASE_123)
+        print(f"\n  server-side apply after a reconciler write: {failed}")
+        self.assertEqual(failed, [], "the reconciler's write took a field the release's applier sets")
 
     def test_server_side_over_client_side_conflicts_without_the_webhook_too(self):
         """What the first server-side apply over a client-side install meets is kubectl's and Knative's,
