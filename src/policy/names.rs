@@ -103,18 +103,7 @@ pub fn misplaced(spec: &HighAvailabilityPolicySpec) -> Vec<Misplaced> {
     if !KNATIVE_NAMESPACES.contains(&target) {
         return Vec::new();
     }
-    let workloads = spec
-        .workloads
-        .iter()
-        .enumerate()
-        .map(|(i, w)| (format!("spec.workloads[{i}].name"), &w.name));
-    let excluded = spec
-        .exclude
-        .iter()
-        .enumerate()
-        .map(|(i, name)| (format!("spec.exclude[{i}]"), name));
-    workloads
-        .chain(excluded)
+    named(spec)
         .filter_map(|(path, name)| {
             let home = home_namespace(name).filter(|h| *h != target)?;
             Some(Misplaced {
@@ -152,9 +141,9 @@ pub struct Unmatched {
     pub suggestion: Option<String>,
 }
 
-/// The workload and exclude names of `spec` that are not in `known`, in
-/// the policy's order.
-pub fn unmatched(spec: &HighAvailabilityPolicySpec, known: &BTreeSet<String>) -> Vec<Unmatched> {
+/// Every Deployment name `spec` holds, with its field path, in the
+/// policy's order: `workloads[].name`, then `exclude[]`.
+fn named(spec: &HighAvailabilityPolicySpec) -> impl Iterator<Item = (String, &String)> {
     let workloads = spec
         .workloads
         .iter()
@@ -165,8 +154,13 @@ pub fn unmatched(spec: &HighAvailabilityPolicySpec, known: &BTreeSet<String>) ->
         .iter()
         .enumerate()
         .map(|(i, name)| (format!("spec.exclude[{i}]"), name));
-    workloads
-        .chain(excluded)
+    workloads.chain(excluded)
+}
+
+/// The workload and exclude names of `spec` that are not in `known`, in
+/// the policy's order.
+pub fn unmatched(spec: &HighAvailabilityPolicySpec, known: &BTreeSet<String>) -> Vec<Unmatched> {
+    named(spec)
         .filter(|(_, name)| !known.contains(*name))
         .map(|(path, name)| Unmatched {
             path,

@@ -13,8 +13,8 @@ import time
 import unittest
 from pathlib import Path
 
-from base import GOVERNED, ClusterCase, summary, wait_for, webhook_metrics
-from install import KNATIVE, ROOT, WEBHOOK_NAME
+from base import GOVERNED, ClusterCase, wait_for, webhook_metrics
+from install import KNATIVE, ROOT
 
 PREVIOUS = ROOT / "tests" / "fixtures" / "knative-v1.20.0"
 RELEASE_120 = tuple(PREVIOUS / f for f in ("2-serving-core.yaml", "3-serving-hpa.yaml", "net-kourier.yaml"))
@@ -24,14 +24,7 @@ RELEASE_123 = tuple(KNATIVE / f for f in ("2-serving-core.yaml", "3-serving-hpa.
 class Outage(ClusterCase):
     """Scenarios that stop the webhook on purpose: fail-opens are expected and only printed."""
 
-    def tearDown(self):
-        try:
-            m = webhook_metrics(self.api.raw("/metrics"))
-            print(f"\n  {self._testMethodName}: apiserver admission metrics for {WEBHOOK_NAME}: {summary(m)}")
-        finally:
-            self.install.stop_servers()
-            self.api.stop()
-        self.assertEqual(m["rejection_count"], 0, "the API server rejected writes because of the webhook")
+    FAIL_OPEN_EXPECTED = True
 
     def budgets(self) -> dict[str, dict]:
         out = {}

@@ -248,46 +248,48 @@ fn check_accepts_valid_policies() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
-#[test]
-fn check_warns_where_required_anti_affinity_can_strand_replicas() {
+/// `check` of a valid knative-serving policy with these spec lines: its
+/// standard error (the warnings), each line after the `FILE: document 1: `
+/// place.
+fn check_warnings(spec: &str) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("zones.yaml");
+    let file = dir.path().join("p.yaml");
     std::fs::write(
         &file,
-        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: zones}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n  podAntiAffinity: {type: Required, topologyKey: topology.kubernetes.io/zone}\n  podDisruptionBudget: {maxUnavailable: 1}\n  workloads:\n  - {name: activator, replicas: 5}\n  - {name: controller, replicas: 2}\n",
+        format!("apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: knative-serving\n{spec}"),
     )
     .unwrap();
     let out = run(&["check", file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let err = stderr(&out);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 2, "{err}");
-    assert!(
-        lines[0].ends_with("document 1: warning: spec.podAntiAffinity: Required anti-affinity on topology.kubernetes.io/zone with 3 replicas puts each replica of every governed Deployment without an HPA in its own topology.kubernetes.io/zone domain: with 3 domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them)"),
-        "{err}"
+    let place = format!("{}: document 1: ", file.display());
+    stderr(&out)
+        .lines()
+        .map(|l| l.strip_prefix(&place).unwrap_or(l).to_string())
+        .collect()
+}
+
+#[test]
+fn check_warns_where_required_anti_affinity_can_strand_replicas() {
+    let warnings = check_warnings(
+        "  replicas: 3\n  podAntiAffinity: {type: Required, topologyKey: topology.kubernetes.io/zone}\n  podDisruptionBudget: {maxUnavailable: 1}\n  workloads:\n  - {name: activator, replicas: 5}\n  - {name: controller, replicas: 2}\n",
     );
-    // The activator (HPA-scaled: it gets Preferred) is not named; the controller is.
-    assert!(
-        lines[1].contains("spec.workloads[1].replicas: Required anti-affinity on topology.kubernetes.io/zone with 2 replicas puts each replica of deployment/controller"),
-        "{err}"
+    assert_eq!(
+        warnings,
+        [
+            "warning: spec.podAntiAffinity: Required anti-affinity on topology.kubernetes.io/zone with 3 replicas puts each replica of every governed Deployment without an HPA in its own topology.kubernetes.io/zone domain: with 3 domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them)",
+            // The activator (HPA-scaled: it gets Preferred) is not named; the controller is.
+            "warning: spec.workloads[1].replicas: Required anti-affinity on topology.kubernetes.io/zone with 2 replicas puts each replica of deployment/controller in its own topology.kubernetes.io/zone domain: with 2 domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them)",
+        ]
     );
 }
 
 #[test]
 fn check_warns_about_knative_deployments_of_another_namespace() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("serving.yaml");
-    std::fs::write(
-        &file,
-        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: s}\nspec:\n  targetNamespace: knative-serving\n  workloads:\n  - {name: 3scale-kourier-gateway, replicas: 3}\n",
-    )
-    .unwrap();
-    let out = run(&["check", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("document 1: warning: spec.workloads[0].name: \"3scale-kourier-gateway\" is a Knative Deployment of namespace kourier-system, not of this policy's knative-serving: the policy never meets it (give kourier-system a policy of its own)"),
-        "{}",
-        stderr(&out)
+    assert_eq!(
+        check_warnings("  workloads:\n  - {name: 3scale-kourier-gateway, replicas: 3}\n"),
+        [
+            "warning: spec.workloads[0].name: \"3scale-kourier-gateway\" is a Knative Deployment of namespace kourier-system, not of this policy's knative-serving: the policy never meets it (give kourier-system a policy of its own)"
+        ]
     );
 }
 
@@ -296,39 +298,21 @@ fn check_warns_about_knative_deployments_of_another_namespace() {
 /// key (seen with knative.dev/pkg's own leader election).
 #[test]
 fn check_warns_about_excluded_leader_elected_deployments() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("excluded.yaml");
-    std::fs::write(
-        &file,
-        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: s}\nspec:\n  targetNamespace: knative-serving\n  leaderElection: {buckets: 3}\n  exclude: [activator, autoscaler-hpa]\n",
-    )
-    .unwrap();
-    let out = run(&["check", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
-        stderr(&out).trim_end(),
-        format!(
-            "{}: document 1: warning: spec.exclude[1]: \"autoscaler-hpa\" runs Knative's leader election but is excluded, so it is not restarted when spec.leaderElection changes: it keeps reading the old settings until it restarts, and while its bucket count differs every key it reconciles has two leaders",
-            file.display()
-        )
+        check_warnings("  leaderElection: {buckets: 3}\n  exclude: [activator, autoscaler-hpa]\n"),
+        [
+            "warning: spec.exclude[1]: \"autoscaler-hpa\" runs Knative's leader election but is excluded, so it is not restarted when spec.leaderElection changes: it keeps reading the old settings until it restarts, and while its bucket count differs every key it reconciles has two leaders"
+        ]
     );
 }
 
 #[test]
 fn check_warns_when_raised_replicas_meet_knatives_blocking_budgets() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("nobudget.yaml");
-    std::fs::write(
-        &file,
-        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: s}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n",
-    )
-    .unwrap();
-    let out = run(&["check", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("document 1: warning: spec.replicas 3 without spec.podDisruptionBudget: the PodDisruptionBudgets Knative ships (minAvailable \"80%\") allow no voluntary disruption below 5 replicas, so every node drain would block; set spec.podDisruptionBudget (maxUnavailable: 1)"),
-        "{}",
-        stderr(&out)
+    assert_eq!(
+        check_warnings("  replicas: 3\n"),
+        [
+            "warning: spec.replicas 3 without spec.podDisruptionBudget: the PodDisruptionBudgets Knative ships (minAvailable \"80%\") allow no voluntary disruption below 5 replicas, so every node drain would block; set spec.podDisruptionBudget (maxUnavailable: 1)"
+        ]
     );
 }
 
