@@ -121,13 +121,8 @@ async fn policy_appears_each_drifting_object_is_written_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_change_rewrites_exactly_the_affected_objects() {
     let mut env = Env::start().await;
-    let r = env.reconciler("pod-a", |_| {}).await;
-    env.wait_leader(r).await;
+    let (r, _) = env.governed_by_example().await;
     let value = example_policy_value();
-    let exp = expectations(&env.api, &env.serving_keys(), &policy_of(&value));
-    env.create_policy(value.clone());
-    env.wait_converged(&exp).await;
-    env.wait_runs(r, 1).await;
     let before = env.patch_counts();
 
     let mut raised = value.clone();

@@ -276,6 +276,31 @@ impl Env {
         .await;
     }
 
+    /// Every governed object of knative-serving in the fake, as it is now.
+    pub(crate) fn serving_objects(&self) -> BTreeMap<Key, Value> {
+        self.serving_keys()
+            .into_iter()
+            .map(|k| {
+                let v = current(&self.api, &k);
+                (k, v)
+            })
+            .collect()
+    }
+
+    /// A reconciler (`pod-a`, leading) and the example policy applied: the
+    /// reconciler's index once its first run made every object what the
+    /// engine wants (returned too).
+    pub(crate) async fn governed_by_example(&mut self) -> (usize, BTreeMap<Key, Option<Value>>) {
+        let r = self.reconciler("pod-a", |_| {}).await;
+        self.wait_leader(r).await;
+        let value = example_policy_value();
+        let exp = expectations(&self.api, &self.serving_keys(), &policy_of(&value));
+        self.create_policy(value);
+        self.wait_converged(&exp).await;
+        self.wait_runs(r, 1).await;
+        (r, exp)
+    }
+
     pub(crate) fn patch_counts(&self) -> BTreeMap<Key, usize> {
         self.keys
             .iter()

@@ -9,7 +9,6 @@ use crate::support;
 use crate::support::cluster::reconcile_pass;
 use crate::support::fakeapi::{FakeApi, Request};
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use knative_ha_webhook::reconcile::restore::restore_namespace;
@@ -81,13 +80,8 @@ fn applied_events(api: &FakeApi, kind: &str, name: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_write_gets_its_own_event_with_its_own_changes() {
     let mut env = Env::start().await;
-    let r = env.reconciler("pod-a", |_| {}).await;
-    env.wait_leader(r).await;
+    env.governed_by_example().await;
     let value = example_policy_value();
-    let exp = expectations(&env.api, &env.serving_keys(), &policy_of(&value));
-    env.create_policy(value.clone());
-    env.wait_converged(&exp).await;
-    env.wait_runs(r, 1).await;
     let api = env.api.clone();
     wait_until("the first write's Event", async || {
         (applied_events(&api, "Deployment", "controller").len() == 1).then_some(())
@@ -193,21 +187,8 @@ async fn config_leader_election_is_written_before_any_deployment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_policy_leaves_the_objects_as_they_are() {
     let mut env = Env::start().await;
-    let r = env.reconciler("pod-a", |_| {}).await;
-    env.wait_leader(r).await;
-    let value = example_policy_value();
-    let exp = expectations(&env.api, &env.serving_keys(), &policy_of(&value));
-    env.create_policy(value);
-    env.wait_converged(&exp).await;
-    env.wait_runs(r, 1).await;
-    let governed: BTreeMap<Key, Value> = env
-        .serving_keys()
-        .into_iter()
-        .map(|k| {
-            let v = current(&env.api, &k);
-            (k, v)
-        })
-        .collect();
+    env.governed_by_example().await;
+    let governed = env.serving_objects();
     let patched = env.api.requests().len();
     env.api
         .delete("knativeha.dev", "highavailabilitypolicies", "", "serving");
@@ -235,14 +216,7 @@ async fn a_deleted_policy_leaves_the_objects_as_they_are() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_undo_unclaimed_a_deleted_policy_is_undone_by_one_restore_pass() {
     let mut env = Env::start().await;
-    let release: BTreeMap<Key, Value> = env
-        .serving_keys()
-        .into_iter()
-        .map(|k| {
-            let v = current(&env.api, &k);
-            (k, v)
-        })
-        .collect();
+    let release = env.serving_objects();
     let r = env.reconciler("pod-a", |c| c.undo_unclaimed = true).await;
     env.wait_leader(r).await;
     let value = example_policy_value();
