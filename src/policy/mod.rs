@@ -18,6 +18,7 @@ pub mod duration;
 pub mod names;
 pub mod objects;
 mod parse;
+pub mod placement;
 pub mod prune;
 pub mod recorded;
 pub mod schema_check;

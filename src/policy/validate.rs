@@ -62,48 +62,6 @@ fn check_priority_class(path: &str, name: Option<&str>, errors: &mut Vec<PolicyE
     }
 }
 
-/// Where Required anti-affinity can strand replicas: each Deployment (or,
-/// for the global setting, every Deployment without an HPA) that gets it
-/// with more than one replica, as `(field path, Deployments, replicas,
-/// topology key)`. HPA-scaled Deployments get Preferred instead.
-pub fn stranding(spec: &HighAvailabilityPolicySpec) -> Vec<(String, String, i32, String)> {
-    use super::AntiAffinityType::Required;
-    let mut out = Vec::new();
-    let global = spec.pod_anti_affinity.as_ref();
-    if let (Some(aa), Some(n)) = (global, spec.replicas)
-        && aa.kind == Required
-        && n > 1
-    {
-        out.push((
-            "spec.podAntiAffinity".to_string(),
-            "every governed Deployment without an HPA".to_string(),
-            n,
-            aa.topology_key().to_string(),
-        ));
-    }
-    for (i, w) in spec.workloads.iter().enumerate() {
-        let own = w.pod_anti_affinity.as_ref();
-        let (Some(aa), Some(n)) = (own.or(global), w.replicas.or(spec.replicas)) else {
-            continue;
-        };
-        let scaled = super::names::HPA_BACKED_DEPLOYMENTS.contains(&w.name.as_str());
-        if aa.kind == Required && n > 1 && !scaled && (own.is_some() || w.replicas.is_some()) {
-            let at = if own.is_some() {
-                "podAntiAffinity"
-            } else {
-                "replicas"
-            };
-            out.push((
-                format!("spec.workloads[{i}].{at}"),
-                format!("deployment/{}", w.name),
-                n,
-                aa.topology_key().to_string(),
-            ));
-        }
-    }
-    out
-}
-
 pub const MIN_REPLICAS: i32 = 1;
 pub const MAX_REPLICAS: i32 = 100;
 pub const MIN_BUCKETS: i32 = 1;

@@ -156,7 +156,7 @@ pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
                 "{shown}: valid (policy {} for namespace {ns}{from})",
                 found.policy.name
             )));
-            for (path, who, n, key) in crate::policy::validate::stranding(&found.policy.spec) {
+            for (path, who, n, key) in crate::policy::placement::stranding(&found.policy.spec) {
                 out.push(Line::Warning(format!(
                     "{}: warning: {path}: Required anti-affinity on {key} with {n} replicas puts each replica of {who} in its own {key} domain: with {n} domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them)",
                     found.place
