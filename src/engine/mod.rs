@@ -81,6 +81,12 @@ pub const LEADER_ELECTED_DEPLOYMENTS: &[&str] = &[
 /// its Deployment runs what it runs without the policy.
 pub const SKIPPED_HPA_TARGET: &str = "knativeha.dev/skipped-hpa:";
 
+/// In [`Context::hpa_targets`]: the set lists every HPA of the namespace
+/// (a cluster listing, a synced watch; never `preview`'s manifests, which
+/// may be partial), so an HPA-backed Deployment without an entry has no
+/// HPA for the policy to raise.
+pub const HPAS_LISTED: &str = "knativeha.dev/every-hpa-listed";
+
 /// The entry of [`Context::hpa_targets`] for an HPA targeting `deployment`
 /// (`labels`: the HPA's labels, to see the opt-out label).
 pub fn hpa_target_entry(

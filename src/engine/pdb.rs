@@ -99,13 +99,24 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         _ => None,
     };
     let deployment = app.or(t.name.strip_suffix("-pdb")).unwrap_or(t.name);
-    let runs = if t.hpa_skipped(deployment) {
+    let unraised = if !t.is_hpa_backed(deployment) {
+        None
+    } else if t.hpa_skipped(deployment) {
+        Some(format!(
+            "its HPA carries the opt-out label {}, so the policy does not raise it",
+            super::SKIP_LABEL
+        ))
+    } else if t.hpa_absent(deployment) {
+        Some(format!(
+            "deployment/{deployment} has no HorizontalPodAutoscaler for the policy to raise"
+        ))
+    } else {
+        None
+    };
+    let runs = if let Some(why) = unraised {
         Fewest {
             replicas: 1,
-            source: format!(
-                "its HPA carries the opt-out label {}, so the policy does not raise it: counted as the 1 Knative ships",
-                super::SKIP_LABEL
-            ),
+            source: format!("{why}: counted as the 1 Knative ships"),
         }
     } else {
         disruption::replicas_of(&t.policy.spec, deployment)

@@ -147,6 +147,14 @@ impl Target<'_> {
             || self.hpa_skipped(deployment)
     }
 
+    /// True when every HPA of the namespace is known and none targets
+    /// `deployment` ([`super::HPAS_LISTED`]).
+    pub fn hpa_absent(&self, deployment: &str) -> bool {
+        self.hpa_targets.contains(super::HPAS_LISTED)
+            && !self.hpa_targets.contains(deployment)
+            && !self.hpa_skipped(deployment)
+    }
+
     /// True when the HPA scaling `deployment` carries the opt-out label:
     /// the policy does not raise it ([`super::SKIPPED_HPA_TARGET`]).
     pub fn hpa_skipped(&self, deployment: &str) -> bool {

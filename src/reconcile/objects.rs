@@ -107,6 +107,10 @@ pub async fn list_namespace(client: &kube::Client, namespace: &str) -> Result<Li
         listed.leader_election = Some(configmap::context_data(&cm));
         listed.objects.push(cm);
     }
+    // The listing below holds every HPA of the namespace.
+    listed
+        .hpa_targets
+        .insert(crate::engine::HPAS_LISTED.to_string());
     for kind in [
         Kind::Deployment,
         Kind::HorizontalPodAutoscaler,

@@ -555,15 +555,25 @@ async fn hpa_reflector_feeds_hpa_targets() {
     let h = Harness::synced(api).await;
     // No HPA on controller yet: the policy sets its replicas.
     h.wait_in_force(SERVING, Some(("serving", 3))).await;
+    // The Deployments HPAs target (the mark that every HPA is listed aside).
     let targets = |h: &Harness| {
         h.store
             .load()
             .hpa_targets
             .get(SERVING)
-            .map(|s| s.iter().cloned().collect::<Vec<_>>())
+            .map(|s| {
+                s.iter()
+                    .filter(|t| t.as_str() != knative_ha_webhook::engine::HPAS_LISTED)
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
             .unwrap_or_default()
     };
     assert_eq!(targets(&h), vec!["activator".to_string()]);
+    assert!(
+        h.store.load().hpa_targets[SERVING].contains(knative_ha_webhook::engine::HPAS_LISTED),
+        "a synced watch lists every HPA"
+    );
 
     h.api.create(
         "autoscaling",

@@ -158,3 +158,44 @@ fn a_budget_is_judged_at_one_replica_where_the_hpa_opts_out() {
     // maxUnavailable 1 of the 1 that runs: minAvailable 0, the pod may go.
     assert_eq!(budget_of(&max1, &hpa).0["minAvailable"], 0);
 }
+
+/// Where the context lists every HPA of the namespace (the server's synced
+/// watch, the reconciler's listing), an HPA-backed Deployment with none has
+/// no HPA for the policy to raise: it runs what it runs, counted as 1.
+#[test]
+fn a_budget_is_judged_at_one_replica_where_the_hpa_is_absent() {
+    use knative_ha_webhook::engine::{self, Context, HPAS_LISTED, Input};
+    let p = policy("  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n");
+    let pdb = support::fixture("PodDisruptionBudget", NS, "activator-pdb");
+    let run_with = |targets: &[&str]| {
+        let ctx = Context {
+            hpa_targets: targets.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let input = Input {
+            operation: Operation::Update,
+            namespace: NS,
+            object: &pdb,
+        };
+        engine::mutate(&p, &input, &ctx).unwrap()
+    };
+    // The activator's HPA listed: 3 run, minAvailable 2 lets one go.
+    assert!(
+        !run_with(&[HPAS_LISTED, "activator", "webhook"])
+            .patch
+            .0
+            .is_empty()
+    );
+    // Not known (preview of partial manifests): judged at the policy's 3 as before.
+    assert!(!run_with(&[]).patch.0.is_empty());
+    // Every HPA listed, none for the activator: held back, with the reason.
+    let m = run_with(&[HPAS_LISTED, "webhook"]);
+    assert!(m.patch.0.is_empty(), "{:?}", m.changes);
+    assert!(
+        m.changes
+            .iter()
+            .any(|c| c.contains("warning:") && c.contains("no HorizontalPodAutoscaler")),
+        "{:?}",
+        m.changes
+    );
+}

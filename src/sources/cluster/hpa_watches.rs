@@ -104,7 +104,7 @@ mod tests {
             (true, true)
         );
         assert!(w.synced());
-        assert_eq!(w.values()[&serving], ["activator".to_string()].into());
+        assert_eq!(w.values()[&serving], listed(&["activator"]));
         // Same target again (a status update): the watcher sends nothing.
         assert_eq!(
             seen.apply(Change::Apply("a".into(), item(&serving, "activator"))),
@@ -122,16 +122,28 @@ mod tests {
         assert!(!w.synced());
         let mut seen = WatchTargets::default();
         seen.apply(Change::Init);
+        // An empty namespace, listed: the engine learns there is no HPA at all.
         assert_eq!(
             feed(&mut w, &mut seen, &serving, 2, Change::InitDone),
-            (false, true)
+            (true, true)
         );
+        assert_eq!(w.values()[&serving], listed(&[]));
         assert!(w.synced());
         let apply_b = Change::Apply("b".into(), item(&serving, "webhook"));
         assert!(feed(&mut w, &mut seen, &serving, 2, apply_b).0);
-        assert_eq!(w.values()[&serving], ["webhook".to_string()].into());
+        assert_eq!(w.values()[&serving], listed(&["webhook"]));
         assert!(feed(&mut w, &mut seen, &serving, 2, Change::Delete("b".into())).0);
-        assert!(w.values().is_empty());
+        assert_eq!(w.values()[&serving], listed(&[]));
+    }
+
+    /// What the state holds for a listed namespace: its targets and the
+    /// mark that every HPA is known.
+    fn listed(targets: &[&str]) -> BTreeSet<String> {
+        targets
+            .iter()
+            .map(|t| t.to_string())
+            .chain([crate::engine::HPAS_LISTED.to_string()])
+            .collect()
     }
 
     #[test]
@@ -151,7 +163,7 @@ mod tests {
         assert_eq!(
             seen.apply(Change::InitDone),
             Some(HpaUpdate {
-                value: Some(BTreeSet::new()),
+                value: Some(listed(&[])),
                 first_list: false
             })
         );

@@ -250,9 +250,19 @@ impl WatchTargets {
             }
         };
         (changed || first_list).then(|| HpaUpdate {
-            value: changed.then(|| self.targets.targets()),
+            value: (changed || first_list).then(|| self.published()),
             first_list,
         })
+    }
+
+    /// The targets as the engine's context holds them: once the first list
+    /// completed, with [`crate::engine::HPAS_LISTED`] (every HPA is known).
+    fn published(&self) -> BTreeSet<String> {
+        let mut out = self.targets.targets();
+        if self.synced {
+            out.insert(crate::engine::HPAS_LISTED.to_string());
+        }
+        out
     }
 }
 
