@@ -100,6 +100,31 @@ class KnativeRules(ClusterCase):
 
         wait_for(released, "activator-pdb's minAvailable 2 held back with its HPA opted out", 30)
 
+    def test_budget_judged_at_one_replica_where_the_hpa_is_gone(self):
+        self.install_chart()
+        self.start_server()
+        self.apply_policy(BASE + "  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n")
+        self.wait_policy("serving", "True")
+        self.apply_knative(SERVING_CORE)
+        self.assertEqual(self.get("pdb", "activator-pdb")["spec"].get("minAvailable"), 2)
+        self.kubectl.run("-n", GOVERNED, "delete", "hpa", "activator")
+
+        def released() -> bool:
+            # The server's HPA watch lists every HPA: the activator has none, so the 1 pod it runs counts.
+            pdb = self.get("pdb", "activator-pdb")
+            pdb["spec"]["minAvailable"] = "80%"
+            for k in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation"):
+                pdb["metadata"].pop(k, None)
+            r = self.kubectl.run("replace", "-o", "json", "-f", "-", stdin=json.dumps(pdb))
+            return json.loads(r.stdout)["spec"].get("minAvailable") == "80%"
+
+        wait_for(released, "activator-pdb's minAvailable 2 held back with the activator's HPA deleted", 30)
+
+    def test_required_on_one_replica_keeps_a_surge_first_rollout(self):
+        self.govern("  podAntiAffinity: {type: Required}\n")
+        strategy = self.get("deployment", "controller")["spec"]["strategy"]
+        self.assertNotEqual(strategy.get("rollingUpdate", {}).get("maxUnavailable"), 1, strategy)
+
     def test_hpa_maximum_stays_within_int32(self):
         self.install_chart()
         self.start_server()
