@@ -314,7 +314,10 @@ pub fn mutate_governed(
         object,
     };
     if !target.governs_object()? {
-        return ungoverned(namespace, object);
+        // A user's own object: left alone, unless an earlier version that
+        // governed it left records, which are put back (as where no policy
+        // exists).
+        return restore::undo_because(namespace, object, UNGOVERNED_WHY);
     }
     let (patcher, changes) = match kind {
         Kind::Deployment => deployment::mutate(&target)?,
@@ -350,23 +353,6 @@ pub fn mutate_governed(
 /// Why the change lines of the undo of an ungoverned object are made.
 pub const UNGOVERNED_WHY: &str =
     "not one of Knative's Deployments and not named by the policy's workloads";
-
-/// A user's own object in a governed namespace: left alone, unless it
-/// carries the records of an earlier version that governed it, which are
-/// put back (as [`restore::undo_unclaimed`] does where no policy exists).
-fn ungoverned(namespace: &str, object: &Value) -> Result<Mutated> {
-    if !restore::carries_records(object) {
-        return Ok(Mutated::default());
-    }
-    let mut outcome = restore::restore(namespace, object)?;
-    for line in &mut outcome.mutation.changes {
-        *line = match line.strip_suffix(" (restored)") {
-            Some(text) => format!("{text} ({UNGOVERNED_WHY}: the release value, record removed)"),
-            None => format!("{line} ({UNGOVERNED_WHY})"),
-        };
-    }
-    Ok(outcome)
-}
 
 /// An outcome without a patch, carrying warning lines.
 fn warning_only(changes: Vec<String>) -> Mutated {

@@ -18,6 +18,7 @@ mod deployment;
 pub(crate) mod leader;
 mod unclaimed;
 
+pub(crate) use unclaimed::undo_because;
 pub use unclaimed::{WHY, carries_records, undo_unclaimed};
 
 use serde_json::Value;

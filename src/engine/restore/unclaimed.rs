@@ -44,14 +44,24 @@ pub fn undo_unclaimed(namespace: &str, object: &Value) -> Result<Mutated, Engine
     if !object.is_object() {
         return Err(EngineError::NotAnObject);
     }
+    undo_because(namespace, object, WHY)
+}
+
+/// [`super::restore`]'s patch for an object carrying records (nothing for
+/// one without), every change line saying `why` the engine undoes it.
+pub(crate) fn undo_because(
+    namespace: &str,
+    object: &Value,
+    why: &str,
+) -> Result<Mutated, EngineError> {
     if !carries_records(object) {
         return Ok(Mutated::default());
     }
     let mut outcome = super::restore(namespace, object)?;
     for line in &mut outcome.mutation.changes {
         *line = match line.strip_suffix(" (restored)") {
-            Some(text) => format!("{text} ({WHY}: the release value, record removed)"),
-            None => format!("{line} ({WHY})"),
+            Some(text) => format!("{text} ({why}: the release value, record removed)"),
+            None => format!("{line} ({why})"),
         };
     }
     Ok(outcome)
