@@ -87,21 +87,19 @@ pub const SKIPPED_HPA_TARGET: &str = "knativeha.dev/skipped-hpa:";
 /// HPA for the policy to raise.
 pub const HPAS_LISTED: &str = "knativeha.dev/every-hpa-listed";
 
-/// The entry of [`Context::hpa_targets`] for an HPA targeting `deployment`
-/// (`labels`: the HPA's labels, to see the opt-out label).
-pub fn hpa_target_entry(
-    deployment: &str,
-    labels: Option<&serde_json::Map<String, Value>>,
-) -> String {
-    let skipped = labels
-        .and_then(|l| l.get(SKIP_LABEL))
-        .and_then(Value::as_str)
-        .is_some_and(|v| v == "true");
+/// The entry of [`Context::hpa_targets`] for an HPA targeting `deployment`;
+/// `skipped`: the HPA carries the opt-out label.
+pub fn hpa_target_entry(deployment: &str, skipped: bool) -> String {
     if skipped {
         format!("{SKIPPED_HPA_TARGET}{deployment}")
     } else {
         deployment.to_string()
     }
+}
+
+/// True when the object carries the opt-out label [`SKIP_LABEL`] `"true"`.
+pub fn carries_skip_label(object: &Value) -> bool {
+    skipped(object.get("metadata").and_then(Value::as_object))
 }
 
 /// The API group of the Knative Operator's resources.

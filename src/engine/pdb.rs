@@ -75,13 +75,8 @@ fn at(runs: &Fewest) -> String {
 }
 
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
-    let app = t
-        .str_at(&["spec", "selector", "matchLabels", "app"])
-        .ok()
-        .flatten();
-    let covers = |deployment: &str| {
-        Some(deployment) == app || t.name.strip_suffix("-pdb") == Some(deployment)
-    };
+    let [app, named] = t.pdb_deployments();
+    let covers = |deployment: &str| Some(deployment) == app || Some(deployment) == named;
     if t.policy.spec.exclude.iter().any(|e| covers(e)) {
         return Ok((None, Vec::new()));
     }
@@ -98,7 +93,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         Some((None, Some(v))) => Some(("maxUnavailable", v)),
         _ => None,
     };
-    let deployment = app.or(t.name.strip_suffix("-pdb")).unwrap_or(t.name);
+    let deployment = app.or(named).unwrap_or(t.name);
     let unraised = if !t.is_hpa_backed(deployment) {
         None
     } else if t.hpa_skipped(deployment) {

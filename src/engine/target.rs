@@ -126,19 +126,24 @@ impl Target<'_> {
             Kind::HorizontalPodAutoscaler => self
                 .str_at(&["spec", "scaleTargetRef", "name"])?
                 .is_some_and(|d| self.governs(d)),
-            Kind::PodDisruptionBudget => {
-                let app = self
-                    .str_at(&["spec", "selector", "matchLabels", "app"])
-                    .ok()
-                    .flatten();
-                app.is_some_and(|a| self.governs(a))
-                    || self
-                        .name
-                        .strip_suffix("-pdb")
-                        .is_some_and(|d| self.governs(d))
-            }
+            Kind::PodDisruptionBudget => self
+                .pdb_deployments()
+                .into_iter()
+                .flatten()
+                .any(|d| self.governs(d)),
             Kind::ConfigMap => self.name == super::LEADER_ELECTION_CONFIGMAP,
         })
+    }
+
+    /// For a PodDisruptionBudget: the Deployments it belongs to, the one its
+    /// selector's `app` label names and the one it is named after
+    /// (`<deployment>-pdb`), either absent.
+    pub fn pdb_deployments(&self) -> [Option<&str>; 2] {
+        let app = self
+            .str_at(&["spec", "selector", "matchLabels", "app"])
+            .ok()
+            .flatten();
+        [app, self.name.strip_suffix("-pdb")]
     }
 
     pub fn is_hpa_backed(&self, deployment: &str) -> bool {

@@ -126,10 +126,10 @@ pub async fn list_namespace(client: &kube::Client, namespace: &str) -> Result<Li
                     .pointer("/spec/scaleTargetRef/name")
                     .and_then(Value::as_str)
             {
-                let labels = v.pointer("/metadata/labels").and_then(Value::as_object);
+                let skipped = crate::engine::carries_skip_label(&v);
                 listed
                     .hpa_targets
-                    .insert(crate::engine::hpa_target_entry(target, labels));
+                    .insert(crate::engine::hpa_target_entry(target, skipped));
             }
             listed.objects.push(v);
         }

@@ -67,13 +67,10 @@ pub fn hpa_targets(docs: &[Document]) -> BTreeMap<String, BTreeSet<String>> {
         let kind = target.and_then(|t| t.get("kind")).and_then(Value::as_str);
         let name = target.and_then(|t| t.get("name")).and_then(Value::as_str);
         if let (Some("Deployment"), Some(name)) = (kind, name) {
-            let labels = d
-                .value
-                .pointer("/metadata/labels")
-                .and_then(Value::as_object);
+            let skipped = engine::carries_skip_label(&d.value);
             out.entry(namespace_of(&d.value).to_string())
                 .or_default()
-                .insert(engine::hpa_target_entry(name, labels));
+                .insert(engine::hpa_target_entry(name, skipped));
         }
     }
     out

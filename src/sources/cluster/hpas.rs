@@ -115,9 +115,10 @@ pub fn into_parts(hpa: HpaRef) -> (String, HpaTarget) {
         .as_ref()
         .and_then(|l| l.get(crate::engine::SKIP_LABEL))
         .is_some_and(|v| v == "true");
+    // The name moved, not copied (once per event), unless it gets the mark.
     let deployment = (target.kind == "Deployment").then(|| {
         if skipped {
-            format!("{}{}", crate::engine::SKIPPED_HPA_TARGET, target.name)
+            crate::engine::hpa_target_entry(&target.name, true)
         } else {
             target.name
         }
@@ -250,7 +251,7 @@ impl WatchTargets {
             }
         };
         (changed || first_list).then(|| HpaUpdate {
-            value: (changed || first_list).then(|| self.published()),
+            value: Some(self.published()),
             first_list,
         })
     }
