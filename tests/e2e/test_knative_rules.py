@@ -80,17 +80,20 @@ class KnativeRules(ClusterCase):
 
         wait_for(clean, "net-kourier-controller without args or affinity", 30)
 
-    def test_budget_judged_at_one_replica_where_the_hpa_opts_out(self):
+    def assert_budget_held_back_after(self, *hpa_change: str, why: str):
+        """The activator-pdb governed at `minAvailable: 2` (3 replicas), then `kubectl HPA_CHANGE` on the
+        activator's HPA: the PDB's next write is judged at the 1 pod that runs, so the policy's budget,
+        which would block every drain there, is held back and the written 80% stays."""
         self.install_chart()
         self.start_server()
         self.apply_policy(BASE + "  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n")
         self.wait_policy("serving", "True")
         self.apply_knative(SERVING_CORE)
         self.assertEqual(self.get("pdb", "activator-pdb")["spec"].get("minAvailable"), 2)
-        self.kubectl.run("-n", GOVERNED, "label", "hpa", "activator", "knativeha.dev/skip=true")
+        self.kubectl.run("-n", GOVERNED, *hpa_change)
 
         def released() -> bool:
-            # The server watches the HPAs; the PDB's next write is judged at the 1 pod that runs.
+            # The server watches the HPAs: retried until it has seen the change.
             pdb = self.get("pdb", "activator-pdb")
             pdb["spec"]["minAvailable"] = "80%"
             for k in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation"):
@@ -98,27 +101,15 @@ class KnativeRules(ClusterCase):
             r = self.kubectl.run("replace", "-o", "json", "-f", "-", stdin=json.dumps(pdb))
             return json.loads(r.stdout)["spec"].get("minAvailable") == "80%"
 
-        wait_for(released, "activator-pdb's minAvailable 2 held back with its HPA opted out", 30)
+        wait_for(released, f"activator-pdb's minAvailable 2 held back {why}", 30)
+
+    def test_budget_judged_at_one_replica_where_the_hpa_opts_out(self):
+        self.assert_budget_held_back_after("label", "hpa", "activator", "knativeha.dev/skip=true",
+                                           why="with its HPA opted out")
 
     def test_budget_judged_at_one_replica_where_the_hpa_is_gone(self):
-        self.install_chart()
-        self.start_server()
-        self.apply_policy(BASE + "  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n")
-        self.wait_policy("serving", "True")
-        self.apply_knative(SERVING_CORE)
-        self.assertEqual(self.get("pdb", "activator-pdb")["spec"].get("minAvailable"), 2)
-        self.kubectl.run("-n", GOVERNED, "delete", "hpa", "activator")
-
-        def released() -> bool:
-            # The server's HPA watch lists every HPA: the activator has none, so the 1 pod it runs counts.
-            pdb = self.get("pdb", "activator-pdb")
-            pdb["spec"]["minAvailable"] = "80%"
-            for k in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation"):
-                pdb["metadata"].pop(k, None)
-            r = self.kubectl.run("replace", "-o", "json", "-f", "-", stdin=json.dumps(pdb))
-            return json.loads(r.stdout)["spec"].get("minAvailable") == "80%"
-
-        wait_for(released, "activator-pdb's minAvailable 2 held back with the activator's HPA deleted", 30)
+        # The server's HPA watch lists every HPA: the activator has none.
+        self.assert_budget_held_back_after("delete", "hpa", "activator", why="with the activator's HPA deleted")
 
     def test_required_on_one_replica_keeps_a_surge_first_rollout(self):
         self.govern("  podAntiAffinity: {type: Required}\n")

@@ -120,18 +120,10 @@ fn a_shipped_budget_that_blocks_at_the_raised_count_is_warned_about() {
 /// manifests.
 #[test]
 fn a_budget_is_judged_at_one_replica_where_the_hpa_opts_out() {
-    use knative_ha_webhook::tools::preview;
     let mut hpa = support::fixture("HorizontalPodAutoscaler", NS, "activator");
     let pdb = support::fixture("PodDisruptionBudget", NS, "activator-pdb");
     let budget_of = |p: &knative_ha_webhook::policy::Policy, hpa: &Value| {
-        let manifests = format!(
-            "{}---\n{}",
-            preview::to_yaml(hpa).unwrap(),
-            preview::to_yaml(&pdb).unwrap()
-        );
-        let docs = preview::parse_manifests("m.yaml", &manifests).unwrap();
-        let policies = std::iter::once((NS.to_string(), p.clone())).collect();
-        let out = preview::preview_documents(&policies, docs).unwrap();
+        let out = support::preview_objects(p, NS, &[hpa.clone(), pdb.clone()]);
         (
             out[1].object["spec"].clone(),
             out[1].mutation.changes.clone(),

@@ -128,14 +128,7 @@ fn no_hash_when_config_leader_election_is_left_unchanged() {
     let cm = support::fixture("ConfigMap", NS, "config-leader-election");
     let controller = support::fixture("Deployment", NS, "controller");
     let hash_of = |cm: &Value| {
-        let manifests = format!(
-            "{}---\n{}",
-            preview::to_yaml(cm).unwrap(),
-            preview::to_yaml(&controller).unwrap()
-        );
-        let docs = preview::parse_manifests("m.yaml", &manifests).unwrap();
-        let policies = std::iter::once((NS.to_string(), policy.clone())).collect();
-        let out = preview::preview_documents(&policies, docs).unwrap();
+        let out = support::preview_objects(&policy, NS, &[cm.clone(), controller.clone()]);
         out[1].object["spec"]["template"]["metadata"]["annotations"][HASH_ANNOTATION].clone()
     };
     assert!(hash_of(&cm).is_string(), "governed: the hash is written");

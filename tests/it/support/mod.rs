@@ -121,6 +121,23 @@ pub fn mutated(policy: &Policy, object: &Value) -> Value {
 /// `engine::mutate_object` of `object` (`op` in `namespace`, under
 /// [`corpus::hpa_context`]), the patch checked against the mutated object:
 /// the object after the patch and the change lines.
+/// `preview` of `objects` (written out as one multi-document manifest, read
+/// back as `preview` reads files) under `policy`, which governs `namespace`.
+pub fn preview_objects(
+    policy: &Policy,
+    namespace: &str,
+    objects: &[Value],
+) -> Vec<knative_ha_webhook::tools::preview::Previewed> {
+    use knative_ha_webhook::tools::preview;
+    let manifests: Vec<String> = objects
+        .iter()
+        .map(|o| preview::to_yaml(o).unwrap())
+        .collect();
+    let docs = preview::parse_manifests("m.yaml", &manifests.join("---\n")).unwrap();
+    let policies = std::iter::once((namespace.to_string(), policy.clone())).collect();
+    preview::preview_documents(&policies, docs).unwrap()
+}
+
 pub fn mutate_checked(
     policy: &Policy,
     namespace: &str,
