@@ -21,7 +21,8 @@
 //!   (`config-leader-election` before the Deployments), paced by [`rate`],
 //!   told in a [`report`] and in one Event per write ([`events`]);
 //!   [`plan`]: pure drift computation (which changes roll pods);
-//!   [`objects`]: list/get/patch of governed objects.
+//!   [`objects`]: list/get/patch of governed objects, each field a write
+//!   took from another manager handed back to it ([`ownership`]).
 //! - [`metrics`]: the reconcile metrics. [`audit`]: the `audit` command.
 //!   [`restore`]: the `restore` command (the release values back).
 
@@ -31,6 +32,7 @@ pub mod events;
 pub mod lease;
 pub mod metrics;
 pub mod objects;
+mod ownership;
 pub mod plan;
 pub mod rate;
 pub mod reconciler;

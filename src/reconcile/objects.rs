@@ -161,17 +161,37 @@ pub async fn get(
 /// tell its changes apart from the ones made at admission.
 pub const FIELD_MANAGER: &str = "knative-ha-webhook-reconciler";
 
-/// Sends a JSON patch (RFC 6902) to one object, as [`FIELD_MANAGER`].
+/// Sends a JSON patch (RFC 6902) to `before`, as `manager`, then
+/// hands each field the write took from another manager back to it
+/// ([`super::ownership`]): the release's next server-side apply does not
+/// conflict with the reconciler or `restore`. The object the API server stored.
 pub async fn patch(
     client: &kube::Client,
     kind: Kind,
-    namespace: &str,
-    name: &str,
+    before: &Value,
     patch: &Patch,
-) -> Result<(), kube::Error> {
-    patch_as(client, kind, namespace, name, patch, FIELD_MANAGER)
-        .await
-        .map(|_| ())
+    manager: &str,
+) -> Result<Value, kube::Error> {
+    let namespace = before["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = before["metadata"]["name"].as_str().unwrap_or_default();
+    let written = patch_as(client, kind, namespace, name, patch, manager).await?;
+    let Some(entries) = super::ownership::handed_back(before, &written, manager) else {
+        return Ok(written);
+    };
+    let hand_back: Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/metadata/resourceVersion",
+         "value": written["metadata"]["resourceVersion"]},
+        {"op": "replace", "path": "/metadata/managedFields", "value": entries},
+    ]))
+    .map_err(kube::Error::SerdeError)?;
+    match patch_as(client, kind, namespace, name, &hand_back, manager).await {
+        Ok(stored) => Ok(stored),
+        Err(e) => {
+            tracing::warn!(kind = kind.as_str(), namespace, name, error = %crate::errors::Chain(&e),
+                "reconcile: written, but the fields it took from the release's manager stay with the reconciler");
+            Ok(written)
+        }
+    }
 }
 
 /// Sends a JSON patch (RFC 6902) to one object as `field_manager`; the

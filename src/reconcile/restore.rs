@@ -217,7 +217,7 @@ async fn write(
             return Ok(());
         }
         let patch = guarded(&current, outcome.mutation.patch);
-        match objects::patch_as(client, kind, namespace, name, &patch, FIELD_MANAGER).await {
+        match objects::patch(client, kind, &current, &patch, FIELD_MANAGER).await {
             Ok(written) => return readmitted(&written),
             Err(e) if error::is_precondition_failed(&e) => {
                 last = crate::kubeclient::reason(&e);

@@ -367,8 +367,8 @@ impl Run<'_> {
         attempt: u32,
     ) -> Attempt {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        match objects::patch(self.pass.client, t.kind, namespace, name, patch).await {
-            Ok(()) => {
+        match objects::patch(self.pass.client, t.kind, current, patch, objects::FIELD_MANAGER).await {
+            Ok(_) => {
                 self.pass.metrics.write(t.kind, "success");
                 tracing::info!(kind, namespace, name, changes = %changes,
                     attempts = attempt, pod_template_ops_left_out = drift.held_back,
