@@ -92,25 +92,36 @@ class Outage(ClusterCase):
         self.assertEqual(self.ssa(*RELEASE_123), [], "server-side apply of v1.23.0 with the webhook down")
         self.assertTrue(all(len(b) == 1 for b in self.budgets().values()), self.budgets())
 
-    @unittest.expectedFailure
     def test_server_side_apply_after_a_reconciler_write(self):
-        """A server-side applied release, drift repaired by the reconciler (its JSON patch, field manager
+        """A server-side applied release, applied again while the webhook is down (the HPA's minimum back
+        to 1), drift repaired by the reconciler (its JSON patch, field manager
         knative-ha-webhook-reconciler), then the release's next server-side apply without
-        --force-conflicts. Open defect, pinned: the apply fails with `conflict with
-        "knative-ha-webhook-reconciler" using autoscaling/v2: .spec.minReplicas` (the repaired field
-        changed manager; an Update under another manager name would conflict the same way)."""
+        --force-conflicts succeeds: the repaired fields went back to their manager (red before:
+        `conflict with "knative-ha-webhook-reconciler" using autoscaling/v2: .spec.minReplicas`)."""
         self.install_chart("reconcile.interval=3s")
         server = self.start_server()
         self.apply_policy()
         self.wait_policy("serving", "True")
         self.assertEqual(self.ssa(*RELEASE_123), [])
+        governed = self.activator_min_replicas()
         server.stop()
-        self.kubectl.run("-n", GOVERNED, "patch", "hpa", "activator", "--type=merge", "-p", '{"spec":{"minReplicas":1}}')
+        self.assertEqual(self.ssa(*RELEASE_123), [], "the release applies with the webhook down")
+        self.assertEqual(self.activator_min_replicas(), "1", "the apply during the outage took the HPA back")
         self.start_server("webhook-1")
         wait_for(lambda: self.audit().returncode == 0, "the reconciler to repair the drift", 60)
+        hpa = json.loads(self.kubectl.run("-n", GOVERNED, "get", "hpa", "activator", "-o", "json",
+                                          "--show-managed-fields").stdout)
+        owners = {e["manager"]: json.dumps(e.get("fieldsV1", {})) for e in hpa["metadata"]["managedFields"]}
+        print(f"\n  after the repair, managers of the activator's HPA: {sorted(owners)}")
+        self.assertNotIn("f:minReplicas", owners.get("knative-ha-webhook-reconciler", ""), owners)
+        self.assertIn("f:minReplicas", owners.get("kubectl", ""), owners)
         failed = self.ssa(*RELEASE_123)
-        print(f"\n  server-side apply after a reconciler write: {failed}")
+        print(f"  server-side apply after a reconciler write: {failed}")
         self.assertEqual(failed, [], "the reconciler's write took a field the release's applier sets")
+        self.assertEqual(self.activator_min_replicas(), governed, "the webhook governs the apply again")
+
+    def activator_min_replicas(self) -> str:
+        return self.kubectl.run("-n", GOVERNED, "get", "hpa", "activator", "-o", "jsonpath={.spec.minReplicas}").stdout
 
     def test_server_side_over_client_side_conflicts_without_the_webhook_too(self):
         """What the first server-side apply over a client-side install meets is kubectl's and Knative's,
