@@ -56,7 +56,8 @@ def expected_reconcile_rules(dry_run: bool) -> list[dict]:
     return [
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": verbs},
         {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": verbs},
-        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": verbs},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],
+         "verbs": verbs if dry_run else verbs + ["create", "delete"]},
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["config-leader-election"],
          "verbs": ["get"] if dry_run else ["get", "patch"]},
     ] + ([] if dry_run else [

@@ -71,7 +71,8 @@ fn render(report: &RestoreReport, format: AuditFormat) -> Result<String, String>
 }
 
 /// Reads the manifests, prints every object restored (multi-document
-/// YAML) and the changes on standard error.
+/// YAML; the budgets this tool created left out) and the changes on
+/// standard error.
 fn offline(manifests: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let inputs: Vec<PathBuf> = if manifests.is_empty() {
         vec![PathBuf::from("-")]
@@ -83,6 +84,14 @@ fn offline(manifests: &[PathBuf]) -> anyhow::Result<ExitCode> {
     for path in &inputs {
         let (name, text) = crate::manifest::read_input(path)?;
         for doc in parse_manifests(&name, &text)? {
+            if let Some(deployment) = crate::engine::budgets::created_for(&doc.value) {
+                // Created by the reconciler (or `preview`): not the release's.
+                changes.push(format!(
+                    "poddisruptionbudget/{}: left out, created for deployment/{deployment} by knative-ha-webhook",
+                    doc.value["metadata"]["name"].as_str().unwrap_or_default()
+                ));
+                continue;
+            }
             let outcome = crate::engine::restore::restore(namespace_of(&doc.value), &doc.value)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", doc.display()))?;
             changes.extend(outcome.mutation.changes);

@@ -17,6 +17,7 @@
 //!   again yields an empty patch.
 
 pub mod affinity;
+pub mod budgets;
 pub mod configmap;
 pub mod deployment;
 pub mod hpa;

@@ -119,13 +119,17 @@ impl Target<'_> {
 
     /// Whether this object is governed: a governed Deployment (or its
     /// Scale), an HPA scaling one, a PDB of one (it selects `app: <name>`
-    /// or is named `<name>-pdb`), `config-leader-election`.
+    /// or is named `<name>-pdb`; not one the reconciler created, see
+    /// [`super::budgets`]), `config-leader-election`.
     pub fn governs_object(&self) -> Result<bool, EngineError> {
         Ok(match self.kind {
             Kind::Deployment | Kind::Scale => self.governs(self.name),
             Kind::HorizontalPodAutoscaler => self
                 .str_at(&["spec", "scaleTargetRef", "name"])?
                 .is_some_and(|d| self.governs(d)),
+            Kind::PodDisruptionBudget if super::budgets::created_for(self.object).is_some() => {
+                false
+            }
             Kind::PodDisruptionBudget => self
                 .pdb_deployments()
                 .into_iter()

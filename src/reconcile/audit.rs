@@ -129,6 +129,14 @@ pub async fn audit(
                 });
             }
         }
+        for change in super::budgets::plan(Some(policy), ns, &listed.objects, &ctx) {
+            report.drift.push(ObjectDrift {
+                kind: Kind::PodDisruptionBudget.as_str(),
+                namespace: ns.clone(),
+                name: change.name.clone(),
+                changes: vec![change.line()],
+            });
+        }
     }
     report.in_line = report.drift.is_empty();
     Ok(report)

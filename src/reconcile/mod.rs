@@ -27,6 +27,7 @@
 //!   [`restore`]: the `restore` command (the release values back).
 
 pub mod audit;
+pub mod budgets;
 mod error;
 pub mod events;
 pub mod lease;

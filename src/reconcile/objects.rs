@@ -219,3 +219,42 @@ pub async fn patch_as(
         .map_err(kube::Error::HttpError)?;
     client.request::<Value>(request).await
 }
+
+/// Creates `object` as [`FIELD_MANAGER`]; the object the API server stored.
+pub async fn create(
+    client: &kube::Client,
+    kind: Kind,
+    object: &Value,
+) -> Result<Value, kube::Error> {
+    let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+    let dynamic: DynamicObject =
+        serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
+    let params = kube::api::PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    };
+    let created = api(client, kind, namespace)
+        .create(&params, &dynamic)
+        .await?;
+    serde_json::to_value(&created).map_err(kube::Error::SerdeError)
+}
+
+/// Deletes `object`, provided it is still the version read
+/// (`preconditions.resourceVersion`): a concurrent change is a conflict.
+pub async fn delete(client: &kube::Client, kind: Kind, object: &Value) -> Result<(), kube::Error> {
+    let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            resource_version: object["metadata"]["resourceVersion"]
+                .as_str()
+                .map(String::from),
+            uid: None,
+        }),
+        ..Default::default()
+    };
+    api(client, kind, namespace)
+        .delete(name, &params)
+        .await
+        .map(|_| ())
+}

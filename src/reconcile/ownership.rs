@@ -59,7 +59,10 @@ pub fn handed_back(before: &Value, after: &Value, manager: &str) -> Option<Vec<V
     if !moved {
         return None;
     }
-    if entries[ours]["fieldsV1"].as_object().is_none_or(Map::is_empty) {
+    if entries[ours]["fieldsV1"]
+        .as_object()
+        .is_none_or(Map::is_empty)
+    {
         entries.remove(ours);
     }
     Some(entries)
@@ -220,20 +223,37 @@ mod tests {
         let scale = json!({"manager": "kube-controller-manager", "operation": "Update",
             "subresource": "scale", "fieldsV1": {"f:spec": {"f:replicas": {}}}});
         let before = object(json!([scale]));
-        let after = object(json!([scale, entry(OURS, "Update", json!({"f:spec": {"f:replicas": {}}}))]));
+        let after = object(json!([
+            scale,
+            entry(OURS, "Update", json!({"f:spec": {"f:replicas": {}}}))
+        ]));
         assert_eq!(handed_back(&before, &after, OURS), None);
-        assert_eq!(handed_back(&object(json!([])), &object(json!([])), OURS), None);
+        assert_eq!(
+            handed_back(&object(json!([])), &object(json!([])), OURS),
+            None
+        );
     }
 
     #[test]
     fn a_shared_field_goes_back_to_every_owner() {
         let before = object(json!([
             entry("kubectl", "Apply", json!({"f:spec": {"f:minReplicas": {}}})),
-            entry("argocd-controller", "Apply", json!({"f:spec": {"f:minReplicas": {}}})),
+            entry(
+                "argocd-controller",
+                "Apply",
+                json!({"f:spec": {"f:minReplicas": {}}})
+            ),
         ]));
-        let after = object(json!([entry(OURS, "Update", json!({"f:spec": {"f:minReplicas": {}}}))]));
+        let after = object(json!([entry(
+            OURS,
+            "Update",
+            json!({"f:spec": {"f:minReplicas": {}}})
+        )]));
         let entries = handed_back(&before, &after, OURS).unwrap();
-        let managers: Vec<&str> = entries.iter().map(|e| e["manager"].as_str().unwrap()).collect();
+        let managers: Vec<&str> = entries
+            .iter()
+            .map(|e| e["manager"].as_str().unwrap())
+            .collect();
         assert_eq!(managers, ["kubectl", "argocd-controller"]);
     }
 }

@@ -152,6 +152,21 @@ pub async fn restore_namespace(
         objects: listed.objects.len(),
         restored: Vec::new(),
     };
+    for change in super::budgets::plan(None, namespace, &listed.objects, &Default::default()) {
+        let mut restored = Restored {
+            kind: Kind::PodDisruptionBudget.as_str(),
+            name: change.name.clone(),
+            changes: vec![change.change.clone()],
+            error: None,
+        };
+        if !dry_run {
+            restored.error = super::budgets::write(client, &change.action)
+                .await
+                .err()
+                .map(|e| crate::kubeclient::describe(&e));
+        }
+        report.restored.push(restored);
+    }
     for object in &listed.objects {
         let (kind, name) = names(object);
         let outcome = match engine::restore::restore(namespace, object) {

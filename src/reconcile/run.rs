@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use json_patch::Patch;
 use serde_json::Value;
 
+use super::budgets::{self, BudgetChange};
 use super::error::{self, Result};
 use super::events::EventWriter;
 use super::metrics::ReconcileMetrics;
@@ -232,8 +233,62 @@ impl Run<'_> {
             let key = (kind.as_str(), namespace.to_string(), name.to_string());
             self.report.objects.insert(key, outcome.result);
         }
+        let kind = Kind::PodDisruptionBudget;
+        for change in budgets::plan(policy, namespace, &listed.objects, &ctx) {
+            let outcome = self.budget(namespace, &change).await;
+            if outcome.drift_left {
+                *drift.entry(kind.as_str()).or_default() += 1;
+            }
+            let key = (kind.as_str(), namespace.to_string(), change.name);
+            self.report.objects.insert(key, outcome.result);
+        }
         self.pass.metrics.set_drift(namespace, &drift);
         Ok(())
+    }
+
+    /// One write to a PodDisruptionBudget this tool creates (see
+    /// [`budgets`]); a conflict waits for the next run.
+    async fn budget(&mut self, namespace: &str, change: &BudgetChange) -> Reconciled {
+        let (kind, name) = (Kind::PodDisruptionBudget, change.name.as_str());
+        if self.pass.options.dry_run {
+            tracing::info!(kind = kind.as_str(), namespace, name, changes = %change.change,
+                "reconcile: drift (dry run; not written)");
+            return Reconciled::drifting(ObjectResult::DryRun);
+        }
+        if !self.pass.may_write.may_write() {
+            return Reconciled::drifting(ObjectResult::Abandoned);
+        }
+        self.pass.limiter.acquire().await;
+        match budgets::write(self.pass.client, &change.action).await {
+            Ok(regarding) => {
+                self.pass.metrics.write(kind, "success");
+                tracing::info!(kind = kind.as_str(), namespace, name, changes = %change.change, "reconcile: written");
+                if let Some(events) = self.pass.events {
+                    events.written(&regarding, &change.change).await;
+                }
+                Reconciled::settled(ObjectResult::Written { attempts: 1 })
+            }
+            Err(e)
+                if error::is_not_found(&e)
+                    && matches!(change.action, budgets::Action::Delete(_)) =>
+            {
+                Reconciled::settled(ObjectResult::Gone)
+            }
+            Err(e) => {
+                let outcome = if error::is_precondition_failed(&e) {
+                    "conflict"
+                } else {
+                    "error"
+                };
+                self.pass.metrics.write(kind, outcome);
+                tracing::warn!(kind = kind.as_str(), namespace, name, error = %crate::errors::Chain(&e),
+                    "reconcile: write failed; the next run plans it again");
+                Reconciled {
+                    drift_left: true,
+                    ..Reconciled::failed(&e)
+                }
+            }
+        }
     }
 
     /// One object: plan, write with a resourceVersion test, re-read and
@@ -367,7 +422,15 @@ impl Run<'_> {
         attempt: u32,
     ) -> Attempt {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        match objects::patch(self.pass.client, t.kind, current, patch, objects::FIELD_MANAGER).await {
+        match objects::patch(
+            self.pass.client,
+            t.kind,
+            current,
+            patch,
+            objects::FIELD_MANAGER,
+        )
+        .await
+        {
             Ok(_) => {
                 self.pass.metrics.write(t.kind, "success");
                 tracing::info!(kind, namespace, name, changes = %changes,

@@ -136,16 +136,18 @@ pub fn preview_documents(
 ) -> anyhow::Result<Vec<Previewed>> {
     let targets = hpa_targets(&docs);
     let leader_election = leader_election_data(&docs);
-    let mut out = Vec::with_capacity(docs.len());
+    let context = |namespace: &str| Context {
+        hpa_targets: targets.get(namespace).cloned().unwrap_or_default(),
+        leader_election: leader_election.get(namespace).cloned(),
+    };
+    let created = created_budgets(policies, &docs, &context);
+    let mut out = Vec::with_capacity(docs.len() + created.len());
     for doc in docs {
         let namespace = namespace_of(&doc.value).to_string();
         let (object, mutation) = match policies.get(&namespace) {
             None => (None, engine::Mutation::default()),
             Some(policy) => {
-                let ctx = Context {
-                    hpa_targets: targets.get(&namespace).cloned().unwrap_or_default(),
-                    leader_election: leader_election.get(&namespace).cloned(),
-                };
+                let ctx = context(&namespace);
                 let input = Input {
                     operation: Operation::Create,
                     namespace: &namespace,
@@ -163,7 +165,53 @@ pub fn preview_documents(
             mutation,
         });
     }
+    out.extend(created);
     Ok(out)
+}
+
+/// The PodDisruptionBudgets the reconciler would create for governed
+/// Deployments of the manifests that no PDB of the manifests covers
+/// ([`engine::budgets`]), after the documents, each with its change line.
+fn created_budgets(
+    policies: &BTreeMap<String, Policy>,
+    docs: &[Document],
+    context: &dyn Fn(&str) -> Context,
+) -> Vec<Previewed> {
+    let mut out = Vec::new();
+    for (namespace, policy) in policies {
+        let objects: Vec<Value> = docs
+            .iter()
+            .filter(|d| namespace_of(&d.value) == namespace)
+            .map(|d| d.value.clone())
+            .collect();
+        for change in
+            crate::reconcile::budgets::plan(Some(policy), namespace, &objects, &context(namespace))
+        {
+            let crate::reconcile::budgets::Action::Create(pdb) = change.action else {
+                continue;
+            };
+            out.push(Previewed {
+                doc: Document {
+                    file: "(created by the reconciler)".to_string(),
+                    index: out.len() + 1,
+                    item: None,
+                    value: pdb.clone(),
+                },
+                mutation: engine::Mutation {
+                    // The whole object, added at the root (RFC 6902 `add` of "").
+                    patch: json_patch::Patch(vec![json_patch::PatchOperation::Add(
+                        json_patch::AddOperation {
+                            path: json_patch::jsonptr::PointerBuf::new(),
+                            value: pdb.clone(),
+                        },
+                    )]),
+                    changes: vec![change.change],
+                },
+                object: pdb,
+            });
+        }
+    }
+    out
 }
 
 /// Renders one value as YAML the way a person writes it: long single-line

@@ -67,12 +67,19 @@ fn drifting(api: &FakeApi, policy: &Policy) -> BTreeSet<(String, String)> {
         hpa_targets: targets,
         ..Default::default()
     };
-    objects
+    objects.retain(|o| o["metadata"]["namespace"] == SERVING);
+    let mut drifting: BTreeSet<(String, String)> = objects
         .iter()
-        .filter(|o| o["metadata"]["namespace"] == SERVING)
         .filter_map(|o| plan::plan(policy, SERVING, o, &ctx, true).unwrap())
         .map(|d| (d.kind.as_str().to_string(), d.name))
-        .collect()
+        .collect();
+    // The budgets the reconciler creates count as drift until they exist.
+    drifting.extend(
+        knative_ha_webhook::reconcile::budgets::plan(Some(policy), SERVING, &objects, &ctx)
+            .into_iter()
+            .map(|c| ("PodDisruptionBudget".to_string(), c.name)),
+    );
+    drifting
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

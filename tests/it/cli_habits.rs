@@ -65,7 +65,10 @@ fn preview_expands_kind_list_and_typed_lists() {
     // YAML output: the items as documents, mutated.
     let out = run_stdin(&["preview", "--policy-file", POLICY], &list);
     assert!(out.status.success(), "{}", stderr(&out));
-    let doc: Value = serde_saphyr::from_str(&stdout(&out)).expect("one YAML document");
+    // The Deployment, then the budget the reconciler would create for it.
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&stdout(&out)).expect("YAML documents");
+    assert_eq!(docs[1]["metadata"]["name"], "controller-pdb");
+    let doc = &docs[0];
     assert_eq!(doc["kind"], "Deployment");
     assert_eq!(doc["spec"]["replicas"], 3);
 }
@@ -171,10 +174,11 @@ fn preview_and_crd_print_json_and_yaml() {
         .expect("controller");
     assert_eq!(controller["spec"]["replicas"], 3);
 
-    // One object: the object itself, as kubectl prints it.
+    // One object: the object itself, as kubectl prints it (the activator:
+    // HPA-scaled, so no budget is created beside it).
     let out = run_stdin(
         &["preview", "--policy-file", POLICY, "-o", "json"],
-        CONTROLLER,
+        &CONTROLLER.replace("controller", "activator"),
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let one: Value = serde_json::from_str(&stdout(&out)).unwrap();

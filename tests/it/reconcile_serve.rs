@@ -43,6 +43,11 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
         }
     }
     assert!(drifting.len() >= 5, "{drifting:?}");
+    let budgets = created_budgets(&api, &policy, &ctx);
+    assert!(
+        budgets.contains(&"controller-pdb".to_string()),
+        "{budgets:?}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"))
@@ -88,6 +93,12 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
             .iter()
             .all(|(g, p, n)| api.patches_of(g, p, SERVING, n) == 1)
             .then_some(())
+            .filter(|()| {
+                budgets.iter().all(|n| {
+                    api.get("policy", "poddisruptionbudgets", SERVING, n)
+                        .is_some()
+                })
+            })
     })
     .await;
     let lease = api
@@ -134,9 +145,15 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
         .collect();
     assert_eq!(
         written.len(),
-        drifting.len(),
-        "one log line per write:\n{logs}"
+        drifting.len() + budgets.len(),
+        "one log line per write (each created budget one):\n{logs}"
     );
+    for name in &budgets {
+        let pdb = api
+            .get("policy", "poddisruptionbudgets", SERVING, name)
+            .expect("budget created");
+        assert_eq!(pdb["spec"]["maxUnavailable"], 1, "{pdb}");
+    }
     for (_, _, name) in &drifting {
         assert!(
             written.iter().any(|l| l["name"] == name.as_str()),
@@ -201,6 +218,7 @@ async fn serve_reconcile_dry_run_logs_drift_and_writes_nothing() {
         }
         all.push((group, plural, ns, name));
     }
+    drifting.extend(created_budgets(&api, &policy, &ctx));
     let dir = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"))
         .args(["serve", "--self-signed"])
@@ -245,4 +263,20 @@ async fn serve_reconcile_dry_run_logs_drift_and_writes_nothing() {
     for (g, p, ns, n) in &all {
         assert_eq!(api.patches_of(g, p, ns, n), 0, "{ns}/{n}");
     }
+}
+
+/// The budgets the reconciler creates in the serving namespace of `api`
+/// for `policy` ([`knative_ha_webhook::reconcile::budgets`]).
+fn created_budgets(
+    api: &FakeApi,
+    policy: &Policy,
+    ctx: &knative_ha_webhook::engine::Context,
+) -> Vec<String> {
+    let mut objects = api.list("apps", "deployments");
+    objects.extend(api.list("policy", "poddisruptionbudgets"));
+    objects.retain(|o| o["metadata"]["namespace"] == SERVING);
+    knative_ha_webhook::reconcile::budgets::plan(Some(policy), SERVING, &objects, ctx)
+        .into_iter()
+        .map(|c| c.name)
+        .collect()
 }
