@@ -14,7 +14,9 @@
 //!   and `reconcile` (bringing running objects in line, `audit`, `restore`)
 //! - `admission` (the AdmissionReview wire protocol) and `sources` (policy
 //!   file and cluster watchers that publish snapshots)
-//! - `store`: the snapshot the request path reads
+//! - `store` (the snapshot the request path reads) and `rights` (what
+//!   the reconciler's passes found it may do per namespace, for the
+//!   cluster source to report)
 //! - `engine`: the pure mutation, policy + object -> patch + change lines
 //! - `policy`: the HighAvailabilityPolicy model and its validation
 //! - `tls` (certificates and their reload), `manifest` (Kubernetes objects
@@ -36,6 +38,7 @@ pub mod kubeclient;
 pub mod manifest;
 pub mod policy;
 pub mod reconcile;
+pub mod rights;
 pub mod scope;
 pub mod server;
 pub mod sources;

@@ -725,7 +725,7 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         rep.check(f"{label}: PrometheusRule alerts use metrics the server registers, scoped to the release namespace",
                   lambda: check_prometheus_rule(rules, ns, v["prometheusRule"], v["reconcile"]))
         rep.check(f"{label}: PrometheusRule alerts on the API server's fail-open and rejection counts of the "
-                  "mutating webhook, on reconciler write errors, and on drift in a dry run too",
+                  "mutating webhook, on reconciler write errors, on a namespace refusing the reconciler, and on drift in a dry run too",
                   lambda: check_outage_alerts(rules[0], r.webhook_config["webhooks"][0]["name"], ns,
                                               v["prometheusRule"], v["reconcile"]))
     else:
@@ -752,11 +752,12 @@ def scenario_api_versions(label: str) -> list[str]:
 FAIL_OPEN_ALERT = "KnativeHAWebhookFailOpen"
 REJECTED_ALERT = "KnativeHAWebhookRejected"
 WRITE_ERRORS_ALERT = "KnativeHAWebhookReconcileWriteErrors"
+FORBIDDEN_ALERT = "KnativeHAWebhookReconcileForbidden"
 APISERVER_ALERT_METRICS = {FAIL_OPEN_ALERT: "apiserver_admission_webhook_fail_open_count",
                            REJECTED_ALERT: "apiserver_admission_webhook_rejection_count"}
 EXPECTED_ALERTS = {"KnativeHAWebhookNotReady", "KnativeHAWebhookCertificateExpiring",
                    "KnativeHAWebhookPolicyInvalid", "KnativeHAWebhookSourceDown", "KnativeHAWebhookReconcileFailing",
-                   FAIL_OPEN_ALERT, REJECTED_ALERT, WRITE_ERRORS_ALERT}
+                   FAIL_OPEN_ALERT, REJECTED_ALERT, WRITE_ERRORS_ALERT, FORBIDDEN_ALERT}
 # Wherever the drift gauge means something to act on: a dry run reports every drifting object (what
 # an operator must hear about), a writing reconciler reports what it could not fix. Not rendered
 # when the reconciler writes but leaves pod templates out: their drift persists by design.
@@ -824,12 +825,26 @@ def check_outage_alerts(rule: dict, hook: str, ns: str, values: dict, reconcile:
     for want in ("increase(knative_ha_webhook_reconcile_writes_total{", f'namespace="{ns}"', 'result="error"',
                  f'[{values.get("writeErrorsWindow", "15m")}]', "> 0"):
         expect(want in expr, f"{WRITE_ERRORS_ALERT}: expr {expr!r} lacks {want!r}")
+    check_forbidden_alert(alerts, ns)
     if reconcile["enabled"] and reconcile["dryRun"]:
         expect(DRIFT_ALERT in alerts, f"no {DRIFT_ALERT} in a dry run (reconcile.dryRun=true)")
         desc = alerts[DRIFT_ALERT]["annotations"].get("description", "")
         expect("reconcile.dryRun=false" in desc and "audit" in desc,
                f"{DRIFT_ALERT} in a dry run: the description must say how to list (audit) and fix "
                f"(reconcile.dryRun=false) the drift: {desc!r}")
+
+
+def check_forbidden_alert(alerts: dict, ns: str) -> None:
+    """A governed namespace refusing the reconciler (403: the chart's Role there deleted with the
+    namespace) was told to nobody: the alert names the namespace and the fix."""
+    expect(FORBIDDEN_ALERT in alerts, f"no alert {FORBIDDEN_ALERT}")
+    a = alerts[FORBIDDEN_ALERT]
+    expr = " ".join(a["expr"].split())
+    for want in ("by (target_namespace)", "knative_ha_webhook_reconcile_forbidden{", f'namespace="{ns}"', "> 0"):
+        expect(want in expr, f"{FORBIDDEN_ALERT}: expr {expr!r} lacks {want!r}")
+    text = a["annotations"].get("summary", "") + " " + a["annotations"].get("description", "")
+    for want in ("{{ $labels.target_namespace }}", "ReconcilerForbidden", "helm upgrade"):
+        expect(want in text, f"{FORBIDDEN_ALERT}: summary/description does not say {want!r}: {text}")
 
 
 def check_defaults(r: Rendered, app_version: str) -> None:

@@ -151,6 +151,9 @@ pub struct App {
     file_source: Option<FileSource>,
     cluster: Option<ClusterParts>,
     reconciler: Option<crate::reconcile::Reconciler>,
+    /// What the reconciler finds it may do per namespace, for the cluster
+    /// source's `Ready` conditions (the one link between the two).
+    rights: crate::rights::Rights,
 }
 
 impl App {
@@ -168,15 +171,14 @@ impl App {
         let metrics = Metrics::register(&mut registry);
         let (store, file_source, cluster) =
             policy_source(&config, client.as_ref(), &metrics, &mut registry)?;
+        let rights = crate::rights::Rights::default();
         let reconciler = match (&config.reconcile, client) {
             (None, _) => None,
             (Some(_), None) => return Err(AppError::NoClient("the reconciler")),
-            (Some(rc), Some(client)) => Some(crate::reconcile::Reconciler::prepare(
-                rc.clone(),
-                client,
-                &store,
-                &mut registry,
-            )),
+            (Some(rc), Some(client)) => Some(
+                crate::reconcile::Reconciler::prepare(rc.clone(), client, &store, &mut registry)
+                    .with_rights(rights.clone()),
+            ),
         };
         let tls = TlsReloader::new(config.tls.clone(), metrics.clone())?;
         let listeners = Listeners::bind(config.listen, config.metrics_listen).await?;
@@ -190,6 +192,7 @@ impl App {
             file_source,
             cluster,
             reconciler,
+            rights,
         })
     }
 

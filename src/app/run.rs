@@ -60,7 +60,9 @@ impl App {
             file_source,
             cluster,
             reconciler,
+            rights,
         } = self;
+        let cluster = cluster.map(|parts| (parts, rights));
         let (background, cluster_ended) =
             spawn_background(&config, &tls, file_source, cluster, &store);
         let reconciler = reconciler.map(crate::reconcile::Reconciler::spawn);
@@ -102,7 +104,7 @@ fn spawn_background(
     config: &Config,
     tls: &Arc<TlsReloader>,
     file_source: Option<FileSource>,
-    cluster: Option<ClusterParts>,
+    cluster: Option<(ClusterParts, crate::rights::Rights)>,
     store: &PolicyStore,
 ) -> (JoinSet<()>, mpsc::Receiver<AppError>) {
     let mut background = JoinSet::new();
@@ -113,11 +115,12 @@ fn spawn_background(
         background.spawn(src.watch(config.policy_poll_interval));
     }
     let (cluster_tx, cluster_ended) = mpsc::channel(1);
-    if let Some((client, cm, namespace)) = cluster {
+    if let Some(((client, cm, namespace), rights)) = cluster {
         let cfg = ClusterSourceConfig {
             namespace,
             governed: config.governed.clone(),
             instance: config.pod_name.clone(),
+            rights,
         };
         let store = store.clone();
         background.spawn(async move {

@@ -1,13 +1,16 @@
 //! Errors of the reconciler and of `audit`, and what an API server's
 //! refusal means to them.
 
+use crate::engine::Kind;
+use crate::rights::Forbidden;
+
 /// Errors of the reconciler and of `audit`.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    #[error("{action} {kind} {namespace}/{name}")]
+    #[error("{action} {} {namespace}/{name}", kind.as_str())]
     Api {
         action: &'static str,
-        kind: &'static str,
+        kind: Kind,
         namespace: String,
         name: String,
         #[source]
@@ -37,6 +40,41 @@ fn code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(s) => Some(s.code),
         _ => None,
+    }
+}
+
+impl ReconcileError {
+    /// What the API server refused, when it answered a read with 403
+    /// Forbidden (the service account lacks the right).
+    pub fn forbidden(&self) -> Option<Forbidden> {
+        match self {
+            ReconcileError::Api {
+                action,
+                kind,
+                source,
+                ..
+            } if is_forbidden(source) => Some(refused(action, *kind)),
+            _ => None,
+        }
+    }
+}
+
+/// 403 Forbidden: the service account may not do this (RBAC).
+pub fn is_forbidden(e: &kube::Error) -> bool {
+    code(e) == Some(403)
+}
+
+/// `verb` refused on `kind`, the resource named as RBAC names it
+/// (`deployments.apps`, `configmaps`).
+pub fn refused(verb: &str, kind: Kind) -> Forbidden {
+    let resource = super::objects::api_resource(kind);
+    Forbidden {
+        verb: verb.to_string(),
+        resource: if resource.group.is_empty() {
+            resource.plural
+        } else {
+            format!("{}.{}", resource.plural, resource.group)
+        },
     }
 }
 

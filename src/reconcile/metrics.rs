@@ -1,6 +1,6 @@
 //! Metrics of the reconciler.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -26,6 +26,13 @@ pub struct KindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceLabel {
+    /// A governed namespace (a policy's `spec.targetNamespace`; not
+    /// `namespace`, which Prometheus sets to the scraped pod's).
+    pub target_namespace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RunLabel {
     /// `success` or `error`.
     pub result: String,
@@ -45,9 +52,15 @@ pub struct ReconcileMetrics {
     /// `knative_ha_webhook_reconcile_leader`: 1 while this replica holds
     /// the reconcile Lease.
     pub leader: Gauge,
+    /// `knative_ha_webhook_reconcile_forbidden{target_namespace}`: 1 while the API
+    /// server refuses the reconciler a request in the namespace (its last
+    /// pass there met a 403 Forbidden), 0 once a pass goes through.
+    pub forbidden: Family<NamespaceLabel, Gauge>,
     /// Drift per (namespace, kind) from the last run of each namespace; the
     /// gauge is the sum over namespaces.
     per_namespace: Arc<Mutex<BTreeMap<(String, &'static str), i64>>>,
+    /// The namespaces `forbidden` has a line for.
+    forbidden_labels: Arc<Mutex<BTreeSet<String>>>,
 }
 
 pub const KINDS: [Kind; 4] = [
@@ -80,6 +93,11 @@ impl ReconcileMetrics {
             "knative_ha_webhook_reconcile_leader",
             "1 while this replica holds the reconcile Lease",
             m.leader.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_reconcile_forbidden",
+            "1 while the API server refuses the reconciler a request (403 Forbidden) in a governed namespace, by target_namespace",
+            m.forbidden.clone(),
         );
         for kind in KINDS {
             m.drift
@@ -120,11 +138,42 @@ impl ReconcileMetrics {
         self.publish(&map);
     }
 
+    /// Records whether the last pass over `namespace` met a 403 Forbidden.
+    pub fn set_forbidden(&self, namespace: &str, refused: bool) {
+        self.forbidden_labels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(namespace.to_string());
+        self.forbidden
+            .get_or_create(&NamespaceLabel {
+                target_namespace: namespace.to_string(),
+            })
+            .set(i64::from(refused));
+    }
+
     /// Forgets namespaces that are no longer governed.
     pub fn retain_namespaces(&self, keep: &dyn Fn(&str) -> bool) {
         let mut map = self.per_namespace.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|(ns, _), _| keep(ns));
         self.publish(&map);
+        self.retain_forbidden(keep);
+    }
+
+    /// Drops the `forbidden` line of the namespaces `keep` refuses (all of
+    /// them when this replica stops reconciling: it no longer knows).
+    pub fn retain_forbidden(&self, keep: &dyn Fn(&str) -> bool) {
+        let mut labelled = self
+            .forbidden_labels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        labelled.retain(|ns| {
+            keep(ns) || {
+                self.forbidden.remove(&NamespaceLabel {
+                    target_namespace: ns.clone(),
+                });
+                false
+            }
+        });
     }
 
     fn publish(&self, map: &BTreeMap<(String, &'static str), i64>) {

@@ -21,6 +21,7 @@
 //!   (`config-leader-election` before the Deployments), paced by [`rate`],
 //!   told in a [`report`] and in one Event per write ([`events`]);
 //!   [`plan`]: pure drift computation (which changes roll pods);
+//!   `outcome`: what one object's reconciliation came to;
 //!   [`objects`]: list/get/patch of governed objects, each field a write
 //!   took from another manager handed back to it ([`ownership`]).
 //! - [`metrics`]: the reconcile metrics. [`audit`]: the `audit` command.
@@ -33,6 +34,7 @@ pub mod events;
 pub mod lease;
 pub mod metrics;
 pub mod objects;
+mod outcome;
 mod ownership;
 pub mod plan;
 pub mod rate;

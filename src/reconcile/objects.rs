@@ -80,7 +80,7 @@ async fn list_all(
             .await
             .map_err(|source| ReconcileError::Api {
                 action: "list",
-                kind: kind.as_str(),
+                kind,
                 namespace: namespace.to_string(),
                 name: String::new(),
                 source: Box::new(source),
@@ -149,7 +149,7 @@ pub async fn get(
         .await
         .map_err(|source| ReconcileError::Api {
             action: "get",
-            kind: kind.as_str(),
+            kind,
             namespace: namespace.to_string(),
             name: name.to_string(),
             source: Box::new(source),

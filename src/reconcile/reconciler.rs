@@ -13,6 +13,7 @@ use super::metrics::ReconcileMetrics;
 use super::rate::RateLimiter;
 use super::run::{MayWrite, Pass, RunOptions};
 use super::schedule::{self, Schedule};
+use crate::rights::Rights;
 use crate::store::{PolicyStore, Snapshot};
 
 /// The running reconciler.
@@ -23,6 +24,9 @@ pub struct Reconciler {
     metrics: ReconcileMetrics,
     /// Events on the objects it writes ([`super::events`]).
     events: super::events::EventWriter,
+    /// Where each pass's verdict per namespace goes (what the API server
+    /// refused there, if anything).
+    rights: Rights,
 }
 
 /// A reconciler running in the background (see [`Reconciler::spawn`]).
@@ -53,7 +57,15 @@ impl Reconciler {
             store,
             metrics,
             events,
+            rights: Rights::default(),
         }
+    }
+
+    /// Publishes what each pass found the reconciler may do per namespace
+    /// on `rights` (for the policies' `Ready` condition).
+    pub fn with_rights(mut self, rights: Rights) -> Reconciler {
+        self.rights = rights;
+        self
     }
 
     /// For `serve`: the reconciler with its metrics registered in `registry`.
@@ -95,8 +107,12 @@ impl Reconciler {
                     if r.is_err() {
                         break;
                     }
-                    // A new leader starts with a full run.
+                    // A new leader starts with a full run; a former one no
+                    // longer knows what the API server refuses.
                     schedule.restart();
+                    if !*leader_rx.borrow() {
+                        self.forget_rights();
+                    }
                     continue;
                 }
                 _ = poll.tick() => {}
@@ -119,7 +135,14 @@ impl Reconciler {
             }
         }
         let _ = election.await;
+        self.forget_rights();
         tracing::info!("reconciler stopped");
+    }
+
+    /// Not reconciling: no verdict per namespace is known here any more.
+    fn forget_rights(&self) {
+        self.rights.retain(&|_| false);
+        self.metrics.retain_forbidden(&|_| false);
     }
 
     fn log_start(&self) {
@@ -196,6 +219,7 @@ impl Reconciler {
         now.retain(|ns, _| self.config.governed.allows(ns));
         let due = schedule.due(&now);
         self.metrics.retain_namespaces(&|ns| now.contains_key(ns));
+        self.rights.retain(&|ns| now.contains_key(ns));
         if due.namespaces.is_empty() {
             schedule.done(now, due.full, true);
             return;
@@ -215,6 +239,9 @@ impl Reconciler {
             ok = report.ok(),
             "reconcile run done"
         );
+        for (namespace, verdict) in &report.access {
+            self.rights.set(namespace, verdict.clone());
+        }
         schedule.done(now, due.full, report.ok());
     }
 }

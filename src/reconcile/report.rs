@@ -1,7 +1,9 @@
 //! What a reconcile run reports: per object what happened, per namespace
-//! what could not be listed.
+//! what could not be listed and what the API server refused.
 
 use std::collections::BTreeMap;
+
+use crate::rights::Verdicts;
 
 /// What happened to one object in a run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +31,9 @@ pub struct RunReport {
     pub objects: BTreeMap<(&'static str, String, String), ObjectResult>,
     /// Namespaces that could not be listed, with the error.
     pub errors: Vec<String>,
+    /// Per namespace the run went over: the first request the API server
+    /// refused there with 403 Forbidden, or `None`.
+    pub access: Verdicts,
 }
 
 impl RunReport {

@@ -13,11 +13,13 @@ use super::error::{self, Result};
 use super::events::EventWriter;
 use super::metrics::ReconcileMetrics;
 use super::objects;
+use super::outcome::{Attempt, Reconciled, changes_text, context_for};
 use super::plan::{self, Drift};
 use super::rate::RateLimiter;
 use super::report::{ObjectResult, RunReport};
 use crate::engine::{Context, Kind};
 use crate::policy::Policy;
+use crate::rights::Forbidden;
 use crate::store::Snapshot;
 
 pub use super::error::MAX_ATTEMPTS;
@@ -115,73 +117,6 @@ struct Target<'a> {
     name: &'a str,
 }
 
-/// What happened to one object, and whether it still differs from its policy.
-struct Reconciled {
-    result: ObjectResult,
-    drift_left: bool,
-}
-
-impl Reconciled {
-    /// Nothing left to do for the object.
-    fn settled(result: ObjectResult) -> Reconciled {
-        Reconciled {
-            result,
-            drift_left: false,
-        }
-    }
-
-    /// The object still differs from its policy.
-    fn drifting(result: ObjectResult) -> Reconciled {
-        Reconciled {
-            result,
-            drift_left: true,
-        }
-    }
-
-    fn failed(error: &(dyn std::error::Error + 'static)) -> Reconciled {
-        Reconciled::failed_because(crate::errors::chain(error))
-    }
-
-    fn failed_because(reason: String) -> Reconciled {
-        Reconciled::drifting(ObjectResult::Failed { error: reason })
-    }
-}
-
-/// How one attempt at an object ended.
-enum Attempt {
-    Done(Reconciled),
-    /// The write lost a race with another writer (the error): read again.
-    Conflict(String),
-}
-
-/// Every change on one line, pod template changes marked.
-fn changes_text(d: &Drift) -> String {
-    d.changes
-        .iter()
-        .map(|c| {
-            if c.rolls_pods {
-                format!("{} (rolls pods)", c.change)
-            } else {
-                c.change.clone()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// The engine's context: the HPA targets listed now and those in the
-/// snapshot; `config-leader-election` as listed now.
-fn context_for(snapshot_targets: Option<&BTreeSet<String>>, listed: &objects::Listed) -> Context {
-    let mut hpa_targets = listed.hpa_targets.clone();
-    if let Some(t) = snapshot_targets {
-        hpa_targets.extend(t.iter().cloned());
-    }
-    Context {
-        hpa_targets,
-        leader_election: listed.leader_election.clone(),
-    }
-}
-
 impl Run<'_> {
     /// Each namespace, in order, with its policy (none: the engine's records
     /// are undone) and the snapshot's HPA targets, until the run may no
@@ -194,13 +129,34 @@ impl Run<'_> {
             if !self.pass.may_write.may_write() && !self.pass.options.dry_run {
                 break;
             }
+            self.report.access.insert(namespace.to_string(), None);
             if let Err(e) = self.namespace(policy, namespace, targets).await {
                 tracing::warn!(namespace = %namespace, error = %crate::errors::Chain(&e), "reconcile: namespace failed");
                 self.report.errors.push(crate::errors::chain(&e));
+                if let Some(forbidden) = e.forbidden() {
+                    self.refused(namespace, forbidden);
+                }
             }
+            let refused = self
+                .report
+                .access
+                .get(namespace)
+                .is_some_and(Option::is_some);
+            self.pass.metrics.set_forbidden(namespace, refused);
         }
         self.pass.metrics.run(self.report.ok());
         self.report
+    }
+
+    /// Records a request the API server refused in `namespace` (the first
+    /// one is the namespace's verdict).
+    fn refused(&mut self, namespace: &str, forbidden: Forbidden) {
+        let verdict = self.report.access.entry(namespace.to_string()).or_default();
+        if verdict.is_none() {
+            tracing::warn!(namespace, verb = %forbidden.verb, resource = %forbidden.resource,
+                "reconcile: the API server refuses the reconciler here (403 Forbidden); the policy's Ready condition says so");
+            *verdict = Some(forbidden);
+        }
     }
 
     /// Brings one namespace in line. Errors listing the namespace end it;
@@ -315,7 +271,7 @@ impl Run<'_> {
     }
 
     /// The object as it is now, after a conflict.
-    async fn reread(&self, t: &Target<'_>) -> Result<Value, Reconciled> {
+    async fn reread(&mut self, t: &Target<'_>) -> Result<Value, Reconciled> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
         match objects::get(self.pass.client, t.kind, t.namespace, t.name).await {
             Ok(Some(object)) => Ok(object),
@@ -326,6 +282,9 @@ impl Run<'_> {
             Err(e) => {
                 tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&e), "reconcile: re-read failed");
                 self.pass.metrics.write(t.kind, "error");
+                if let Some(forbidden) = e.forbidden() {
+                    self.refused(namespace, forbidden);
+                }
                 Err(Reconciled::failed(&e))
             }
         }
@@ -413,7 +372,7 @@ impl Run<'_> {
 
     /// Sends `patch`; a lost race asks for another attempt.
     async fn write(
-        &self,
+        &mut self,
         t: &Target<'_>,
         current: &Value,
         patch: &Patch,
@@ -457,6 +416,9 @@ impl Run<'_> {
             Err(e) => {
                 self.pass.metrics.write(t.kind, "error");
                 tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&e), "reconcile: write failed");
+                if error::is_forbidden(&e) {
+                    self.refused(namespace, error::refused("patch", t.kind));
+                }
                 Attempt::Done(Reconciled::failed(&e))
             }
         }

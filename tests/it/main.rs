@@ -34,6 +34,7 @@ mod policy_validation;
 mod reconcile_cluster;
 mod reconcile_env;
 mod reconcile_paging;
+mod reconcile_rights;
 mod reconcile_serve;
 mod reconcile_writes;
 mod restore_cli;

@@ -17,6 +17,7 @@ use knative_ha_webhook::engine::{self, Context, Input, Operation};
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::reconcile::metrics::{KindLabel, RunLabel, WriteLabels};
 use knative_ha_webhook::reconcile::{ReconcileConfig, ReconcileMetrics, Reconciler};
+use knative_ha_webhook::rights::Rights;
 use knative_ha_webhook::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
 use knative_ha_webhook::store::PolicyStore;
 use serde_json::{Value, json};
@@ -139,11 +140,13 @@ pub(crate) fn needing(exp: &BTreeMap<Key, Option<Value>>) -> BTreeSet<Key> {
         .collect()
 }
 
-/// The cluster source feeding a store, plus reconcilers.
+/// The cluster source feeding a store, plus reconcilers, wired as `serve`
+/// wires them (the reconcilers' verdicts reach the source's `Ready`).
 pub(crate) struct Env {
     pub(crate) api: Arc<FakeApi>,
     pub(crate) keys: Vec<Key>,
     pub(crate) store: PolicyStore,
+    rights: Rights,
     source: JoinHandle<cluster::Result<()>>,
     pub(crate) reconcilers: Vec<Running>,
 }
@@ -171,9 +174,13 @@ impl Env {
         let keys = load_control_plane(&api);
         let store = PolicyStore::default();
         let mut registry = prometheus_client::registry::Registry::default();
+        let rights = Rights::default();
         let source = tokio::spawn(cluster::run(
             api.client().await,
-            ClusterSourceConfig::new(OWN_NS),
+            ClusterSourceConfig {
+                rights: rights.clone(),
+                ..ClusterSourceConfig::new(OWN_NS)
+            },
             store.clone(),
             ClusterMetrics::register(&mut registry),
         ));
@@ -186,6 +193,7 @@ impl Env {
             api,
             keys,
             store,
+            rights,
             source,
             reconcilers: Vec::new(),
         }
@@ -206,7 +214,8 @@ impl Env {
             config,
             self.store.clone(),
             metrics.clone(),
-        );
+        )
+        .with_rights(self.rights.clone());
         let task = tokio::spawn(r.run(stop_rx));
         self.reconcilers.push(Running {
             metrics,

@@ -15,7 +15,8 @@
 //! - `state`: merge, publication of [`crate::store::Snapshot`]s, and the
 //!   decision what to report; `observe`: the log lines and gauges of each
 //!   merge.
-//! - `merge`: the pure precedence rules. `status`: `Ready` conditions.
+//! - `merge`: the pure precedence rules. `status`: `Ready` conditions;
+//!   `forbidden`: the reconciler's verdict in them ([`crate::rights`]).
 //! - `writer`: status patches, Events and last-valid annotations (off the
 //!   watch path); `sent`: what was asked of it.
 
@@ -27,10 +28,12 @@ use kube::runtime::watcher;
 use tokio::sync::mpsc;
 
 use crate::policy::Policy;
+use crate::rights::Rights;
 use crate::scope::AllowedNamespaces;
 use crate::store::PolicyStore;
 
 pub mod configmaps;
+pub mod forbidden;
 mod hpa_watches;
 pub mod hpas;
 mod leader_election;
@@ -58,6 +61,10 @@ pub struct ClusterSourceConfig {
     pub governed: AllowedNamespaces,
     /// The instance of the Event reporter (the pod's name).
     pub instance: Option<String>,
+    /// What the reconciler of this process found it may do per namespace:
+    /// a policy whose namespace refuses it is not `Ready`
+    /// ([`forbidden`]). A board nobody writes changes nothing.
+    pub rights: Rights,
 }
 
 impl ClusterSourceConfig {
@@ -67,6 +74,7 @@ impl ClusterSourceConfig {
             namespace: namespace.into(),
             governed: AllowedNamespaces::all(),
             instance: None,
+            rights: Rights::default(),
         }
     }
 }
@@ -201,6 +209,7 @@ pub async fn run(
         metrics.clone(),
         spawners,
         config.governed.clone(),
+        config.rights.subscribe(),
     );
     let writer = writer::run(
         crs.clone(),

@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::watch;
 
 use super::hpa_watches::{self, HpaWatches};
 use super::leader_election::{self, LeaderElectionWatches};
@@ -14,9 +15,10 @@ use super::namespace_watches::Spawn;
 use super::observe::{count_policies, log_verdict, log_winners};
 use super::sent::Sent;
 use super::source_state::{SourceState, Tracked, fold};
-use super::status;
 use super::writer::WriteReq;
 use super::{ClusterError, ClusterMetrics, Item, Msg, Source};
+use super::{forbidden, status};
+use crate::rights::Verdicts;
 use crate::scope::AllowedNamespaces;
 use crate::store::{PolicyStore, Snapshot, Unclaimed};
 
@@ -43,6 +45,9 @@ struct State {
     sent: Sent,
     /// The last verdict logged per object.
     logged: HashMap<(Origin, String), Verdict>,
+    /// What the reconciler found it may do per namespace
+    /// ([`crate::rights`]; empty where this replica does not reconcile).
+    rights: watch::Receiver<Verdicts>,
 }
 
 /// How the per-namespace watchers are started.
@@ -52,7 +57,11 @@ pub(crate) struct Spawners {
 }
 
 impl State {
-    fn new(spawners: Spawners, governed: AllowedNamespaces) -> State {
+    fn new(
+        spawners: Spawners,
+        governed: AllowedNamespaces,
+        rights: watch::Receiver<Verdicts>,
+    ) -> State {
         State {
             policies: SourceState::default(),
             configmaps: SourceState::default(),
@@ -67,6 +76,7 @@ impl State {
             merged: Merged::default(),
             sent: Sent::default(),
             logged: HashMap::new(),
+            rights,
         }
     }
 
@@ -189,6 +199,7 @@ impl State {
         if retry {
             self.sent.failed.clear();
         }
+        let access = self.rights.borrow_and_update().clone();
         for t in self
             .policies
             .live
@@ -204,7 +215,8 @@ impl State {
                 log_verdict(obj, verdict);
                 self.logged.insert(key.clone(), verdict.clone());
             }
-            let mut desired = status::desired(verdict, obj.origin, obj.generation);
+            let desired = status::desired(verdict, obj.origin, obj.generation);
+            let mut desired = forbidden::with_access(desired, verdict, &access, &t.status);
             desired.record = status::record(obj);
             let write = match obj.origin {
                 Origin::Resource => [self.sent.status_write(t, desired), None],
@@ -263,8 +275,10 @@ pub(crate) async fn run(
     metrics: ClusterMetrics,
     spawners: Spawners,
     governed: AllowedNamespaces,
+    rights: watch::Receiver<Verdicts>,
 ) -> Result<(), ClusterError> {
-    let mut state = State::new(spawners, governed);
+    let mut rights_changed = rights.clone();
+    let mut state = State::new(spawners, governed, rights);
     let mut retry = tokio::time::interval(RETRY_INTERVAL);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut logged_synced = false;
@@ -294,6 +308,9 @@ pub(crate) async fn run(
                 state.report(&writes, false)?;
             }
             _ = retry.tick() => state.report(&writes, true)?,
+            // What the reconciler found changed: the Ready conditions it
+            // decides ([`forbidden`]). Never ends (the board outlives it).
+            Ok(()) = rights_changed.changed() => state.report(&writes, false)?,
         }
     }
 }

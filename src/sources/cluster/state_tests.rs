@@ -29,7 +29,11 @@ fn state_with_policy(store: &PolicyStore, metrics: &ClusterMetrics) -> State {
         hpas: Box::new(NoSpawn),
         leader_election: Box::new(NoSpawn),
     };
-    let mut state = State::new(spawners, AllowedNamespaces::all());
+    let mut state = State::new(
+        spawners,
+        AllowedNamespaces::all(),
+        crate::rights::Rights::default().subscribe(),
+    );
     let policy = format!(
         "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: {NS}\n  leaderElection: {{renewDeadline: 20s}}\n"
     );

@@ -32,7 +32,8 @@ pub const LAST_VALID_REFUSED: &str = "LastValidRefusedByThisRelease";
 pub struct ReadyStatus {
     /// `True` or `False`.
     pub status: &'static str,
-    /// `Valid`, `Invalid`, [`LAST_VALID_REFUSED`], `Conflict` or `NotGoverned`.
+    /// `Valid`, `Invalid`, [`LAST_VALID_REFUSED`], `Conflict`, `NotGoverned`
+    /// or [`super::forbidden::RECONCILER_FORBIDDEN`].
     pub reason: &'static str,
     pub message: String,
     pub observed_generation: Option<i64>,

@@ -48,6 +48,23 @@ impl FakeApi {
         });
     }
 
+    /// Requests with these verbs (`list`, `watch`, `get`, `patch`,
+    /// `update`, `create`, `delete`) on any resource in `namespace` answer
+    /// 403 Forbidden from now on, as RBAC does once a Role is gone; no
+    /// verbs: all allowed again.
+    pub fn forbid(&self, namespace: &str, verbs: &[&str]) {
+        self.shared.with_store(|s| {
+            if verbs.is_empty() {
+                s.forbidden.remove(namespace);
+            } else {
+                s.forbidden.insert(
+                    namespace.to_string(),
+                    verbs.iter().map(|v| v.to_string()).collect(),
+                );
+            }
+        });
+    }
+
     /// Lists of this resource wait until [`FakeApi::release_lists`].
     pub fn hold_lists(&self, group: &str, plural: &str) {
         self.shared

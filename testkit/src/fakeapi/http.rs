@@ -142,6 +142,45 @@ pub(super) fn finish_path(group: &str, namespace: &str, tail: &[&str]) -> Path {
     }
 }
 
+/// The 403 RBAC would answer, when the test forbade this verb in `namespace`.
+fn forbidden(
+    shared: &Shared,
+    method: &Method,
+    query: &HashMap<String, String>,
+    res: &ResourceDef,
+    namespace: &str,
+    named: bool,
+) -> Option<Response> {
+    let watching = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+    let verb = match (method.as_str(), named) {
+        ("GET", false) if watching => "watch",
+        ("GET", false) => "list",
+        ("GET", true) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", _) => "delete",
+        _ => return None,
+    };
+    let refused = shared.with_store(|s| {
+        s.forbidden
+            .get(namespace)
+            .is_some_and(|verbs| verbs.contains(verb))
+    });
+    refused.then(|| {
+        let qualified = match res.group.as_str() {
+            "" => res.plural.clone(),
+            group => format!("{}.{group}", res.plural),
+        };
+        let message = format!(
+            "{qualified} is forbidden: User \"system:serviceaccount:test:fake\" cannot {verb} resource \"{plural}\" in API group \"{group}\" in the namespace \"{namespace}\"",
+            plural = res.plural,
+            group = res.group,
+        );
+        json_response(403, &status_value(403, "Forbidden", &message))
+    })
+}
+
 pub(super) async fn handle(
     State(shared): State<Arc<Shared>>,
     method: Method,
@@ -187,6 +226,9 @@ pub(super) async fn handle(
         && (sub != "status" || !res.status_subresource)
     {
         return not_found_resource();
+    }
+    if let Some(refused) = forbidden(&shared, &method, &query, &res, &namespace, name.is_some()) {
+        return refused;
     }
     let status_only = subresource.is_some();
     let content_type = headers

@@ -22,7 +22,7 @@
 //!   and generation bookkeeping (generation increments when anything but
 //!   metadata and status changes, on objects that have a `spec`);
 //! - switches for tests: a resource "not installed" (404), lists failing or
-//!   held, dropping every open watch, expiring them with 410, stopping and
+//!   held, verbs forbidden (403) in one namespace, dropping every open watch, expiring them with 410, stopping and
 //!   restarting the server on the same port (the store survives, like etcd),
 //!   answering every request `503` while "unavailable" (the requests are
 //!   still recorded, so tests can count retries);
@@ -208,6 +208,9 @@ struct Store {
     failures: HashMap<(String, String), Vec<u16>>,
     /// Every request answers 503 (an API server that is up but unusable).
     unavailable: bool,
+    /// Per namespace: the verbs (`list`, `get`, `patch`, ...) answered with
+    /// 403 Forbidden, as RBAC answers a service account without the rights.
+    forbidden: HashMap<String, HashSet<String>>,
     requests: Vec<Request>,
     /// Concurrent writers: applied just before the next PATCH of the object.
     interfere: Vec<(ObjKey, Interference)>,

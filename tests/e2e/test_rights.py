@@ -1,0 +1,71 @@
+"""A governed namespace deleted and re-created under the chart's rbac.scope=namespaced, on a real API server.
+
+The chart's Role and RoleBinding live in the governed namespace, so deleting the namespace deletes them:
+the reconciler's requests there are refused (403). The policy must say so (Ready=False, reason
+ReconcilerForbidden, the fix in the message), the gauge knative_ha_webhook_reconcile_forbidden must be 1,
+and both must come back by themselves once `helm upgrade` re-creates the Roles.
+"""
+
+from __future__ import annotations
+
+import time
+import unittest
+
+from base import GOVERNED, ClusterCase, wait_for
+from install import CHART, NAMESPACE, RELEASE, SERVING_CORE
+
+FORBIDDEN = "knative_ha_webhook_reconcile_forbidden"
+
+
+class Rights(ClusterCase):
+    def chart_roles(self, kinds: str = "roles,rolebindings") -> list[str]:
+        """The chart's Roles/RoleBindings in the governed namespace (Knative ships its own there)."""
+        items = self.kubectl.json("-n", GOVERNED, kinds, "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
+        return [f"{i['kind']}/{i['metadata']['name']}" for i in items]
+
+    def forbidden(self, server) -> float:
+        return server.metric(FORBIDDEN, target_namespace=GOVERNED)
+
+    def test_a_recreated_namespace_refuses_the_reconciler_until_helm_upgrade(self):
+        self.install_chart("rbac.scope=namespaced", "reconcile.interval=3s")
+        server = self.start_server()
+        self.apply_policy()
+        self.wait_policy("serving", "True", "Valid")
+        self.apply_knative(SERVING_CORE)
+        wait_for(lambda: self.audit().returncode == 0, "Knative Serving in line", 60)
+        self.assertEqual(self.forbidden(server), 0)
+        roles = self.chart_roles()
+        self.assertTrue(any(r.startswith("Role/") for r in roles), roles)
+
+        # The namespace deleted (its Roles with it) and re-created by the release's apply.
+        start = time.monotonic()
+        self.kubectl.run("delete", "namespace", GOVERNED, "--wait=true", "--timeout=120s", timeout=150)
+        deleted = time.monotonic() - start
+        self.apply_knative(SERVING_CORE)
+        recreated = time.monotonic() - start
+        self.assertEqual(self.chart_roles(), [], "the chart's Role and RoleBinding went with the namespace")
+        cond = self.wait_policy("serving", "False", "ReconcilerForbidden", limit_s=90)
+        not_ready = time.monotonic() - start
+        message = cond["message"]
+        for part in (f"in namespace {GOVERNED} (403 Forbidden)", "helm upgrade", "rbac.scope=cluster"):
+            self.assertIn(part, message)
+        wait_for(lambda: self.forbidden(server) == 1, f"{FORBIDDEN} = 1", 30)
+
+        # The chart's fix: helm upgrade re-creates the Roles; the next pass goes through.
+        upgrade = time.monotonic()
+        self.install.helm("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, *self.install.post_renderer(),
+                          "--reuse-values")
+        self.assertEqual(self.chart_roles(), roles, "helm upgrade re-created them")
+        self.wait_policy("serving", "True", "Valid", limit_s=90)
+        ready = time.monotonic() - upgrade
+        wait_for(lambda: self.forbidden(server) == 0, f"{FORBIDDEN} = 0", 30)
+        metric_back = time.monotonic() - upgrade
+        wait_for(lambda: self.audit().returncode == 0, "the re-created objects in line", 60)
+        print(f"\n  namespace deleted in {deleted:.1f}s, re-created at {recreated:.1f}s; "
+              f"Ready=False/ReconcilerForbidden at {not_ready:.1f}s after the delete started; "
+              f"after helm upgrade: Ready=True in {ready:.1f}s, {FORBIDDEN}=0 in {metric_back:.1f}s\n"
+              f"  message: {message}")
+
+
+if __name__ == "__main__":
+    unittest.main()
