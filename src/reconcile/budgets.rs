@@ -22,6 +22,17 @@ pub enum Action {
     Delete(Value),
 }
 
+impl Action {
+    /// The API verb of the write.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Action::Create(_) => "create",
+            Action::Update { .. } => "patch",
+            Action::Delete(_) => "delete",
+        }
+    }
+}
+
 /// A planned write with its change line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BudgetChange {

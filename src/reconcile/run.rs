@@ -239,6 +239,9 @@ impl Run<'_> {
                 self.pass.metrics.write(kind, outcome);
                 tracing::warn!(kind = kind.as_str(), namespace, name, error = %crate::errors::Chain(&e),
                     "reconcile: write failed; the next run plans it again");
+                if error::is_forbidden(&e) {
+                    self.refused(namespace, error::refused(change.action.verb(), kind));
+                }
                 Reconciled {
                     drift_left: true,
                     ..Reconciled::failed(&e)
