@@ -384,6 +384,26 @@ class SimCluster:
         self.kubectl.run("uncordon", node)
         return f"drain of {node}: {'done' if r.returncode == 0 else 'FAILED'} in {time.monotonic() - t:.1f}s"
 
+    def evict_all(self, namespace: str, app: str) -> str:
+        """One Eviction per pod of `app`, all at once (as two drains of the nodes holding them would
+        send): which the disruption controller's budget lets through."""
+        pods = self.api.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3D{app}")["items"]
+        evicted = refused = 0
+        for p in pods:
+            name = p["metadata"]["name"]
+            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+            try:
+                self.api.call("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
+                evicted += 1
+            except AssertionError as e:
+                if "HTTP 429" not in str(e):
+                    raise
+                refused += 1
+        budgets = self.api.get(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets")["items"]
+        covering = [b["metadata"]["name"] for b in budgets
+                    if b["spec"].get("selector", {}).get("matchLabels", {}).get("app") == app]
+        return {f"{namespace}/{app}": f"evicted {evicted} of {len(pods)} at once, {refused} refused (budgets: {covering or 'none'})"}
+
     def node_of(self, namespace: str, app: str) -> str:
         for p in self.api.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3D{app}")["items"]:
             if p["spec"].get("nodeName") in self.nodes and p["spec"]["nodeName"] not in self.lost:

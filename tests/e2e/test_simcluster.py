@@ -111,6 +111,10 @@ class SimulatedCluster(unittest.TestCase):
                                                                            rolled(sim.rollout_all(limits.rollout)))[1])
             steps["drain"] = sim.step("drain", lambda: sim.drain(sim.node_of(SERVING, "activator")), settle_s=2)
             sim.wait_full(limits.full)
+            # The controller ships no budget: every pod of it, evicted at once.
+            steps["evict every controller pod"] = sim.step("evict every controller pod",
+                                                           lambda: sim.evict_all(SERVING, "controller"), settle_s=2)
+            sim.wait_full(limits.full)
             steps["HPA scale-out to 5"] = sim.step("HPA scale-out to 5", lambda: sim.scale_hpa(SERVING, "activator", 5))
             if sim.real:  # no preemption or zone loss: they need the fake kubelets
                 def rollout_restart():
@@ -157,6 +161,8 @@ class SimulatedCluster(unittest.TestCase):
         if "shipped" in results:
             drain = next(iter(results["shipped"]["drain"].values())).note
             self.assertIn("FAILED", drain, "Knative as shipped: its 80% PDBs block the drain")
+            evicted = results["shipped"]["evict every controller pod"][f"{SERVING}/controller"]
+            self.assertIn("evicted 1 of 1 at once, 0 refused (budgets: none)", evicted.note, evicted.line())
         if "recommended" in results:
             self.check_recommended(results["recommended"])
 
@@ -173,6 +179,9 @@ class SimulatedCluster(unittest.TestCase):
         self.assertIn("done", drain)
         for c, r in steps.get("zone loss", {}).items():
             self.assertEqual((r.end_ready, r.pending), (r.want, 0), f"zone loss: {c}: {r.line()}")
+        evicted = steps["evict every controller pod"][f"{SERVING}/controller"]
+        self.assertGreaterEqual(evicted.min_ready, 2, f"the controller's created budget: {evicted.line()}")
+        self.assertIn("evicted 1 of 3 at once, 2 refused (budgets: ['controller-pdb'])", evicted.note, evicted.line())
         scaled = steps["HPA scale-out to 5"][f"{SERVING}/activator"]
         self.assertEqual((scaled.end_ready, scaled.pending), (5, 0), scaled.line())
 
