@@ -67,7 +67,7 @@ pub fn is_forbidden(e: &kube::Error) -> bool {
 /// `verb` refused on `kind`, the resource named as RBAC names it
 /// (`deployments.apps`, `configmaps`).
 pub fn refused(verb: &str, kind: Kind) -> Forbidden {
-    let resource = super::objects::api_resource(kind);
+    let resource = super::resource::api_resource(kind);
     Forbidden {
         verb: verb.to_string(),
         resource: if resource.group.is_empty() {

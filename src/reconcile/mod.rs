@@ -40,6 +40,7 @@ pub mod plan;
 pub mod rate;
 pub mod reconciler;
 pub mod report;
+mod resource;
 pub mod restore;
 pub mod run;
 pub mod schedule;

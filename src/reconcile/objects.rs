@@ -3,28 +3,13 @@
 use std::collections::BTreeSet;
 
 use json_patch::Patch;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::api::{DynamicObject, ListParams};
 use serde_json::{Map, Value};
 
 use super::error::{ReconcileError, Result};
+pub use super::resource::api_resource;
 use crate::engine::{Kind, LEADER_ELECTION_CONFIGMAP, configmap};
-
-/// The API resource a governed kind is read and written as. The reconciler
-/// lists the four kinds; a `Scale` is the Deployment's subresource, seen only
-/// at admission (its Deployment is what is read and written).
-pub fn api_resource(kind: Kind) -> ApiResource {
-    match kind {
-        Kind::Deployment | Kind::Scale => ApiResource::erase::<Deployment>(&()),
-        Kind::HorizontalPodAutoscaler => ApiResource::erase::<HorizontalPodAutoscaler>(&()),
-        Kind::PodDisruptionBudget => ApiResource::erase::<PodDisruptionBudget>(&()),
-        Kind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
-    }
-}
 
 fn api(client: &kube::Client, kind: Kind, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), namespace, &api_resource(kind))
