@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 
 use super::patch::Patcher;
 use super::{EngineError, Handled, Target};
+use crate::policy::Policy;
 use crate::policy::disruption::{self, Fewest};
 use crate::policy::schema_check::show;
 
@@ -74,25 +75,34 @@ fn at(runs: &Fewest) -> String {
     format!("with {} {noun} ({})", runs.replicas, runs.source)
 }
 
+/// The policy's budget for the PDB of the Deployments `covers` accepts (a
+/// workload's own `podDisruptionBudget`, else the global one): the field it
+/// sets and its value.
+pub(crate) fn setting(
+    policy: &Policy,
+    covers: impl Fn(&str) -> bool,
+) -> Option<(&'static str, &IntOrString)> {
+    let own = policy
+        .spec
+        .workloads
+        .iter()
+        .filter(|w| covers(&w.name))
+        .find_map(|w| w.pod_disruption_budget.as_ref());
+    let setting = own.or(policy.spec.pod_disruption_budget.as_ref())?;
+    match (&setting.min_available, &setting.max_unavailable) {
+        (Some(v), _) => Some(("minAvailable", v)),
+        (None, Some(v)) => Some(("maxUnavailable", v)),
+        _ => None,
+    }
+}
+
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     let [app, named] = t.pdb_deployments();
     let covers = |deployment: &str| Some(deployment) == app || Some(deployment) == named;
     if t.policy.spec.exclude.iter().any(|e| covers(e)) {
         return Ok((None, Vec::new()));
     }
-    let own = t
-        .policy
-        .spec
-        .workloads
-        .iter()
-        .filter(|w| covers(&w.name))
-        .find_map(|w| w.pod_disruption_budget.as_ref());
-    let setting = own.or(t.policy.spec.pod_disruption_budget.as_ref());
-    let wanted = match setting.map(|p| (&p.min_available, &p.max_unavailable)) {
-        Some((Some(v), _)) => Some(("minAvailable", v)),
-        Some((None, Some(v))) => Some(("maxUnavailable", v)),
-        _ => None,
-    };
+    let wanted = setting(t.policy, covers);
     let deployment = app.or(named).unwrap_or(t.name);
     let unraised = if !t.is_hpa_backed(deployment) {
         None

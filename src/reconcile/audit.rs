@@ -129,12 +129,15 @@ pub async fn audit(
                 });
             }
         }
-        for change in super::budgets::plan(Some(policy), ns, &listed.objects, &ctx) {
+        for change in crate::engine::budgets::plan(Some(policy), ns, &listed.objects, &ctx) {
             report.drift.push(ObjectDrift {
                 kind: Kind::PodDisruptionBudget.as_str(),
                 namespace: ns.clone(),
-                name: change.name.clone(),
-                changes: vec![change.line()],
+                name: change.name,
+                changes: vec![ChangeLine {
+                    change: change.change,
+                    rolls_pods: false,
+                }],
             });
         }
     }

@@ -152,7 +152,7 @@ pub async fn restore_namespace(
         objects: listed.objects.len(),
         restored: Vec::new(),
     };
-    for change in super::budgets::plan(None, namespace, &listed.objects, &Default::default()) {
+    for change in engine::budgets::plan(None, namespace, &listed.objects, &Default::default()) {
         let mut restored = Restored {
             kind: Kind::PodDisruptionBudget.as_str(),
             name: change.name.clone(),

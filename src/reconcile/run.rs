@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use json_patch::Patch;
 use serde_json::Value;
 
-use super::budgets::{self, BudgetChange};
+use super::budgets;
 use super::error::{self, Result};
 use super::events::EventWriter;
 use super::metrics::ReconcileMetrics;
@@ -17,6 +17,7 @@ use super::outcome::{Attempt, Reconciled, changes_text, context_for};
 use super::plan::{self, Drift};
 use super::rate::RateLimiter;
 use super::report::{ObjectResult, RunReport};
+use crate::engine::budgets::{Action, BudgetChange};
 use crate::engine::{Context, Kind};
 use crate::policy::Policy;
 use crate::rights::Forbidden;
@@ -190,7 +191,7 @@ impl Run<'_> {
             self.report.objects.insert(key, outcome.result);
         }
         let kind = Kind::PodDisruptionBudget;
-        for change in budgets::plan(policy, namespace, &listed.objects, &ctx) {
+        for change in crate::engine::budgets::plan(policy, namespace, &listed.objects, &ctx) {
             let outcome = self.budget(namespace, &change).await;
             if outcome.drift_left {
                 *drift.entry(kind.as_str()).or_default() += 1;
@@ -224,10 +225,7 @@ impl Run<'_> {
                 }
                 Reconciled::settled(ObjectResult::Written { attempts: 1 })
             }
-            Err(e)
-                if error::is_not_found(&e)
-                    && matches!(change.action, budgets::Action::Delete(_)) =>
-            {
+            Err(e) if error::is_not_found(&e) && matches!(change.action, Action::Delete(_)) => {
                 Reconciled::settled(ObjectResult::Gone)
             }
             Err(e) => {
@@ -242,10 +240,7 @@ impl Run<'_> {
                 if error::is_forbidden(&e) {
                     self.refused(namespace, error::refused(change.action.verb(), kind));
                 }
-                Reconciled {
-                    drift_left: true,
-                    ..Reconciled::failed(&e)
-                }
+                Reconciled::failed(&e)
             }
         }
     }

@@ -184,10 +184,9 @@ fn created_budgets(
             .filter(|d| namespace_of(&d.value) == namespace)
             .map(|d| d.value.clone())
             .collect();
-        for change in
-            crate::reconcile::budgets::plan(Some(policy), namespace, &objects, &context(namespace))
+        for change in engine::budgets::plan(Some(policy), namespace, &objects, &context(namespace))
         {
-            let crate::reconcile::budgets::Action::Create(pdb) = change.action else {
+            let engine::budgets::Action::Create(pdb) = change.action else {
                 continue;
             };
             out.push(Previewed {

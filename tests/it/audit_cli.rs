@@ -75,7 +75,7 @@ fn drifting(api: &FakeApi, policy: &Policy) -> BTreeSet<(String, String)> {
         .collect();
     // The budgets the reconciler creates count as drift until they exist.
     drifting.extend(
-        knative_ha_webhook::reconcile::budgets::plan(Some(policy), SERVING, &objects, &ctx)
+        knative_ha_webhook::engine::budgets::plan(Some(policy), SERVING, &objects, &ctx)
             .into_iter()
             .map(|c| ("PodDisruptionBudget".to_string(), c.name)),
     );

@@ -275,7 +275,7 @@ fn created_budgets(
     let mut objects = api.list("apps", "deployments");
     objects.extend(api.list("policy", "poddisruptionbudgets"));
     objects.retain(|o| o["metadata"]["namespace"] == SERVING);
-    knative_ha_webhook::reconcile::budgets::plan(Some(policy), SERVING, &objects, ctx)
+    knative_ha_webhook::engine::budgets::plan(Some(policy), SERVING, &objects, ctx)
         .into_iter()
         .map(|c| c.name)
         .collect()
