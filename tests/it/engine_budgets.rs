@@ -139,7 +139,9 @@ fn never_where_another_budget_selects_the_pods_or_holds_the_name() {
 
 #[test]
 fn the_webhook_leaves_a_created_budget_alone() {
-    let p = policy("  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n");
+    // The PDB rule would write "50%" into a PDB of the controller; the
+    // created one states the disruptions that allows at 3 replicas.
+    let p = policy("  replicas: 3\n  podDisruptionBudget: {maxUnavailable: \"50%\"}\n");
     let created = budgets::wanted(&p, NS, &objects(), &corpus::hpa_context());
     let pdb = created
         .iter()
@@ -147,5 +149,6 @@ fn the_webhook_leaves_a_created_budget_alone() {
         .unwrap();
     let (out, changes) =
         support::mutate_checked(&p, NS, knative_ha_webhook::engine::Operation::Create, pdb);
+    assert_eq!(pdb["spec"]["maxUnavailable"], 2);
     assert_eq!((&out, changes), (pdb, Vec::new()));
 }
