@@ -121,7 +121,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     if t.policy.spec.leader_election.is_none() {
         restore::leader::undo(t, &mut p, replicas, &mut changes)?;
     }
-    leader::hash(t, &mut p, &mut changes)?;
+    leader::hash(t, replicas, &mut p, &mut changes)?;
     Ok((p, changes))
 }
 

@@ -10,7 +10,7 @@
 use serde_json::{Value, json};
 
 use super::patch::Patcher;
-use super::records::{self, ORIGINAL_DISABLE_HA};
+use super::records::{self, ORIGINAL_DISABLE_HA, ROLLOUT_MAX_SURGE};
 use super::{
     DISABLE_HA_DEPLOYMENTS, DISABLE_HA_FLAG, EngineError, LEADER_ELECTED_DEPLOYMENTS, Target,
 };
@@ -105,14 +105,28 @@ impl HashText {
 /// holds them back.
 pub(crate) fn hash(
     t: &Target<'_>,
+    replicas: i64,
     p: &mut Option<Patcher>,
     changes: &mut Vec<String>,
 ) -> Result<(), EngineError> {
+    let written = settings_annotation(t, p, changes)?;
+    // One pod surges at once whatever maxSurge says.
+    let several = replicas > 1 || t.is_hpa_backed(t.name);
+    all_at_once(t, written && several, p, changes)
+}
+
+/// The hash annotation; whether the Deployment carries it after the
+/// mutation.
+fn settings_annotation(
+    t: &Target<'_>,
+    p: &mut Option<Patcher>,
+    changes: &mut Vec<String>,
+) -> Result<bool, EngineError> {
     let Some(le) = &t.policy.spec.leader_election else {
-        return Ok(());
+        return Ok(false);
     };
     if !LEADER_ELECTED_DEPLOYMENTS.contains(&t.name) {
-        return Ok(());
+        return Ok(false);
     }
     if let Some(why) = t
         .leader_election
@@ -127,7 +141,7 @@ pub(crate) fn hash(
                 crate::policy::schema_check::show(current)
             )));
         }
-        return Ok(());
+        return Ok(false);
     }
     let held_back = t
         .leader_election
@@ -136,7 +150,7 @@ pub(crate) fn hash(
     let want = want.as_str();
     let current = super::lookup(t.object, HASH_PATH);
     if current.and_then(Value::as_str) == Some(want) {
-        return Ok(());
+        return Ok(true);
     }
     super::check_parents(t, HASH_PATH)?;
     let pt = p.get_or_insert_with(|| Patcher::new(t.object));
@@ -144,6 +158,44 @@ pub(crate) fn hash(
     changes.push(t.change(format!(
         "pod template annotation {HASH_ANNOTATION} {} -> {want} (hash of the leader-election settings: when they change, the leader-elected Deployments restart together)",
         current.and_then(Value::as_str).unwrap_or("unset")
+    )));
+    Ok(true)
+}
+
+const STRATEGY_TYPE: &[&str] = &["spec", "strategy", "type"];
+const MAX_SURGE: &[&str] = &["spec", "strategy", "rollingUpdate", "maxSurge"];
+const EVERY_POD: &str = "100%";
+
+/// While a leader-elected Deployment rolls onto new leader-election
+/// settings, its old pods and its new ones each lead every key under their
+/// own bucket shape (the Lease names carry the bucket count). With
+/// `maxSurge: 100%` (as Knative ships net-kourier-controller) every new pod
+/// starts at once, so that window lasts one pod start, not one per replica.
+/// Recorded; the release's value comes back where the hash goes or one
+/// replica runs.
+fn all_at_once(
+    t: &Target<'_>,
+    wanted: bool,
+    p: &mut Option<Patcher>,
+    changes: &mut Vec<String>,
+) -> Result<(), EngineError> {
+    if !wanted
+        || t.str_at(STRATEGY_TYPE)?
+            .is_some_and(|s| s != "RollingUpdate")
+    {
+        return records::undo(t, p, &ROLLOUT_MAX_SURGE, changes);
+    }
+    let current = super::lookup(t.object, MAX_SURGE).filter(|v| !v.is_null());
+    if current.and_then(Value::as_str) == Some(EVERY_POD) {
+        return Ok(());
+    }
+    super::check_parents(t, MAX_SURGE)?;
+    let pt = records::patcher(t, p, &[&ROLLOUT_MAX_SURGE])?;
+    pt.set(MAX_SURGE, json!(EVERY_POD))
+        .map_err(|e| t.malformed(e))?;
+    changes.push(t.change(format!(
+        "spec.strategy.rollingUpdate.maxSurge {} -> {EVERY_POD} (leader-elected: on a restart every new pod starts at once, so old and new settings lead side by side for one pod start)",
+        current.map_or("unset (25%)".to_string(), crate::policy::schema_check::show)
     )));
     Ok(())
 }

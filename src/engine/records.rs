@@ -55,6 +55,12 @@ pub const ROLLOUT_MAX_UNAVAILABLE: RecordedField = RecordedField {
     path: &["spec", "strategy", "rollingUpdate", "maxUnavailable"],
     written: None,
 };
+/// Deployment `spec.strategy.rollingUpdate.maxSurge`.
+pub const ROLLOUT_MAX_SURGE: RecordedField = RecordedField {
+    annotation: "knativeha.dev/original-rollout-max-surge",
+    path: &["spec", "strategy", "rollingUpdate", "maxSurge"],
+    written: None,
+};
 /// Deployment `spec.template.spec.topologySpreadConstraints`.
 pub const TOPOLOGY_SPREAD: RecordedField = RecordedField {
     annotation: "knativeha.dev/original-topology-spread-constraints",
@@ -105,9 +111,10 @@ pub const LEADER_ELECTION_KEYS: [RecordedField; 4] = [
 
 /// Every annotation the engine keeps its records in (the originals and its
 /// own last writes): what [`super::restore::carries_records`] looks for and the view keeps.
-pub const RECORD_ANNOTATIONS: [&str; 19] = [
+pub const RECORD_ANNOTATIONS: [&str; 20] = [
     REPLICAS.annotation,
     ROLLOUT_MAX_UNAVAILABLE.annotation,
+    ROLLOUT_MAX_SURGE.annotation,
     TOPOLOGY_SPREAD.annotation,
     PRIORITY_CLASS.annotation,
     HPA_MIN.annotation,

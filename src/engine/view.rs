@@ -118,7 +118,10 @@ const SPEC: Shape = Object(&[
         "strategy",
         Object(&[
             ("type", Keep),
-            ("rollingUpdate", Object(&[("maxUnavailable", Keep)])),
+            (
+                "rollingUpdate",
+                Object(&[("maxUnavailable", Keep), ("maxSurge", Keep)]),
+            ),
         ]),
     ),
     ("template", POD_TEMPLATE),

@@ -116,11 +116,16 @@ class Api:
 
 
 class FakeKubelets(threading.Thread):
-    """Every node of the simulated cluster, served from one thread until `stop()`."""
+    """Every node of the simulated cluster, served from one thread until `stop()`. With `start_s`, a
+    bound pod turns Running and Ready only that many seconds after the kubelets first saw it (a
+    container's start-up; 0: at once)."""
 
-    def __init__(self, api: Api, nodes: dict[str, str], cpu: str = "4", memory: str = "16Gi", pods: str = "110"):
+    def __init__(self, api: Api, nodes: dict[str, str], cpu: str = "4", memory: str = "16Gi", pods: str = "110",
+                 start_s: float = 0.0):
         super().__init__(daemon=True, name="fake-kubelets")
         self.api = api
+        self.start_s = start_s
+        self._seen: dict[str, float] = {}  # pod uid -> when first seen bound
         self.nodes = dict(nodes)  # name -> zone
         self.capacity = {"cpu": cpu, "memory": memory, "pods": pods}
         self.lost: set[str] = set()
@@ -185,6 +190,9 @@ class FakeKubelets(threading.Thread):
             if meta.get("deletionTimestamp"):
                 self.api.call("DELETE", path, {"gracePeriodSeconds": 0})
             elif status.get("phase") != "Running":
+                seen = self._seen.setdefault(meta["uid"], time.monotonic())
+                if time.monotonic() - seen < self.start_s:
+                    continue
                 self._ip += 1
                 ip = f"10.244.{self._ip // 250}.{self._ip % 250 + 2}"
                 t = now()

@@ -184,8 +184,10 @@ class SimCluster:
     """One simulated cluster, fresh for one variant (a policy, or Knative as shipped); with `kubeconfig`,
     an existing (real) cluster instead, cleared of Knative before and after the variant."""
 
-    def __init__(self, workdir: str, binary: str, variant: str, policies: list[str], kubeconfig: str | None = None):
+    def __init__(self, workdir: str, binary: str, variant: str, policies: list[str], kubeconfig: str | None = None,
+                 start_s: float = 0.0):
         self.workdir = workdir
+        self.start_s = start_s  # the fake kubelets' pod start-up (FakeKubelets)
         self.binary = binary
         self.variant = variant
         self.policies = policies  # policy files; none: as shipped
@@ -216,7 +218,7 @@ class SimCluster:
                 raise AssertionError(f"real cluster: Knative of an earlier run not removed: {note}")
         else:
             self.api = Api(self.plane.server, self.plane.admin_token)
-            self.kubelets = FakeKubelets(self.api, NODES)
+            self.kubelets = FakeKubelets(self.api, NODES, start_s=self.start_s)
             self.kubelets.register()
             self.kubelets.start()
             self.lost = self.kubelets.lost

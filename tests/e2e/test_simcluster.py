@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
+import time
 import unittest
 from pathlib import Path
 
@@ -65,6 +67,67 @@ def policy_files(variant: str, workdir: str) -> list[str]:
         path.write_text(text)
         out.append(str(path))
     return out
+
+
+# The leader-elected Deployments of the variants' releases (as the engine lists them).
+LEADER_ELECTED = ("controller", "autoscaler", "autoscaler-hpa", "webhook", "net-kourier-controller")
+HASH = "knativeha.dev/leader-election-hash"
+START_S = 3.0  # the fake kubelets' pod start-up in the bucket-change test
+
+
+def with_buckets(files: list[str], buckets: int, workdir: str) -> list[str]:
+    """The policy files again, with `buckets` instead of 3."""
+    out = []
+    for f in files:
+        path = Path(workdir) / f"buckets-{buckets}-{Path(f).name}"
+        path.write_text(Path(f).read_text().replace("buckets: 3", f"buckets: {buckets}"))
+        out.append(str(path))
+    return out
+
+
+class Shapes(threading.Thread):
+    """Samples the pods of the leader-elected Deployments five times a second: per Deployment, when
+    pods of the old and the new settings hash were Ready together (each set leads every key under its
+    own bucket shape), and how many new pods existed when the first of them turned Ready."""
+
+    def __init__(self, sim: SimCluster, old: dict[str, str]):
+        super().__init__(daemon=True, name="shapes")
+        self.sim, self.old = sim, old
+        self.both: dict[str, list[float]] = {d: [] for d in old}
+        self.started_together: dict[str, int] = {}
+        self.halt = threading.Event()
+
+    def sample(self) -> None:
+        now = time.monotonic()
+        ready: dict[str, dict[bool, int]] = {d: {True: 0, False: 0} for d in self.old}
+        created: dict[str, int] = {d: 0 for d in self.old}
+        for p in self.sim.api.get(f"/api/v1/namespaces/{SERVING}/pods")["items"]:
+            owners = p["metadata"].get("ownerReferences") or [{}]
+            d = owners[0].get("name", "").rsplit("-", 1)[0]
+            if d not in self.old or p["metadata"].get("deletionTimestamp"):
+                continue
+            new = (p["metadata"].get("annotations") or {}).get(HASH) != self.old[d]
+            created[d] += new
+            conds = {c["type"]: c["status"] for c in p.get("status", {}).get("conditions", [])}
+            ready[d][new] += conds.get("Ready") == "True"
+        for d, r in ready.items():
+            if r[True] and d not in self.started_together:
+                self.started_together[d] = created[d]
+            if r[True] and r[False]:
+                self.both[d].append(now)
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                self.sample()
+            except (AssertionError, OSError):
+                pass
+            self.halt.wait(0.2)
+
+    def window(self, d: str) -> float:
+        """Seconds from the first to the last sample with both shapes Ready (0: never together)."""
+        t = self.both[d]
+        return round(t[-1] - t[0] + 0.2, 1) if t else 0.0
 
 
 def rolled(done: dict[str, bool]) -> dict[str, str]:
@@ -147,6 +210,46 @@ class SimulatedCluster(unittest.TestCase):
             if sim.kubelets is not None:
                 print(f"  fake kubelet errors: {len(sim.kubelets.errors)}", flush=True)
             sim.stop()
+
+    def test_bucket_change_window(self):
+        """A bucket change (3 -> 5) restarts the leader-elected Deployments; each pod starts START_S
+        seconds after it is bound. Until a Deployment's old pods stop, they and its new pods each lead
+        every key. Every new pod starts at once (maxSurge 100%): each Deployment's new pods all exist
+        when the first of them turns Ready, and the window is about one pod start."""
+        if self.kubeconfig:
+            self.skipTest("real cluster: skipped: the bucket-change window needs the fake kubelets' start-up delay")
+        print(f"\n== {self.title}, bucket change", flush=True)
+        workdir = tempfile.mkdtemp(prefix="buckets-", dir=self.workdir)
+        first = policy_files("recommended", workdir)
+        sim = SimCluster(workdir, binary(), "bucket change", first, start_s=START_S).start()
+        try:
+            sim.kubectl.apply(str(ROOT / "examples" / "priorityclass.yaml"))
+            sim.apply_release("1.23")
+            self.assertTrue(all(sim.rollout_all(sim.limits.install).values()), "install")
+            deployments = sim.monitor.deployments()
+            old = {d: deployments[f"{SERVING}/{d}"]["spec"]["template"]["metadata"]["annotations"][HASH]
+                   for d in LEADER_ELECTED if f"{SERVING}/{d}" in deployments}
+            replicas = {d: deployments[f"{SERVING}/{d}"]["spec"].get("replicas", 1) for d in old}
+            shapes = Shapes(sim, old)
+            shapes.start()
+            sim.policies = with_buckets(first, 5, workdir)
+            started = time.monotonic()
+            sim.apply_release("1.23")
+            done = sim.rollout_all(sim.limits.rollout)
+            took = time.monotonic() - started
+            shapes.halt.set()
+            shapes.join(5)
+        finally:
+            sim.stop()
+        self.assertTrue(all(done.values()), f"rollouts: {done}")
+        print(f"  rollouts done in {took:.1f}s; per Deployment: replicas, new pods started together, "
+              f"seconds both bucket shapes led", flush=True)
+        for d in old:
+            print(f"  {d:<24} {replicas[d]}  {shapes.started_together.get(d)}  {shapes.window(d):5.1f}s",
+                  flush=True)
+        for d in old:
+            self.assertEqual(shapes.started_together.get(d), replicas[d],
+                             f"{d}: new pods existing when the first turned Ready")
 
     def test_shipped_against_policies(self):
         variants = [v.strip() for v in os.environ.get("KHW_SIM_VARIANTS", "shipped,recommended").split(",") if v.strip()]

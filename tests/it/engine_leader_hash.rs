@@ -140,3 +140,49 @@ fn no_hash_when_config_leader_election_is_left_unchanged() {
         "kind": "KnativeServing", "name": "knative-serving", "uid": "u"}]);
     assert_eq!(hash_of(&owned), Value::Null, "Operator-owned ConfigMap");
 }
+
+const MAX_SURGE: &str = "/spec/strategy/rollingUpdate/maxSurge";
+const SURGE_RECORD: &str = "knativeha.dev/original-rollout-max-surge";
+
+/// While a leader-elected Deployment rolls onto new leader-election settings,
+/// its old and new pods each lead every key under their own bucket shape:
+/// every new pod starts at once (`maxSurge: 100%`, as Knative ships
+/// net-kourier-controller), so that window is one pod start, not one per
+/// replica. The release's value is recorded and comes back without
+/// leader election, and on restore.
+#[test]
+fn leader_elected_deployments_start_every_new_pod_at_once() {
+    let p = support::serving_policy("  replicas: 3\n  leaderElection: {buckets: 3}\n");
+    let controller = support::fixture("Deployment", NS, "controller");
+    let (out, changes) = mutate(&p, &controller, &ctx(None));
+    assert_eq!(out.pointer(MAX_SURGE), Some(&json!("100%")), "{changes:?}");
+    assert_eq!(
+        out["metadata"]["annotations"][SURGE_RECORD],
+        json!("null"),
+        "{changes:?}"
+    );
+    assert!(
+        changes
+            .iter()
+            .any(|c| c.contains("maxSurge unset (25%) -> 100%")),
+        "{changes:?}"
+    );
+    // Not leader-elected: the activator rolls as it ships.
+    let activator = support::fixture("Deployment", NS, "activator");
+    let (a, _) = mutate(&p, &activator, &ctx(None));
+    assert_eq!(a.pointer(MAX_SURGE), None);
+    // Knative's own maxSurge of 100% stays, unrecorded.
+    let kourier = support::fixture("Deployment", NS, "net-kourier-controller");
+    let (k, changes) = mutate(&p, &kourier, &ctx(None));
+    assert_eq!(k.pointer(MAX_SURGE), Some(&json!("100%")), "{changes:?}");
+    assert_eq!(k["metadata"]["annotations"].get(SURGE_RECORD), None);
+    // A later policy without leader election puts the release's value back.
+    let without = support::serving_policy("  replicas: 3\n");
+    let (back, changes) = mutate(&without, &out, &ctx(None));
+    assert_eq!(back.pointer(MAX_SURGE), None, "{changes:?}");
+    assert_eq!(back["metadata"]["annotations"].get(SURGE_RECORD), None);
+    // So does restore.
+    let restored = engine::restore::restore(NS, &out).expect("restore");
+    let restored = restored.object.unwrap_or(out);
+    assert_eq!(restored.pointer(MAX_SURGE), None);
+}

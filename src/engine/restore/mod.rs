@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::patch::Patcher;
 use super::records::{
-    HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, PRIORITY_CLASS, PutBack, REPLICAS,
+    HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, PRIORITY_CLASS, PutBack, REPLICAS, ROLLOUT_MAX_SURGE,
     ROLLOUT_MAX_UNAVAILABLE, RecordedField, TOPOLOGY_SPREAD, annotation, put_back, remove_pruned,
 };
 use super::{EngineError, Kind, LEADER_ELECTION_CONFIGMAP, Mutated, Mutation};
@@ -76,6 +76,7 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
         Kind::Deployment => &[
             REPLICAS,
             ROLLOUT_MAX_UNAVAILABLE,
+            ROLLOUT_MAX_SURGE,
             TOPOLOGY_SPREAD,
             PRIORITY_CLASS,
         ],
