@@ -21,12 +21,11 @@ fn run(policy: &Policy, namespace: &str, object: &Value) -> (Value, Vec<String>)
     without_hash(serde_json::to_value(&m.patch).unwrap(), m.changes)
 }
 
-/// Sets aside the leader-election hash annotation (issue 10, point 7: every
+/// Sets aside the leader-election hash annotation (every
 /// leader-elected Deployment gets it when the policy has leader election
 /// settings; tests/it/engine_knative_ha.rs checks it), so the cases below keep
 /// stating the other changes exactly.
-/// Also sets aside the records of the release values (issue 22, item 5:
-/// the engine records a field before its first change;
+/// Also sets aside the records of the release values (the engine records a field before its first change;
 /// tests/it/engine_restore.rs checks them). The HPA's and the PDB's records
 /// (engine::hpa, engine::pdb) stay.
 fn without_hash(mut patch: Value, changes: Vec<String>) -> (Value, Vec<String>) {
@@ -388,7 +387,8 @@ fn leader_election_disabled_policy() {
         "autoscaler already has 1 replica and must not get the flag"
     );
 
-    // An HPA scales the webhook: never the flag there (issue 10, point 3).
+    // An HPA scales the webhook: never the flag there (it would stop
+    // leader election on every replica the HPA adds).
     let (patch, _) = run(&policy, ns, &fixture("Deployment", ns, "webhook"));
     assert_eq!(patch, json!([]), "webhook is HPA-backed");
 
@@ -462,7 +462,7 @@ fn enabling_leader_election_removes_disable_ha() {
         ["deployment/webhook: container webhook args - --disable-ha (policy serving)"]
     );
     // ... and from any Deployment that ends with more than one replica
-    // (issue 10: the flag only ever stays on a single, non-HPA replica).
+    // (the flag only ever stays on a single, non-HPA replica).
     let mut controller = fixture("Deployment", "knative-serving", "controller");
     controller["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["--disable-ha"]);
     let (patch, _) = run(&policy, "knative-serving", &controller);
