@@ -805,7 +805,8 @@ def check_prometheus_rule(rules: list[dict], ns: str, values: dict, reconcile: d
 
 def check_outage_alerts(rule: dict, hook: str, ns: str, values: dict, reconcile: dict) -> None:
     """A webhook outage (failurePolicy Ignore admits writes unmutated), a reconciler that cannot write,
-    and drift in a dry run are each alerted on: none of them shows anywhere else."""
+    and drift in a dry run are each alerted on: otherwise nothing tells the operator that objects run
+    unmutated."""
     alerts = {a["alert"]: a for g in rule["spec"]["groups"] for a in g["rules"]}
     window = values.get("admissionErrorsWindow", "10m")
     for name, metric in APISERVER_ALERT_METRICS.items():
