@@ -161,8 +161,8 @@ fn mutate_again(bencher: divan::Bencher, name: &str) {
 ///   validates the body and builds nothing (the floor of any parse), for
 ///   comparison;
 /// - `engine_on_view`: the engine on the parsed view (governed body);
-/// - `log_line`: the per-review JSON log line, formatted into a sink (and
-///   `log_line_reference`: the same through `tracing-subscriber`'s format).
+/// - `log_line`: the per-review JSON log line, formatted into a sink through
+///   the format `serve` uses.
 mod review {
     use std::sync::LazyLock;
 

@@ -175,7 +175,7 @@ py_checks serve_e2e.py --bin "$KHW" \
   --rendered "$render_out/defaults.yaml" --release khw --namespace khw-system --certs "$certs_out" \
   --policy examples/policy.yaml --manifests tests/fixtures/knative-v1.23.0/2-serving-core.yaml
 
-# --- BEGIN server availability (issue 12): NetworkPolicy and clientCA ----------------------------
+# --- BEGIN server availability: NetworkPolicy and clientCA ---------------------------------------
 np_check=$(cat <<'PYEOF'
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
@@ -225,24 +225,24 @@ for case in defaults networkpolicy networkpolicy-open clientca-secret clientca-c
   esac
   if out=$(np_render "${set_args[@]}") && echo "$out" >"$work/np-$case.yaml" \
     && res=$("$PY" -c "$np_check" "$work/np-$case.yaml" "$case" 2>&1); then
-    pass "issue 12 chart: $case renders as documented"
+    pass "server availability chart: $case renders as documented"
   else
-    fail "issue 12 chart: $case" "${res:-$out}"
+    fail "server availability chart: $case" "${res:-$out}"
   fi
 done
 if np_render --set clientCA.secretName=a --set clientCA.configMapName=b >/dev/null; then
-  fail "issue 12 chart: clientCA with both a Secret and a ConfigMap is rejected"
+  fail "server availability chart: clientCA with both a Secret and a ConfigMap is rejected"
 else
-  pass "issue 12 chart: clientCA with both a Secret and a ConfigMap is rejected"
+  pass "server availability chart: clientCA with both a Secret and a ConfigMap is rejected"
 fi
 if np_render --set networkPolicy.enabled=true --set 'networkPolicy.admissionFrom={not-a-cidr}' >/dev/null; then
-  fail "issue 12 chart: networkPolicy.admissionFrom rejects a value that is not a CIDR"
+  fail "server availability chart: networkPolicy.admissionFrom rejects a value that is not a CIDR"
 else
-  pass "issue 12 chart: networkPolicy.admissionFrom rejects a value that is not a CIDR"
+  pass "server availability chart: networkPolicy.admissionFrom rejects a value that is not a CIDR"
 fi
-# --- END server availability (issue 12) ----------------------------------------------------------
+# --- END server availability ---------------------------------------------------------------------
 
-# --- image: the chart refuses to install an image that does not exist (issue 13 point 1) --------
+# --- image: the chart refuses to install an image that does not exist ----------------------------
 # (block owned by the image work: refusal of a missing/placeholder image.repository, docs carry it)
 refuse_image() { # label, expected fragment, helm args...
   local label=$1 want=$2
@@ -312,7 +312,7 @@ else
 fi
 # --- end image ---------------------------------------------------------------------------------
 
-# --- cluster source scale / governed namespaces (issue 11 part 1, issue 12 point 4) ------------
+# --- cluster source scale / governed namespaces --------------------------------------------------
 # HPA list/watch only through a Role per governed namespace (none in the ClusterRole), and the
 # server started with exactly those namespaces.
 gov_out=$("$HELM" template khw "$CHART" --namespace khw-system \
@@ -339,7 +339,7 @@ else
 fi
 # --- end cluster source scale / governed namespaces --------------------------------------------
 
-# --- docs name the rendered webhook (issue 23 item 1) -------------------------------------------
+# --- docs name the rendered webhook ----------------------------------------------------------------
 # The API server labels its admission metrics with the webhook's name: troubleshooting greps that.
 hook_name=$("$HELM" template khw "$CHART" --namespace khw-system --set image.repository=registry.test/khw 2>&1 |
   "$PY" -c 'import sys, yaml

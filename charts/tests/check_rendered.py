@@ -286,7 +286,7 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         for d in r.docs:
             kind, md = d["kind"], d["metadata"]
             if cluster_rbac:
-                # Issue 22 item 11: nothing in a governed namespace, so `helm install` works before
+                # Nothing in a governed namespace, so `helm install` works before
                 # Knative created it.
                 expect(md.get("namespace") in (None, ns),
                        f"{kind}/{md['name']} is in {md.get('namespace')!r}: rbac.scope=cluster renders nothing outside {ns!r}")
@@ -804,8 +804,9 @@ def check_prometheus_rule(rules: list[dict], ns: str, values: dict, reconcile: d
 
 
 def check_outage_alerts(rule: dict, hook: str, ns: str, values: dict, reconcile: dict) -> None:
-    """Issue: a webhook outage (failurePolicy Ignore admits writes unmutated) and a reconciler that
-    cannot write were not alerted on; drift was not alerted on in a dry run."""
+    """A webhook outage (failurePolicy Ignore admits writes unmutated), a reconciler that cannot write,
+    and drift in a dry run are each alerted on: otherwise nothing tells the operator that objects run
+    unmutated."""
     alerts = {a["alert"]: a for g in rule["spec"]["groups"] for a in g["rules"]}
     window = values.get("admissionErrorsWindow", "10m")
     for name, metric in APISERVER_ALERT_METRICS.items():
@@ -966,7 +967,7 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
                                      "exclude": ["net-kourier-controller"]}}}),
         ("reconcile-off", "khw", "khw-system",
          {"reconcile": {"enabled": False}, "webhook": {"validation": {"enabled": False}}}),
-        # Issue 22 item 11: installable before Knative (no object in the governed namespaces).
+        # Installable before Knative (no object in the governed namespaces).
         ("cluster-rbac", "khw", "khw-system",
          {"rbac": {"scope": "cluster"}, "governedNamespaces": ["knative-serving", "knative-eventing"],
           "reconcile": {"dryRun": False}}),

@@ -34,7 +34,8 @@ pub struct Reviewed<'a> {
     pub body: Vec<u8>,
     pub outcome: ReviewOutcome,
     /// Bounded label: `Deployment`, `ConfigMap`, `HorizontalPodAutoscaler`,
-    /// `PodDisruptionBudget`, `HighAvailabilityPolicy` (`/validate`) or `other`.
+    /// `PodDisruptionBudget`, `Scale`, `HighAvailabilityPolicy` (`/validate`)
+    /// or `other`.
     pub kind: &'static str,
     /// Bounded label: `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
     pub operation: &'static str,

@@ -259,7 +259,7 @@ fn names_come_from_the_object_when_the_request_has_none() {
     assert_eq!((&*r.namespace, &*r.name, &*r.uid), ("ns", "web-*", "u\"1"));
 }
 
-/// Issue 22 item 1 at admission: a `config-leader-election` holding the
+/// At admission: a `config-leader-election` holding the
 /// legacy `retryPeriod` Knative still reads gets no `renew-deadline` that
 /// would stop its leader election, and the answer says why.
 #[test]

@@ -248,7 +248,8 @@ fn serve_with(flags: &[&str]) -> Result<ServeConfig> {
 
 #[test]
 fn governed_namespaces_refuse_empty_entries_and_non_labels() {
-    // Issue 22 item 12: '' and ',' meant every namespace (logged "*").
+    // An empty entry ('' or ',') must be refused, not read as "every
+    // namespace" (which would govern, and log, "*").
     let unset = serve_with(&[]).unwrap();
     assert_eq!(unset.app.governed, crate::scope::AllowedNamespaces::all());
     let ok = serve_with(&["--governed-namespaces", "knative-serving, kourier-system"]).unwrap();

@@ -203,7 +203,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
             at(&runs)
         )
     } else if wanted.is_none() {
-        // Issue 22 item 5: no policy setting asks for a budget any more.
+        // The policy dropped its budget setting: the recorded release value comes back.
         "restored: the recorded release value; no policy setting asks for a budget any more"
             .to_string()
     } else {

@@ -122,7 +122,7 @@ mod tests {
             "5 s",
             "9999999999h",
             "1h2",
-            // Issue 22 item 13: the fraction's add overflows u128 here.
+            // The fraction's add overflows u128 here: an error, not a panic.
             "94522879700260684295381835.9h",
         ] {
             assert!(

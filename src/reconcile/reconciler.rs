@@ -248,8 +248,9 @@ impl Reconciler {
 
 /// With `--undo-unclaimed`: the namespaces this process saw governed, for
 /// one restore pass each once no policy object names them any more (their
-/// policy deleted): the reconciler's part of issue 22 item 5 (admission
-/// undoes the records of the objects it is sent; this pass, of the others).
+/// policy deleted), so that a deleted policy's changes are undone on every
+/// object (admission undoes the records of the objects it is sent; this
+/// pass, of the others).
 /// Without it a deletion changes nothing; `restore` undoes.
 #[derive(Debug, Default)]
 pub(super) struct Released {

@@ -1,8 +1,8 @@
 //! Metrics and logging.
 //!
 //! Every metric is named `knative_ha_webhook_*` and carries only bounded
-//! labels: `kind` (one of the four governed kinds, `HighAvailabilityPolicy`
-//! for `POST /validate`, or `other`), `operation`
+//! labels: `kind` (one of the four governed kinds, `Scale`,
+//! `HighAvailabilityPolicy` for `POST /validate`, or `other`), `operation`
 //! (`CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `other`), `outcome` (see
 //! [`crate::admission::ReviewOutcome`]) and `result` (`success` or `error`).
 
@@ -62,9 +62,11 @@ pub struct Metrics {
     pub certificate_expiry: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub in_flight: Gauge,
     pub open_connections: Gauge,
-    /// Connections that failed before a request: TLS handshake errors and timeouts.
+    /// HTTPS connections that failed or were closed by a limit, by reason
+    /// (TLS handshake errors, timeouts, evictions, accept errors).
     pub connection_errors: Family<ReasonLabels, Counter>,
-    /// HTTP requests answered with an error status (400, 404, 405, 413).
+    /// HTTPS requests answered with an error status (400, 404, 405, 408,
+    /// 413, 500, 503), by reason.
     pub http_errors: Family<ReasonLabels, Counter>,
     /// 1 when `/readyz` answers 200.
     pub ready: Gauge,

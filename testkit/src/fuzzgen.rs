@@ -56,8 +56,9 @@ pub const STRINGS: &[&str] = &[
     "lease-duration",
     "buckets",
     "60s",
-    // Issue 22: the legacy keys, the opt-out label, the engine's records,
-    // durations at the edge of int64 nanoseconds.
+    // What the engine reads over an object's life: the legacy keys, the
+    // opt-out label, the engine's records, durations at the edge of int64
+    // nanoseconds.
     "leaseDuration",
     "renewDeadline",
     "retryPeriod",
@@ -85,7 +86,7 @@ pub fn edge_number(u: &mut Unstructured<'_>) -> Result<Number> {
         6 => Number::from(u64::MAX),
         7 => Number::from_f64(1.5).expect("finite"),
         8 => Number::from_f64(1e308).expect("finite"),
-        // Where `n - min`, `replicas * 25` overflow (issue 22 item 13).
+        // Where `n - min`, `replicas * 25` overflow if unchecked.
         9 => Number::from(i64::MIN),
         10 => Number::from(i64::MAX / 25 + 1),
         _ => Number::from(u.int_in_range(0..=200i64)?),

@@ -96,7 +96,7 @@ class Install:
         """The README's install without cert-manager: namespace, TLS Secret, helm install.
 
         `governed_namespace_first`: create knative-serving before the chart, which renders Roles there
-        (issue 22 item 11: the chart cannot be installed before Knative; the scenario that pins it passes False).
+        (the chart must also install before Knative; `test_install_before_knative` passes False).
         """
         self.make_certs()
         if governed_namespace_first:

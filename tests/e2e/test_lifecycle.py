@@ -1,8 +1,8 @@
 """Scenarios over time on a real API server: drift and audit, the Lease, edits, restarts, removal, order.
 
-The scenarios of issue 22's items 4, 5, 6 and 11 were written first as expected failures
-(`unittest.expectedFailure`, printing the reproduced defect) and reproduced each on a real API server;
-the marks went with the fixes.
+Several scenarios reproduce, on a real API server, a defect the unit tests could not show (a restarted
+server governing nothing, a release's apply failing after uninstall, preview and the reconciler ignoring
+the opt-out label, `helm install` failing before Knative); their docstrings name what would break.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class Lifecycle(ClusterCase):
         self.assertEqual(self.probe_replicas(), 3, "the last valid policy still governs")
 
     def test_restart_after_an_invalid_edit_keeps_governing(self):
-        """Issue 22 item 4 (was pinned: the restarted server governed nothing)."""
+        """An invalid edit keeps the last valid spec in force across a restart (else the restarted server governs nothing)."""
         server = self.governed_install()
         server.stop()  # the edit lands while the webhook is down (or was made invalid by a stricter release)
         self.assertTrue(self.edit_invalid(), "with the webhook down, only the CRD's own rules apply")
@@ -111,7 +111,7 @@ class Lifecycle(ClusterCase):
         self.assertEqual(self.kubectl.json("-n", GOVERNED, "hpa", "activator")["spec"]["minReplicas"], 5)
 
     def test_restart_on_a_stricter_release_keeps_governing_without_the_refused_setting(self):
-        """Issue 22 item 4: a recorded last valid spec this release refuses in part still governs, less that part."""
+        """A recorded last valid spec this release refuses in part still governs, less that part."""
         server = self.governed_install()
 
         def status() -> dict:
@@ -119,7 +119,7 @@ class Lifecycle(ClusterCase):
 
         wait_for(lambda: status().get("lastValidSpec"), "the record of the last valid spec", 30)
         server.stop()
-        # As an earlier release without issue 10's rule would have recorded (and applied) it: a budget that
+        # As an earlier release without the rule against blocking budgets would have recorded (and applied) it: a budget that
         # blocks every drain. The CRD accepts it; this release's rules refuse it.
         record = status()["lastValidSpec"]
         record["podDisruptionBudget"] = {"minAvailable": "100%", "maxUnavailable": None}
@@ -140,7 +140,7 @@ class Lifecycle(ClusterCase):
                          "the record stays as it was written")
 
     def test_uninstall_as_documented_then_the_release_applies_again(self):
-        """Issue 22 item 5 (was pinned: the release's apply failed on its PDBs after uninstall)."""
+        """After the documented uninstall, the release's own apply works again (else it fails on its PDBs)."""
         self.governed_install()
         # docs/operations.md, "Uninstalling": the policies, restore, the chart, the CRD.
         self.kubectl.run("delete", "highavailabilitypolicies", "--all")
@@ -196,7 +196,7 @@ class Lifecycle(ClusterCase):
         wait_for(lambda: budget() == "80%", "the release's budget back on activator-pdb (one restore pass)", 30)
 
     def test_opt_out_label_is_honoured_everywhere(self):
-        """Issue 22 item 6 (was pinned: preview patched it, the reconciler scaled it back)."""
+        """The opt-out label is honoured by preview and the reconciler too (else preview patches it, the reconciler scales it back)."""
         server = self.governed_install("reconcile.interval=3s", "reconcile.dryRun=false")
         self.kubectl.run("-n", GOVERNED, "label", "deployment", "controller", "knativeha.dev/skip=true")
         self.kubectl.run("-n", GOVERNED, "scale", "deployment", "controller", "--replicas=1")
@@ -209,7 +209,7 @@ class Lifecycle(ClusterCase):
         self.assertEqual(self.replicas("controller"), 1, "the reconciler wrote an opted-out Deployment")
 
     def test_kubectl_scale_keeps_a_disable_ha_deployment_at_one_replica(self):
-        """Issue 22 item 10: the scale subresource carries no pod template."""
+        """The scale subresource carries no pod template, so `--disable-ha` cannot go: the Scale is held at one replica."""
         self.install_chart()
         self.start_server()
         self.apply_policy("apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: serving}\n"
@@ -222,7 +222,7 @@ class Lifecycle(ClusterCase):
         self.assertEqual(self.replicas("autoscaler-hpa"), 1, "three replicas without a leader")
 
     def test_install_before_knative(self):
-        """Issue 22 item 11 (was pinned: helm install failed, namespaces "knative-serving" not found)."""
+        """The chart installs before Knative (else `helm install` fails: namespaces "knative-serving" not found)."""
         self.install_chart("rbac.scope=cluster", governed_namespace_first=False)
         self.start_server()
         self.apply_policy()
@@ -232,7 +232,7 @@ class Lifecycle(ClusterCase):
                          ["spec"]["minReplicas"], 5)
 
     def test_held_back_durations_leave_the_hash_alone(self):
-        """Issue 22 item 7: the hash covers what config-leader-election really gets (serve watches it)."""
+        """The hash covers what config-leader-election really gets (serve watches it)."""
         self.governed_install()
         # The policy sets only renewDeadline: 20s; the ConfigMap's retry-period 30s makes the merged set
         # invalid (20s < 1.2 x 30s), so the ConfigMap gets no duration from the policy.

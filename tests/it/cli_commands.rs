@@ -74,7 +74,7 @@ fn preview_yaml_prints_every_document_in_order_mutated_where_governed() {
         .unwrap();
     assert_eq!(cm["data"]["_example"], original_cm["data"]["_example"]);
     // Knative's own annotations unchanged; the engine adds only its records
-    // of the release values (issue 22 item 5, for `restore`) and of its own
+    // of the release values (what `restore` puts back) and of its own
     // writes.
     let mut metadata = cm["metadata"].clone();
     let annotations = metadata["annotations"].as_object_mut().unwrap();
@@ -453,7 +453,7 @@ fn bad_input_names_the_file_and_the_document() {
     assert!(stderr(&out).contains("missing.yaml"));
 }
 
-/// Issue 22 item 9: outcomes with only warnings (an Operator-owned
+/// Outcomes with only warnings (an Operator-owned
 /// Deployment, durations held back) are shown as the server returns them:
 /// on stderr, and as a line with an empty patch in `-o patches`.
 #[test]

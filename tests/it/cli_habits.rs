@@ -1,4 +1,4 @@
-//! The command line in kubectl's habits (issue 13, points 7-10), through
+//! The command line in kubectl's habits, through
 //! the built binary: `kind: List` input, `check` over several files and the
 //! ConfigMap form with every error in one run, `-o yaml|json`, one name per
 //! flag (old spellings kept), and errors in the user's words.

@@ -1,5 +1,4 @@
-//! The forms a policy file comes in, through the built binary (issue 23,
-//! items 1 and 6): what `kubectl get highavailabilitypolicies -o yaml`
+//! The forms a policy file comes in, through the built binary: what `kubectl get highavailabilitypolicies -o yaml`
 //! writes (a `kind: List`) is checked item by item; a policy ConfigMap is a
 //! policy file for `preview`, `audit` and `serve` as it is for `check`; a
 //! file that cannot be read gets the reason; workload and exclude names that
@@ -57,7 +56,7 @@ fn policy_configmap(namespace: &str) -> String {
     )
 }
 
-// ---- item 1: check expands Lists --------------------------------------------
+// ---- check expands Lists ----------------------------------------------------
 
 #[test]
 fn check_takes_what_kubectl_get_prints() {
@@ -150,7 +149,7 @@ fn preview_and_serve_take_the_list_too() {
     assert_eq!(snapshot.policies["knative-serving"].spec.replicas, Some(4));
 }
 
-// ---- item 6: the ConfigMap form everywhere ------------------------------------
+// ---- the ConfigMap form everywhere --------------------------------------------
 
 #[test]
 fn a_policy_configmap_is_a_policy_file_for_preview_audit_and_serve() {
@@ -242,7 +241,7 @@ fn a_policy_configmap_is_a_policy_file_for_preview_audit_and_serve() {
     }
 }
 
-// ---- item 6: why a file cannot be read ----------------------------------------
+// ---- why a file cannot be read ------------------------------------------------
 
 #[test]
 fn a_file_that_cannot_be_read_gets_the_reason() {
@@ -284,7 +283,7 @@ fn a_file_that_cannot_be_read_gets_the_reason() {
     }
 }
 
-// ---- item 6: names that name nothing ------------------------------------------
+// ---- names that name nothing --------------------------------------------------
 
 #[test]
 fn workload_and_exclude_names_that_name_nothing_get_a_warning() {

@@ -248,7 +248,7 @@ async fn uninstalled_resource_is_404_and_registered_ones_are_generic() {
         "{err:?}"
     );
 
-    // Leases (for the reconcile issue) work like any other resource.
+    // Leases (the reconciler's leader election) work like any other resource.
     let leases: Api<Lease> = Api::namespaced(client.clone(), "knative-serving");
     let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "l"},
         "spec": {"holderIdentity": "me"}}))

@@ -1,4 +1,4 @@
-//! Issue 22 item 4 against the fake API server: a HighAvailabilityPolicy
+//! Against the fake API server: a HighAvailabilityPolicy
 //! made invalid (here the renewDeadline 11s / retryPeriod 10s edit) keeps
 //! its last valid spec in force, and so does a restarted webhook: the
 //! source records the last valid spec in `status.lastValidSpec` and reads
@@ -19,7 +19,7 @@ use support::wait_until;
 
 const SERVING: &str = "knative-serving";
 
-/// The edit of the issue: client-go refuses renew 11s <= 1.2 x retry 10s.
+/// An edit client-go refuses: renew 11s <= 1.2 x retry 10s.
 fn break_timing(o: &mut Value) {
     o["spec"]["leaderElection"] = json!({"renewDeadline": "11s", "retryPeriod": "10s"});
 }
@@ -215,8 +215,8 @@ async fn a_policy_configmap_made_invalid_survives_a_restart_on_its_annotation() 
 }
 
 /// What an earlier release recorded and applied, with a budget this
-/// release refuses (issue 10's rule: minAvailable 100% blocks every drain;
-/// a release before it accepted the budget).
+/// release refuses (minAvailable 100% blocks every drain; a release
+/// without that rule accepted the budget).
 fn recorded_before_a_stricter_release() -> Value {
     json!({
         "lastValidGeneration": 1,

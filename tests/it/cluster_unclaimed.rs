@@ -1,4 +1,4 @@
-//! Issue 22 item 5 in the cluster source: the namespaces no policy object
+//! The cluster source and the namespaces no policy object
 //! names at all (`Snapshot::unclaimed`). By default a deleted policy changes
 //! nothing there (`restore` undoes); with `--undo-unclaimed`, `/mutate`
 //! undoes the engine's records. A policy object that exists but is not in

@@ -1,7 +1,7 @@
 //! With the API server unusable, the cluster source logs one warning per
 //! outage and source, retries with the documented backoff (0.8 s doubling
 //! up to 30 s, unit-tested in `watch.rs`), and says "reconnected" only
-//! after the API server really answered again (issue 13 point 11).
+//! after the API server really answered again (never while it is still down).
 
 use crate::support::cluster::{GROUP, HAPS, hap};
 use crate::support::fakeapi;

@@ -389,7 +389,8 @@ fn leader_election_disabled_policy() {
         "autoscaler already has 1 replica and must not get the flag"
     );
 
-    // An HPA scales the webhook: never the flag there (issue 10, point 3).
+    // An HPA scales the webhook: never the flag there (it would stop
+    // leader election on every replica the HPA adds).
     let (patch, _) = run(&policy, ns, &fixture("Deployment", ns, "webhook"));
     assert_eq!(patch, json!([]), "webhook is HPA-backed");
 
@@ -463,7 +464,7 @@ fn enabling_leader_election_removes_disable_ha() {
         ["deployment/webhook: container webhook args - --disable-ha (policy serving)"]
     );
     // ... and from any Deployment that ends with more than one replica
-    // (issue 10: the flag only ever stays on a single, non-HPA replica).
+    // (the flag only ever stays on a single, non-HPA replica).
     let mut controller = fixture("Deployment", "knative-serving", "controller");
     controller["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["--disable-ha"]);
     let (patch, _) = run(&policy, "knative-serving", &controller);

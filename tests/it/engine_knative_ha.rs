@@ -1,5 +1,5 @@
-//! Issue 10: what the engine does to the real Knative v1.23.0 objects, one
-//! case per point, read against Knative's own code (client-go leader
+//! What the engine does to the real Knative v1.23.0 objects, one case per
+//! HA rule, read against Knative's own code (client-go leader
 //! election, sharedmain's `--disable-ha`, the Knative Operator's HA rules).
 
 use crate::support;
@@ -41,7 +41,7 @@ fn has_disable_ha(d: &Value) -> bool {
 }
 
 #[test]
-fn p1_timings_invalid_after_merge_are_not_written_and_warned() {
+fn timings_invalid_after_merge_are_not_written_and_warned() {
     let mut cm = support::fixture("ConfigMap", NS, "config-leader-election");
     cm["data"]["retry-period"] = json!("30s");
     let p = policy("  leaderElection: {buckets: 3, renewDeadline: 20s}\n");
@@ -66,7 +66,7 @@ fn p1_timings_invalid_after_merge_are_not_written_and_warned() {
 }
 
 #[test]
-fn p2_disable_ha_goes_when_a_later_policy_scales_up() {
+fn disable_ha_goes_when_a_later_policy_scales_up() {
     let off = policy("  leaderElection: {enabled: false}\n");
     let three = policy("  replicas: 3\n");
     for name in ["autoscaler-hpa", "net-kourier-controller"] {
@@ -80,14 +80,14 @@ fn p2_disable_ha_goes_when_a_later_policy_scales_up() {
 }
 
 #[test]
-fn p3_no_disable_ha_on_an_hpa_backed_deployment() {
+fn no_disable_ha_on_an_hpa_backed_deployment() {
     let off = policy("  leaderElection: {enabled: false}\n");
     let (out, _) = run(&off, &deployment("webhook"));
     assert!(!has_disable_ha(&out), "{:?}", args(&out));
 }
 
 #[test]
-fn p4_pingsource_adapter_replicas_never_touched() {
+fn pingsource_adapter_replicas_never_touched() {
     let text = std::fs::read_to_string(support::repo_path(
         "tests/fixtures/knative-v1.23.0/eventing-core.yaml",
     ))
@@ -106,7 +106,7 @@ fn p4_pingsource_adapter_replicas_never_touched() {
 }
 
 #[test]
-fn p6_required_anti_affinity_lets_a_rollout_stop_a_pod() {
+fn required_anti_affinity_lets_a_rollout_stop_a_pod() {
     let p = policy("  replicas: 3\n  podAntiAffinity: {type: Required}\n");
     let (out, changes) = run(&p, &deployment("controller"));
     assert_eq!(
@@ -144,7 +144,7 @@ fn hash_of(d: &Value) -> Option<String> {
 }
 
 #[test]
-fn p7_leader_election_change_rolls_the_leader_elected_deployments_together() {
+fn leader_election_change_rolls_the_leader_elected_deployments_together() {
     let b3 = policy("  leaderElection: {buckets: 3}\n");
     let b5 = policy("  leaderElection: {buckets: 5}\n");
     let mut hashes = BTreeSet::new();
@@ -174,7 +174,7 @@ fn p7_leader_election_change_rolls_the_leader_elected_deployments_together() {
 }
 
 #[test]
-fn p8_lowering_the_policy_lowers_the_hpa() {
+fn lowering_the_policy_lowers_the_hpa() {
     let hpa = support::fixture("HorizontalPodAutoscaler", NS, "activator");
     let five = policy("  replicas: 5\n");
     let two = policy("  replicas: 2\n");
@@ -214,7 +214,7 @@ fn p8_lowering_the_policy_lowers_the_hpa() {
 }
 
 #[test]
-fn p9_zone_anti_affinity_keeps_knatives_hostname_term() {
+fn zone_anti_affinity_keeps_knatives_hostname_term() {
     let d = deployment("controller");
     let shipped = d["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
         ["preferredDuringSchedulingIgnoredDuringExecution"][0]
@@ -251,7 +251,7 @@ fn p9_zone_anti_affinity_keeps_knatives_hostname_term() {
 }
 
 #[test]
-fn p10_per_workload_pdb() {
+fn a_workloads_own_budget_is_written_in_the_releases_field() {
     let p = policy(
         "  replicas: 3\n  podDisruptionBudget: {minAvailable: 1}\n  workloads:\n  - name: activator\n    replicas: 5\n    podDisruptionBudget: {maxUnavailable: 2}\n",
     );
@@ -270,7 +270,7 @@ fn p10_per_workload_pdb() {
 }
 
 #[test]
-fn p11_operator_owned_objects_are_left_alone_with_a_warning() {
+fn operator_owned_objects_are_left_alone_with_a_warning() {
     let mut d = deployment("controller");
     d["metadata"]["ownerReferences"] = json!([{
         "apiVersion": "operator.knative.dev/v1beta1", "kind": "KnativeServing",
@@ -292,12 +292,13 @@ fn p11_operator_owned_objects_are_left_alone_with_a_warning() {
     assert_eq!(run(&opt_in, &d).0["spec"]["replicas"], 3);
 }
 
-/// Issue 22 item 10: `kubectl scale` goes through the `deployments/scale`
-/// subresource, which carries no pod template, so the rule of p2 cannot
+/// `kubectl scale` goes through the `deployments/scale` subresource, which
+/// carries no pod template, so the rule of
+/// `disable_ha_goes_when_a_later_policy_scales_up` cannot
 /// remove `--disable-ha`: the Scale of a Deployment the policy runs with the
 /// flag is held at one replica, with a warning naming the way to scale it.
 #[test]
-fn p10_scale_subresource_keeps_disable_ha_deployments_at_one_replica() {
+fn scale_subresource_keeps_disable_ha_deployments_at_one_replica() {
     let scale = |name: &str, replicas: i64| {
         json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
                "metadata": {"name": name, "namespace": NS},

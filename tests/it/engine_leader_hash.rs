@@ -1,4 +1,4 @@
-//! Issue 22 item 7: the leader-election hash covers what is really
+//! The leader-election hash covers what is really
 //! written. When `config-leader-election` holds the policy's durations back
 //! (the merged set would make client-go refuse to start), the Deployments'
 //! hash is the one of a policy without durations: they do not roll while

@@ -1,4 +1,4 @@
-//! Issue 22: the engine over an object's life, read against Knative's own
+//! The engine over an object's life, read against Knative's own
 //! code: the legacy leader-election keys knative.dev/pkg still reads
 //! (`leaderelection/config.go`), the replicas a PodDisruptionBudget really
 //! protects, HPA values someone else set, the opt-out label.
@@ -39,7 +39,7 @@ fn warning(changes: &[String]) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Item 1: knative.dev/pkg reads `leaseDuration`/`renewDeadline`/
+/// knative.dev/pkg reads `leaseDuration`/`renewDeadline`/
 /// `retryPeriod` first and a kebab-case key overrides only the key it names;
 /// the merged check reads the ConfigMap that way, so the engine never writes
 /// a set client-go's NewLeaderElector refuses.
@@ -66,7 +66,7 @@ fn legacy_camel_case_keys_count_in_the_merged_check() {
             "{spec} {data}"
         );
     };
-    // The issue's two reproductions.
+    // A legacy key on either side of the renew/retry check.
     held(
         "  leaderElection: {renewDeadline: 20s}\n",
         json!({"retryPeriod": "30s"}),
@@ -158,7 +158,7 @@ fn eventing_webhook_pdb() -> Value {
         "spec": {"minAvailable": "80%", "selector": {"matchLabels": {"app": "eventing-webhook"}}}})
 }
 
-/// Item 2, the issue's sequence: a policy giving eventing-webhook 4 replicas
+/// A policy giving eventing-webhook 4 replicas
 /// and `minAvailable: 3`, then one that no longer raises it: the HPA goes
 /// back to 1, and the budget the engine wrote would block every drain
 /// there, so what it replaced comes back.
@@ -187,8 +187,8 @@ fn a_budget_the_engine_wrote_comes_back_when_it_would_block_every_drain() {
     );
     assert_eq!(run_ns(&later, ns, &back).1, Vec::<String>::new());
     // A policy that no longer sets a budget gets the release's back, even
-    // where the engine's still allowed a drain (issue 22 item 5: what a
-    // dropped setting wrote is undone); a budget someone else set since stays.
+    // where the engine's still allowed a drain (what a dropped setting
+    // wrote is undone); a budget someone else set since stays.
     let four = policy_in(ns, "  replicas: 4\n");
     let (undone, changes) = run_ns(&four, ns, &written);
     assert_eq!(undone["spec"], shipped["spec"], "{changes:?}");
@@ -201,7 +201,7 @@ fn a_budget_the_engine_wrote_comes_back_when_it_would_block_every_drain() {
     assert_eq!(run_ns(&later, ns, &theirs), (theirs.clone(), vec![]));
 }
 
-/// Item 2 at admission: a budget that would allow no disruption at the
+/// At admission: a budget that would allow no disruption at the
 /// replicas that really run is not produced (eventing-controller scales
 /// pingsource-mt-adapter 0 <-> 1, whatever `replicas` says).
 #[test]
@@ -238,7 +238,7 @@ fn min_max(h: &Value) -> (i64, i64) {
     )
 }
 
-/// Item 3: a value that differs from the engine's own last write was set by
+/// A value that differs from the engine's own last write was set by
 /// someone else (a release, an admin): the engine starts from it, as the
 /// Knative Operator starts from the current values, and never lowers it.
 #[test]
@@ -297,7 +297,7 @@ fn hpas_with_only_the_originals_recorded() {
     assert_eq!(min_max(&run(&none, &recorded(3, 30)).0), (3, 30));
 }
 
-/// Item 6: an object labelled `knativeha.dev/skip: "true"` never reaches
+/// An object labelled `knativeha.dev/skip: "true"` never reaches
 /// the webhook (the chart's objectSelector); the engine leaves it alone
 /// too, so `preview`, `audit` and the reconciler agree with admission.
 #[test]
@@ -321,7 +321,7 @@ fn objects_labelled_skip_are_never_changed() {
     }
 }
 
-/// Item 13: integers at the edges never overflow the engine's arithmetic
+/// Integers at the edges never overflow the engine's arithmetic
 /// (the rollout's 25%, a percentage of the replicas, an HPA's bump).
 #[test]
 fn extreme_integers_are_answered_without_overflow() {
@@ -362,7 +362,7 @@ fn extreme_integers_are_answered_without_overflow() {
     }
 }
 
-/// Item 7: Eventing's imc-dispatcher and the Contour and Gateway API
+/// Eventing's imc-dispatcher and the Contour and Gateway API
 /// net-* Deployments run sharedmain's leader election too: they roll with
 /// the others when the buckets change (their lease names do).
 #[test]

@@ -182,7 +182,8 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 );
                 res.metadata.name = Some("p".into());
                 // A budget that allows no disruption with the replicas the
-                // policy sets is rejected (issue 10): drop it then.
+                // policy sets is rejected (it would block every drain): drop
+                // it then.
                 Policy::from_resource(&res)
                     .or_else(|_| {
                         res.spec.pod_disruption_budget = None;
@@ -283,8 +284,8 @@ fn arb_deployment() -> impl Strategy<Value = (Value, Option<&'static str>)> {
         })
 }
 
-/// Integers at the edges of what the engine may multiply, add or subtract
-/// (issue 22 item 13).
+/// Integers at the edges of what the engine may multiply, add or subtract:
+/// unchecked arithmetic on them overflows.
 fn arb_extreme() -> impl Strategy<Value = i64> {
     prop::sample::select(vec![
         i64::MAX,
@@ -356,7 +357,7 @@ fn arb_configmap() -> impl Strategy<Value = (Value, Option<&'static str>)> {
                 "lease-duration",
                 "renew-deadline",
                 "retry-period",
-                // The legacy keys Knative still reads (issue 22).
+                // The legacy keys Knative still reads.
                 "leaseDuration",
                 "renewDeadline",
                 "retryPeriod",
@@ -454,8 +455,8 @@ proptest! {
         let mut with_crate = object.clone();
         json_patch::patch(&mut with_crate, &outcome.mutation.patch).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(&with_crate, &expected);
-        // change lines with a patch; without one, only warnings (issue 10:
-        // timings left alone, Operator-owned objects)
+        // change lines with a patch; without one, only warnings (timings
+        // left alone, Operator-owned objects)
         if outcome.mutation.patch.0.is_empty() {
             prop_assert!(outcome.mutation.changes.iter().all(|c| c.contains(": warning: ")), "{:?}", outcome.mutation.changes);
         } else {

@@ -1,4 +1,4 @@
-//! Issue 22 item 5: what the engine replaced is recorded on the object and
+//! What the engine replaced is recorded on the object and
 //! put back, by a later policy that no longer asks for it and by
 //! `engine::restore::restore` (the `restore` command), on the real Knative
 //! v1.23.0 objects. The patches are applied with the independent RFC 6902
@@ -110,7 +110,8 @@ fn has_records(object: &Value) -> bool {
 
 #[test]
 fn a_later_policy_without_the_setting_puts_the_release_value_back() {
-    // The issue's sequence: Required zone, then `podAntiAffinity: None`.
+    // Required zone, then `podAntiAffinity: None`: maxUnavailable 1 was the
+    // engine's, the release's 0 comes back.
     let none = policy("  podAntiAffinity: {type: None}\n");
     let autoscaler = object("deployment/autoscaler");
     let first = mutated(&required_zone(), &autoscaler);

@@ -1,4 +1,4 @@
-//! Issue 10: properties over random sequences of two or three policies
+//! Properties over random sequences of two or three policies
 //! applied one after another to the real v1.23.0 Deployments:
 //! - a Deployment carries `--disable-ha` only with exactly one replica and
 //!   no HPA scaling it;
@@ -188,7 +188,7 @@ fn allowed(budget: &[(String, Value)], replicas: i64) -> i64 {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
-    /// Issue 22 item 2: after every policy of a sequence, no budget the
+    /// After every policy of a sequence, no budget the
     /// engine wrote allows zero disruptions at the replicas that really
     /// run (the HPA's minReplicas, through the same sequence).
     #[test]

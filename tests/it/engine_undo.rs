@@ -1,4 +1,4 @@
-//! Issue 22 item 5: dropping `leaderElection` from a policy (or one of its
+//! Dropping `leaderElection` from a policy (or one of its
 //! keys) puts back what leader election wrote, on the real Knative v1.23.0
 //! objects: the `config-leader-election` keys as recorded (never into a
 //! set client-go would refuse), the settings hash, and `--disable-ha` as

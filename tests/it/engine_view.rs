@@ -43,7 +43,7 @@ spec:
   exclude: [webhook]
   governOperatorOwned: true
 "#,
-    // Issue 22: a single duration, merged with what the ConfigMap holds
+    // A single duration, merged with what the ConfigMap holds
     // (the legacy keys too); HPAs raised from what someone else set.
     r#"
 apiVersion: knativeha.dev/v1alpha1
@@ -280,7 +280,7 @@ proptest! {
     }
 }
 
-/// Issue 22: what the rules over an object's life read is in the view: the
+/// What the rules over an object's life read is in the view: the
 /// legacy leader-election keys Knative still reads, the opt-out label.
 #[test]
 fn what_the_lifecycle_rules_read_is_kept() {

@@ -1,4 +1,4 @@
-//! Issue 10: `check` (policy validation) rejects what would crash, split
+//! `check` (policy validation) rejects what would crash, split
 //! or block Knative, with the exact message.
 
 use knative_ha_webhook::policy::Policy;
@@ -126,7 +126,7 @@ fn pod_disruption_budgets_must_allow_a_disruption() {
     assert!(errors("  replicas: 5\n  podDisruptionBudget: {minAvailable: \"80%\"}\n").is_empty());
 }
 
-/// Issue 22 item 2: a budget is judged against the replicas the output
+/// A budget is judged against the replicas the output
 /// really runs; with no replicas in the policy that is what Knative ships
 /// (the activator and webhook HPAs keep minReplicas 1).
 #[test]
@@ -175,7 +175,7 @@ fn pod_disruption_budgets_are_judged_at_the_replicas_knative_runs_without_a_poli
     }
 }
 
-/// Issue 22 item 8: eventing-controller scales `pingsource-mt-adapter`
+/// eventing-controller scales `pingsource-mt-adapter`
 /// 0 <-> 1, so replicas for it are never applied and a budget sees one pod.
 #[test]
 fn pingsource_mt_adapter_replicas_and_blocking_budgets_are_refused() {

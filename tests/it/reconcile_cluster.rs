@@ -78,7 +78,7 @@ async fn policy_appears_each_drifting_object_is_written_once() {
     );
     assert_eq!(drift_gauge(m, "Deployment"), 0);
     // Every written object gets an Event saying what changed and why
-    // (issue 23 item 2); the others none.
+    // (what `kubectl describe` shows for the rollout); the others none.
     for key in env.serving_keys() {
         let events: Vec<Value> = env
             .api
@@ -364,7 +364,7 @@ async fn pod_templates_false_leaves_every_pod_template_alone() {
             });
             let unchanged = v.as_ref() == Some(&content(&before[k]));
             // config-leader-election is held back with the pod templates
-            // (issue 10: its restart is a pod template change).
+            // (a restart to read it is a pod template change).
             let held = is_leader_election_cm(k);
             (k.clone(), if unchanged || held { None } else { v })
         })
@@ -406,8 +406,8 @@ async fn pod_templates_false_skips_deployments_with_only_pod_template_drift() {
     env.wait_leader(r).await;
     let mut value = example_policy_value();
     value["spec"]["replicas"] = json!(1);
-    // Preferred: Required would also set maxUnavailable 1 (issue 10), drift
-    // outside the pod template.
+    // Preferred: Required would also set maxUnavailable 1 (so a rollout can
+    // stop a pod), drift outside the pod template.
     value["spec"]["podAntiAffinity"] =
         json!({"type": "Preferred", "topologyKey": "topology.kubernetes.io/zone"});
     let policy = policy_of(&value);
@@ -524,7 +524,7 @@ async fn periodic_run_repairs_drift_introduced_later() {
     );
 }
 
-/// Issue 10, safety: without pod templates, a replicas change that would
+/// Safety: without pod templates, a replicas change that would
 /// leave `--disable-ha` on several replicas is held back, and so are the
 /// config-leader-election keys (their restart is a pod template change).
 #[test]

@@ -128,7 +128,8 @@ pub(crate) fn expectations(
         .collect()
 }
 
-/// config-leader-election: held back with the pod templates (issue 10).
+/// config-leader-election: held back with the pod templates (Knative reads
+/// it only at start, so applying it means restarting the pods).
 pub(crate) fn is_leader_election_cm(k: &Key) -> bool {
     k.0 == "ConfigMap" && k.2 == "config-leader-election"
 }

@@ -26,7 +26,7 @@ async fn stop(env: &mut Env, i: usize) {
         .expect("reconciler task");
 }
 
-/// Issue: after a webhook outage (writes admitted unmutated) the drift must
+/// After a webhook outage (writes admitted unmutated) the drift must
 /// be repaired without waiting for `--reconcile-interval` (an hour here): a
 /// reconciler that (re)starts makes its first, full pass at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,10 +73,10 @@ fn applied_events(api: &FakeApi, kind: &str, name: &str) -> Vec<Value> {
     events
 }
 
-/// Issue: a second write to an object was folded into the first write's
-/// Event (its count went to 2, its message stayed the first write's), so
-/// `kubectl describe` showed a change that was not the one that rolled the
-/// pods. Each write gets its own Event with its own changes.
+/// Each write gets its own Event with its own changes: folded into the
+/// first write's Event (its count going to 2, its message staying the first
+/// write's), `kubectl describe` would show a change that was not the one
+/// that rolled the pods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_write_gets_its_own_event_with_its_own_changes() {
     let mut env = Env::start().await;
@@ -159,10 +159,10 @@ fn assert_configmap_first(paths: &[String], what: &str) {
     );
 }
 
-/// Issue: the leader-elected Deployments were written about a second before
-/// `config-leader-election`; pods started in between read the old buckets
-/// and nothing restarted them. A pass, and `restore`, write the ConfigMap
-/// before any Deployment.
+/// A pass, and `restore`, write `config-leader-election` before any
+/// Deployment: were the leader-elected Deployments written first, pods
+/// started in between would read the old buckets and nothing would restart
+/// them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_leader_election_is_written_before_any_deployment() {
     let api = FakeApi::start().await;

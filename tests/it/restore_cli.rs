@@ -1,4 +1,4 @@
-//! Issue 22 item 5: `knative-ha-webhook restore` against the fake API
+//! `knative-ha-webhook restore` against the fake API
 //! server. The real Knative v1.23.0 control plane is reconciled to a
 //! policy (what the webhook does), then restored: every governed object's
 //! spec is the release's again, the records are gone, and the release's

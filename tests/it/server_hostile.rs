@@ -1,4 +1,4 @@
-//! Hostile clients (issue 12): connections held open in every way a client
+//! Hostile clients: connections held open in every way a client
 //! can hold one must neither keep a normal review from being answered nor
 //! stay open past the documented limits. Loopback, bounded in count and
 //! time; the limits are shortened through the server's `Config`.

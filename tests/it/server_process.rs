@@ -1,4 +1,4 @@
-//! The built binary (issue 13 point 12, issue 12 point 5): a second signal
+//! The built binary: a second signal
 //! during the shutdown delay exits at once; text logs carry no colour codes
 //! when stderr is not a terminal, and request content in them is escaped.
 

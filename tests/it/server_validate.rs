@@ -13,8 +13,8 @@ use axum::body::Body;
 use router::Mutate;
 use serde_json::{Value, json};
 
-/// The edit of issue 22 item 4 (renew 11s / retry 10s), plus a replicas
-/// value out of bounds: two errors.
+/// An edit client-go would refuse (renew 11s <= 1.2 x retry 10s), plus a
+/// replicas value out of bounds: two errors.
 const BAD_SPEC: &str = r#"{"targetNamespace": "knative-serving", "replicas": 0,
     "leaderElection": {"renewDeadline": "11s", "retryPeriod": "10s"}}"#;
 

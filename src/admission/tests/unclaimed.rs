@@ -64,7 +64,7 @@ fn by_default_no_policy_object_changes_nothing() {
     assert!(reply.body["response"].get("warnings").is_none());
 }
 
-/// `--undo-unclaimed` (issue 22 item 5): with no policy object left for the
+/// `--undo-unclaimed`: with no policy object left for the
 /// namespace, an object carrying the engine's records gets them undone at
 /// admission, and the answer says why.
 #[test]
