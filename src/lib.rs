@@ -34,6 +34,7 @@ pub mod cmd;
 pub mod config;
 pub mod engine;
 pub mod errors;
+pub mod knative;
 pub mod kubeclient;
 pub mod manifest;
 pub mod policy;

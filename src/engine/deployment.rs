@@ -16,6 +16,7 @@ use super::records::{
 };
 use super::restore;
 use super::{EngineError, Handled, Target, affinity, leader};
+use crate::knative;
 use crate::policy::validate::parse_percent;
 use crate::policy::{AntiAffinityType, PodAntiAffinity, TopologySpread};
 
@@ -133,7 +134,7 @@ fn replicas(
     changes: &mut Vec<String>,
 ) -> Result<i64, EngineError> {
     let current = t.int_at(REPLICAS)?;
-    let want = if t.is_hpa_backed(t.name) || super::SCALED_ON_DEMAND.contains(&t.name) {
+    let want = if t.is_hpa_backed(t.name) || knative::is_scaled_on_demand(t.name) {
         None
     } else if t.ha_disabled() {
         Some(1)
@@ -141,7 +142,7 @@ fn replicas(
         t.wanted_replicas(t.name)
     };
     let Some(n) = want else {
-        if !t.is_hpa_backed(t.name) && !super::SCALED_ON_DEMAND.contains(&t.name) {
+        if !t.is_hpa_backed(t.name) && !knative::is_scaled_on_demand(t.name) {
             records::undo(t, p, &RECORDED_REPLICAS, changes)?;
         }
         let after = p.as_ref().map_or(t.object, |p| &p.doc);

@@ -11,9 +11,8 @@ use serde_json::{Value, json};
 
 use super::patch::Patcher;
 use super::records::{self, ORIGINAL_DISABLE_HA, ROLLOUT_MAX_SURGE};
-use super::{
-    DISABLE_HA_DEPLOYMENTS, DISABLE_HA_FLAG, EngineError, LEADER_ELECTED_DEPLOYMENTS, Target,
-};
+use super::{DISABLE_HA_FLAG, EngineError, Target};
+use crate::knative;
 use crate::policy::LeaderElection;
 use crate::policy::duration::parse_go_duration;
 
@@ -125,7 +124,7 @@ fn settings_annotation(
     let Some(le) = &t.policy.spec.leader_election else {
         return Ok(false);
     };
-    if !LEADER_ELECTED_DEPLOYMENTS.contains(&t.name) {
+    if !knative::is_leader_elected(t.name) {
         return Ok(false);
     }
     if let Some(why) = t
@@ -207,7 +206,7 @@ pub(crate) fn want_flag(t: &Target<'_>, replicas: i64) -> Option<bool> {
         return Some(false);
     }
     let le = t.policy.spec.leader_election.as_ref()?;
-    if DISABLE_HA_DEPLOYMENTS.contains(&t.name) {
+    if knative::accepts_disable_ha(t.name) {
         Some(!le.is_enabled())
     } else {
         le.is_enabled().then_some(false)

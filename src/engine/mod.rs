@@ -38,44 +38,6 @@ use serde_json::Value;
 
 use crate::policy::Policy;
 
-pub use crate::policy::names::HPA_BACKED_DEPLOYMENTS;
-
-/// Deployments whose Knative binaries accept `--disable-ha`
-/// (knative.dev/pkg sharedmain). controller and autoscaler exit on it.
-pub const DISABLE_HA_DEPLOYMENTS: &[&str] = &[
-    "webhook",
-    "autoscaler-hpa",
-    "net-istio-controller",
-    "net-istio-webhook",
-    "net-kourier-controller",
-];
-
-pub use crate::policy::names::SCALED_ON_DEMAND;
-
-/// Deployments whose Knative processes run leader election (knative.dev/pkg
-/// sharedmain with `config-leader-election`). They roll together when the
-/// policy's leader election settings change. The activator is not one.
-/// (Named, not derived: nothing in a Deployment says its binary runs
-/// sharedmain's leader election.)
-pub const LEADER_ELECTED_DEPLOYMENTS: &[&str] = &[
-    "controller",
-    "autoscaler",
-    "autoscaler-hpa",
-    "webhook",
-    "net-kourier-controller",
-    "net-istio-controller",
-    "net-istio-webhook",
-    "net-certmanager-controller",
-    "net-contour-controller",
-    "net-gateway-api-controller",
-    "net-gateway-api-webhook",
-    "eventing-controller",
-    "eventing-webhook",
-    "imc-controller",
-    "imc-dispatcher",
-    "mt-broker-controller",
-];
-
 /// In [`Context::hpa_targets`]: an HPA that carries the opt-out label
 /// ([`SKIP_LABEL`]) targets the Deployment named after this prefix (a
 /// Deployment name holds no `:`). The policy does not raise such an HPA, so

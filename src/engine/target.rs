@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::{EngineError, HPA_BACKED_DEPLOYMENTS, Kind, SCALED_ON_DEMAND};
+use super::{EngineError, Kind};
+use crate::knative;
 use crate::policy::{Policy, WorkloadOverride};
 
 /// What a kind handler sees.
@@ -99,9 +100,9 @@ impl Target<'_> {
 
     /// The replicas the policy wants for a Deployment (override, else
     /// global), ignoring leader election. None for Deployments Knative
-    /// scales on demand ([`SCALED_ON_DEMAND`]).
+    /// scales on demand ([`knative::Scaling::OnDemand`]).
     pub fn wanted_replicas(&self, deployment: &str) -> Option<i32> {
-        if SCALED_ON_DEMAND.contains(&deployment) {
+        if knative::is_scaled_on_demand(deployment) {
             return None;
         }
         self.workload(deployment)
@@ -110,11 +111,10 @@ impl Target<'_> {
     }
 
     /// True for a Deployment the policy governs: one of Knative's
-    /// ([`crate::policy::names::KNATIVE_DEPLOYMENTS`]) or one it names in
+    /// ([`knative::COMPONENTS`]) or one it names in
     /// `workloads`. A user's own Deployment in the namespace is not.
     pub fn governs(&self, deployment: &str) -> bool {
-        crate::policy::names::KNATIVE_DEPLOYMENTS.contains(&deployment)
-            || self.workload(deployment).is_some()
+        knative::is_knative(deployment) || self.workload(deployment).is_some()
     }
 
     /// Whether this object is governed: a governed Deployment (or its
@@ -151,7 +151,7 @@ impl Target<'_> {
     }
 
     pub fn is_hpa_backed(&self, deployment: &str) -> bool {
-        HPA_BACKED_DEPLOYMENTS.contains(&deployment)
+        knative::is_hpa_scaled(deployment)
             || self.hpa_targets.contains(deployment)
             || self.hpa_skipped(deployment)
     }

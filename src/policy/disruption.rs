@@ -5,7 +5,6 @@
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::names::SCALED_ON_DEMAND;
 use super::{HighAvailabilityPolicySpec, PodDisruptionBudgetPolicy, PolicyError};
 
 /// The fewest replicas the policy produces for the workloads a budget
@@ -82,7 +81,7 @@ fn replicas_at(spec: &HighAvailabilityPolicySpec, i: Option<usize>, name: &str) 
     }
     let own = i.and_then(|i| Some((i, spec.workloads.get(i)?.replicas?)));
     let (replicas, source) = match (own, spec.replicas) {
-        _ if SCALED_ON_DEMAND.contains(&name) => (1, on_demand(name)),
+        _ if crate::knative::is_scaled_on_demand(name) => (1, on_demand(name)),
         (Some((i, n)), _) => (n, format!("spec.workloads[{i}].replicas")),
         (None, Some(n)) => (n, "spec.replicas".to_string()),
         (None, None) => {

@@ -6,82 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::HighAvailabilityPolicySpec;
-
-/// Deployments Knative scales on demand (eventing-controller scales
-/// `pingsource-mt-adapter` 0 <-> 1 when PingSources exist; the Knative
-/// Operator's `haUnSupported` list). Their replicas are never touched.
-pub const SCALED_ON_DEMAND: &[&str] = &["pingsource-mt-adapter"];
-
-/// Deployments that Knative (Serving, Kourier, Eventing) scales with an HPA.
-/// Their `spec.replicas` belongs to the HPA; the policy raises the HPA's
-/// `minReplicas` instead.
-pub const HPA_BACKED_DEPLOYMENTS: &[&str] = &[
-    "activator",
-    "webhook",
-    "3scale-kourier-gateway",
-    "eventing-webhook",
-    "mt-broker-ingress",
-    "mt-broker-filter",
-];
-
-/// The Deployments of Knative's releases: Serving (core, HPA, domain
-/// mapping), its networking layers (net-kourier, net-istio, net-contour,
-/// net-gateway-api, net-certmanager), Eventing (core, in-memory channel,
-/// MT broker, job sink) and eventing-kafka's Deployments.
-pub const KNATIVE_DEPLOYMENTS: &[&str] = &[
-    "activator",
-    "autoscaler",
-    "autoscaler-hpa",
-    "controller",
-    "webhook",
-    "domain-mapping",
-    "domainmapping-webhook",
-    "net-kourier-controller",
-    "3scale-kourier-gateway",
-    "net-istio-controller",
-    "net-istio-webhook",
-    "net-contour-controller",
-    "net-gateway-api-controller",
-    "net-gateway-api-webhook",
-    "net-certmanager-controller",
-    "net-certmanager-webhook",
-    "eventing-controller",
-    "eventing-webhook",
-    "imc-controller",
-    "imc-dispatcher",
-    "mt-broker-controller",
-    "mt-broker-filter",
-    "mt-broker-ingress",
-    "pingsource-mt-adapter",
-    "job-sink",
-    "kafka-controller",
-    "kafka-webhook-eventing",
-    "kafka-broker-receiver",
-    "kafka-channel-receiver",
-    "kafka-sink-receiver",
-];
-
-/// The namespaces Knative's releases install into.
-pub const KNATIVE_NAMESPACES: &[&str] = &["knative-serving", "kourier-system", "knative-eventing"];
-
-/// The namespace a Knative release puts the Deployment `name` in (None for
-/// a name that is not one of [`KNATIVE_DEPLOYMENTS`]).
-pub fn home_namespace(name: &str) -> Option<&'static str> {
-    if !KNATIVE_DEPLOYMENTS.contains(&name) {
-        return None;
-    }
-    let eventing = name.starts_with("eventing-")
-        || name.starts_with("imc-")
-        || name.starts_with("mt-broker-")
-        || name.starts_with("kafka-")
-        || name == "pingsource-mt-adapter"
-        || name == "job-sink";
-    Some(match name {
-        "3scale-kourier-gateway" => "kourier-system",
-        _ if eventing => "knative-eventing",
-        _ => "knative-serving",
-    })
-}
+use crate::knative;
 
 /// A workload or exclude name that is a Knative Deployment of another of
 /// Knative's namespaces than the policy's: the policy never meets it.
@@ -100,12 +25,12 @@ pub struct Misplaced {
 /// judged).
 pub fn misplaced(spec: &HighAvailabilityPolicySpec) -> Vec<Misplaced> {
     let target = spec.target_namespace.as_str();
-    if !KNATIVE_NAMESPACES.contains(&target) {
+    if !knative::namespaces().any(|n| n == target) {
         return Vec::new();
     }
     named(spec)
         .filter_map(|(path, name)| {
-            let home = home_namespace(name).filter(|h| *h != target)?;
+            let home = knative::home_namespace(name).filter(|h| *h != target)?;
             Some(Misplaced {
                 path,
                 name: name.clone(),
@@ -125,9 +50,9 @@ impl Misplaced {
     }
 }
 
-/// [`KNATIVE_DEPLOYMENTS`] as a set.
+/// The names of Knative's Deployments ([`knative::COMPONENTS`]) as a set.
 pub fn knative_deployments() -> BTreeSet<String> {
-    KNATIVE_DEPLOYMENTS.iter().map(|s| s.to_string()).collect()
+    knative::names().map(str::to_string).collect()
 }
 
 /// A workload or exclude name that is not among the known names.

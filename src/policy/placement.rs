@@ -28,7 +28,7 @@ pub fn stranding(spec: &HighAvailabilityPolicySpec) -> Vec<(String, String, i32,
         let (Some(aa), Some(n)) = (own.or(global), w.replicas.or(spec.replicas)) else {
             continue;
         };
-        let scaled = super::names::HPA_BACKED_DEPLOYMENTS.contains(&w.name.as_str());
+        let scaled = crate::knative::is_hpa_scaled(&w.name);
         if aa.kind == Required && n > 1 && !scaled && (own.is_some() || w.replicas.is_some()) {
             let at = if own.is_some() {
                 "podAntiAffinity"

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use super::disruption;
 pub use super::disruption::parse_percent;
 use super::duration::parse_go_duration;
-use super::names::SCALED_ON_DEMAND;
 pub use super::timing::{TimingRule, broken_timing_rules, format_ns};
 use super::{
     DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
@@ -273,7 +272,7 @@ impl SpecCheck<'_> {
         check_replicas(&format!("{path}.replicas"), w.replicas, &mut self.errors);
         self.single_replica(&format!("{path}.replicas"), w.replicas);
         if let Some(n) = w.replicas
-            && SCALED_ON_DEMAND.contains(&w.name.as_str())
+            && crate::knative::is_scaled_on_demand(&w.name)
         {
             self.errors.push(PolicyError::invalid(
                 format!("{path}.replicas"),

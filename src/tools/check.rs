@@ -170,7 +170,7 @@ pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
                         .exclude
                         .iter()
                         .enumerate()
-                        .filter(|(_, n)| crate::engine::LEADER_ELECTED_DEPLOYMENTS.contains(&n.as_str()))
+                        .filter(|(_, n)| crate::knative::is_leader_elected(n))
                         .map(|(i, n)| {
                             Line::Warning(format!(
                                 "{}: warning: spec.exclude[{i}]: {n:?} runs Knative's leader election but is excluded, so it is not restarted when spec.leaderElection changes: it keeps reading the old settings until it restarts, and while its bucket count differs every key it reconciles has two leaders",

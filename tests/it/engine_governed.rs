@@ -191,3 +191,33 @@ fn a_budget_is_judged_at_one_replica_where_the_hpa_is_absent() {
         m.changes
     );
 }
+
+/// The declaration of Knative's components agrees with the release
+/// manifests of the fixtures: each Deployment is declared in its namespace,
+/// an HPA scales exactly the ones declared HPA-scaled, and each declared
+/// PDB is shipped and selects its Deployment's pods.
+#[test]
+fn the_components_declared_are_the_releases() {
+    use knative_ha_webhook::knative::{self, Scaling};
+    let docs = testkit::corpus::manifest_documents();
+    fn of_kind<'d>(docs: &'d [Value], kind: &'static str) -> impl Iterator<Item = &'d Value> {
+        docs.iter().filter(move |d| d["kind"] == kind)
+    }
+    let mut seen = 0;
+    for d in of_kind(&docs, "Deployment") {
+        let name = d["metadata"]["name"].as_str().unwrap();
+        let c = knative::component(name).unwrap_or_else(|| panic!("{name} is not declared"));
+        assert_eq!(d["metadata"]["namespace"], c.namespace, "{name}");
+        let hpa = of_kind(&docs, "HorizontalPodAutoscaler")
+            .any(|h| h["spec"]["scaleTargetRef"]["name"] == name);
+        assert_eq!(hpa, c.scaling == Scaling::Hpa, "{name}: HPA");
+        let app = &d["spec"]["selector"]["matchLabels"]["app"];
+        let pdbs: Vec<&str> = of_kind(&docs, "PodDisruptionBudget")
+            .filter(|p| &p["spec"]["selector"]["matchLabels"]["app"] == app)
+            .filter_map(|p| p["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(pdbs, c.pdb.into_iter().collect::<Vec<_>>(), "{name}: PDB");
+        seen += 1;
+    }
+    assert_eq!(seen, 7, "the fixtures' Deployments");
+}
