@@ -8,11 +8,11 @@
 # Stage 1 builds a release binary; stage 2 is distroless (glibc + libgcc, no shell, no package
 # manager) running as the unprivileged user 65532. The chart's securityContext matches:
 # runAsNonRoot, runAsUser 65532, readOnlyRootFilesystem (the server writes nothing to disk).
-# Without Docker: scripts/build-image builds the same kind of image with buildah (see docs/install.md).
+# Without Docker: scripts/release/build-image builds the same kind of image with buildah (see docs/install.md).
 #
 # The build context is what .dockerignore admits (Cargo.toml, Cargo.lock, src/, benches/,
 # testkit/Cargo.toml);
-# scripts/check-docker-context runs this stage's RUN steps (cargo build -> cargo check) on exactly
+# scripts/check/check-docker-context runs this stage's RUN steps (cargo build -> cargo check) on exactly
 # that context, so a target the manifest declares but the context hides fails the test command.
 
 FROM rust:1.95-bookworm AS builder

@@ -40,13 +40,13 @@ bench: ## engine benchmark (divan): cargo bench --bench engine
 	$(CARGO) bench --locked --bench engine
 
 bench-load: ## load benchmark of serve over TLS (wrk, release build, ~1.5 min)
-	scripts/bench-load
+	scripts/measure/bench-load
 
 bench-scale: ## cluster source against the cluster's size (fake API server, release build)
-	scripts/bench-scale
+	scripts/measure/bench-scale
 
 soak: ## bounded soak of serve (SOAK_DURATION seconds, default 60)
-	scripts/soak
+	scripts/measure/soak
 
 soak-test: ## the 30 s soak CI runs (an ignored test)
 	$(CARGO) test --locked --test it robustness_soak:: -- --ignored

@@ -150,7 +150,7 @@ fn mutate_again(bencher: divan::Bencher, name: &str) {
     });
 }
 
-/// The pure core of `POST /mutate` on the bodies `scripts/bench-load` sends,
+/// The pure core of `POST /mutate` on the bodies `scripts/measure/bench-load` sends,
 /// and its parts:
 /// - `review_to_bytes`: bytes -> `admission::review` -> reply JSON bytes
 ///   (everything but TLS, HTTP, metrics and the log line);
@@ -184,8 +184,8 @@ mod review {
 
     fn body(name: &str) -> &'static [u8] {
         match name {
-            "governed" => include_bytes!("../scripts/bench/review-governed.json"),
-            _ => include_bytes!("../scripts/bench/review-ungoverned.json"),
+            "governed" => include_bytes!("../scripts/measure/bench/review-governed.json"),
+            _ => include_bytes!("../scripts/measure/bench/review-ungoverned.json"),
         }
     }
 

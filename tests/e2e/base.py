@@ -104,7 +104,7 @@ class ClusterCase(unittest.TestCase):
     FAIL_OPEN_EXPECTED = False
 
     def setUp(self):
-        parent = os.environ.get("KHW_E2E_WORKDIR") or None  # scripts/e2e: one folder a run, removed when all pass
+        parent = os.environ.get("KHW_E2E_WORKDIR") or None  # scripts/check/e2e: one folder a run, removed when all pass
         self.workdir = tempfile.mkdtemp(prefix=f"{self._testMethodName}-", dir=parent)
         self.api = cluster.from_env(self.workdir)
         if self.api is None:

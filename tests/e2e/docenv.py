@@ -1,4 +1,4 @@
-"""A cluster for the docs' cluster blocks (scripts/doc-test --cluster): one API server, prepared as the
+"""A cluster for the docs' cluster blocks (scripts/check/doc-test --cluster): one API server, prepared as the
 block's marker says (`empty`, `knative`, `installed` or `governed`), and the environment its shell commands run in."""
 
 from __future__ import annotations

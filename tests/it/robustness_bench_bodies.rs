@@ -1,4 +1,4 @@
-//! The request bodies `scripts/bench-load` and `scripts/soak` send are real
+//! The request bodies `scripts/measure/bench-load` and `scripts/measure/soak` send are real
 //! AdmissionReviews built from the Knative v1.23.0 fixtures. They are
 //! committed (so the scripts need nothing but wrk and curl) and this test
 //! keeps them equal to what the shared corpus builds.
@@ -37,7 +37,7 @@ fn bodies() -> Vec<(&'static str, Value)> {
 
 #[test]
 fn committed_bench_bodies_are_the_corpus_reviews() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/bench");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/measure/bench");
     let bless = std::env::var_os("KHW_BLESS").is_some();
     for (file, expected) in bodies() {
         let path = dir.join(file);

@@ -72,7 +72,7 @@ fn truncated_example_policies_never_panic() {
         }
     }
     // The whole file is accepted; a prefix cut inside `leaderElection:`
-    // (what scripts/soak writes as its half-written file) is refused.
+    // (what scripts/measure/soak writes as its half-written file) is refused.
     assert!(Policy::from_yaml(text).is_ok());
     assert!(accepted >= 1);
     let cut = text

@@ -71,7 +71,7 @@ installing pods that can never pull their image (with failurePolicy Ignore, noth
 */}}
 {{- define "knative-ha-webhook.image" -}}
 {{- $repo := .Values.image.repository }}
-{{- $how := "build the image and push it to a registry your cluster pulls from (docker build -t REGISTRY/knative-ha-webhook:TAG . && docker push ..., or without Docker: scripts/build-image, then skopeo copy oci-archive:knative-ha-webhook-VERSION.oci.tar docker://REGISTRY/knative-ha-webhook:TAG; see \"Getting an image\" in docs/install.md), then pass --set image.repository=REGISTRY/knative-ha-webhook (and image.tag when TAG is not the chart's appVersion)" }}
+{{- $how := "build the image and push it to a registry your cluster pulls from (docker build -t REGISTRY/knative-ha-webhook:TAG . && docker push ..., or without Docker: scripts/release/build-image, then skopeo copy oci-archive:knative-ha-webhook-VERSION.oci.tar docker://REGISTRY/knative-ha-webhook:TAG; see \"Getting an image\" in docs/install.md), then pass --set image.repository=REGISTRY/knative-ha-webhook (and image.tag when TAG is not the chart's appVersion)" }}
 {{- if not $repo }}
 {{- fail (printf "image.repository is required: no knative-ha-webhook image is published; %s" $how) }}
 {{- end }}
@@ -212,7 +212,7 @@ subjects:
 {{/*
 Where this chart is installed from, for the commands NOTES prints: the annotation
 knativeha.dev/chart-ref (charts/knative-ha-webhook in a checkout; the release pipeline's
-scripts/release-chart writes the OCI reference), with --version for a published chart.
+scripts/release/release-chart writes the OCI reference), with --version for a published chart.
 */}}
 {{- define "knative-ha-webhook.chartRef" -}}
 {{- $annotations := .Chart.Annotations | default dict }}

