@@ -281,7 +281,7 @@ fn answer(
     match mutation {
         Ok(mutation) if mutation.is_empty() => {
             reply.outcome = ReviewOutcome::Unchanged;
-            response.warnings = mutation.changes;
+            response.warnings = mutation.lines();
         }
         Ok(mutation) => match serde_json::to_vec(&mutation.patch) {
             Ok(bytes) => {
@@ -289,7 +289,7 @@ fn answer(
                 reply.patch_ops = mutation.patch.0.len();
                 response.patch_type = Some("JSONPatch");
                 response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
-                response.warnings = mutation.changes;
+                response.warnings = mutation.lines();
             }
             Err(e) => engine_failed(reply, response, format!("serialising the patch: {e}"), opts),
         },

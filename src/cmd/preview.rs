@@ -32,7 +32,7 @@ pub fn preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
     let warnings = previewed
         .iter()
         .flat_map(|p| &p.mutation.changes)
-        .filter(|c| c.contains(": warning: "));
+        .filter(|c| c.is_warning());
     let mut stderr = std::io::stderr().lock();
     for w in warnings {
         writeln!(stderr, "{w}")?;

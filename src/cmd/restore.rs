@@ -94,7 +94,7 @@ fn offline(manifests: &[PathBuf]) -> anyhow::Result<ExitCode> {
             }
             let outcome = crate::engine::restore::restore(namespace_of(&doc.value), &doc.value)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", doc.display()))?;
-            changes.extend(outcome.mutation.changes);
+            changes.extend(outcome.mutation.lines());
             objects.push(outcome.object.unwrap_or(doc.value));
         }
     }

@@ -24,7 +24,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Context, Kind, Target};
+use super::{Cause, Change, Context, Kind, Target};
 use crate::policy::Policy;
 use crate::policy::disruption;
 
@@ -202,7 +202,7 @@ impl Action {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BudgetChange {
     pub name: String,
-    pub change: String,
+    pub change: Change,
     pub action: Action,
 }
 
@@ -216,10 +216,13 @@ pub fn plan(
     ctx: &Context,
 ) -> Vec<BudgetChange> {
     let wanted = policy.map_or_else(Vec::new, |p| wanted(p, namespace, listed, ctx));
-    let why = policy.map_or_else(
-        || "no policy governs the namespace".to_string(),
-        |p| format!("policy {}", p.name),
-    );
+    let cause = || {
+        policy.map_or_else(
+            || Cause::Because("no policy governs the namespace".to_string()),
+            |p| Cause::Policy(p.name.clone()),
+        )
+    };
+    const PDB: &str = "poddisruptionbudget";
     let created: Vec<&Value> = listed
         .iter()
         .filter(|o| Kind::of(o) == Some(Kind::PodDisruptionBudget) && created_for(o).is_some())
@@ -236,18 +239,24 @@ pub fn plan(
         let deployment = created_for(pdb).unwrap_or_default();
         match created.iter().find(|c| name_of(c) == name) {
             None => changes.push(BudgetChange {
-                change: format!(
-                    "poddisruptionbudget/{name}: created, {}, for deployment/{deployment}, which has none ({why})",
-                    describe(pdb)
+                change: Change::new(
+                    PDB,
+                    &name,
+                    format!(
+                        "created, {}, for deployment/{deployment}, which has none",
+                        describe(pdb)
+                    ),
+                    cause(),
                 ),
                 name,
                 action: Action::Create(pdb.clone()),
             }),
             Some(current) if current["spec"] != pdb["spec"] => changes.push(BudgetChange {
-                change: format!(
-                    "poddisruptionbudget/{name}: {} -> {} ({why})",
-                    describe(current),
-                    describe(pdb)
+                change: Change::new(
+                    PDB,
+                    &name,
+                    format!("{} -> {}", describe(current), describe(pdb)),
+                    cause(),
                 ),
                 name,
                 action: Action::Update {
@@ -262,9 +271,14 @@ pub fn plan(
         let name = name_of(pdb);
         if wanted.iter().all(|w| name_of(w) != name) {
             changes.push(BudgetChange {
-                change: format!(
-                    "poddisruptionbudget/{name}: deleted, created for deployment/{} and no longer wanted ({why})",
-                    created_for(pdb).unwrap_or_default()
+                change: Change::new(
+                    PDB,
+                    &name,
+                    format!(
+                        "deleted, created for deployment/{} and no longer wanted",
+                        created_for(pdb).unwrap_or_default()
+                    ),
+                    cause(),
                 ),
                 name,
                 action: Action::Delete(pdb.clone()),
@@ -308,7 +322,7 @@ mod tests {
     fn actions(policy: Option<&Policy>, listed: &[Value]) -> Vec<String> {
         plan(policy, "knative-serving", listed, &Context::default())
             .iter()
-            .map(|c| c.change.clone())
+            .map(|c| c.change.to_string())
             .collect()
     }
 

@@ -6,6 +6,7 @@
 //! the first change and put back when no policy setting asks for them any
 //! more ([`super::restore`]).
 
+use super::change::Change;
 use std::borrow::Cow;
 
 use serde_json::{Map, Value, json};
@@ -131,7 +132,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
 fn replicas(
     t: &Target<'_>,
     p: &mut Option<Patcher>,
-    changes: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) -> Result<i64, EngineError> {
     let current = t.int_at(REPLICAS)?;
     let want = if t.is_hpa_backed(t.name) || knative::is_scaled_on_demand(t.name) {
@@ -173,7 +174,7 @@ fn anti_affinity(
     downgraded: Option<&str>,
     ml: &serde_json::Map<String, Value>,
     p: &mut Option<Patcher>,
-    changes: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
     let current = super::lookup(t.object, ANTI_AFFINITY);
     if aa.is_none() && current.is_none() {
@@ -211,7 +212,7 @@ fn spread(
     t: &Target<'_>,
     ml: &serde_json::Map<String, Value>,
     p: &mut Option<Patcher>,
-    changes: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
     let Some(list) = t
         .workload(t.name)
@@ -252,7 +253,7 @@ fn rolling_update(
     t: &Target<'_>,
     replicas: i64,
     p: &mut Option<Patcher>,
-    changes: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
     if t.str_at(STRATEGY_TYPE)?
         .is_some_and(|s| s != "RollingUpdate")
@@ -292,7 +293,7 @@ const PRIORITY_CLASS_PATH: &[&str] = &["spec", "template", "spec", "priorityClas
 fn priority_class(
     t: &Target<'_>,
     p: &mut Option<Patcher>,
-    changes: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
     let Some(want) = t
         .workload(t.name)

@@ -7,6 +7,7 @@
 //! removed, whatever the policy says (several replicas without a leader
 //! all reconcile every key).
 
+use super::change::Change;
 use serde_json::{Value, json};
 
 use super::patch::Patcher;
@@ -106,7 +107,7 @@ pub(crate) fn hash(
     t: &Target<'_>,
     replicas: i64,
     p: &mut Option<Patcher>,
-    changes: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
     let written = settings_annotation(t, p, changes)?;
     // One pod surges at once whatever maxSurge says.
@@ -119,7 +120,7 @@ pub(crate) fn hash(
 fn settings_annotation(
     t: &Target<'_>,
     p: &mut Option<Patcher>,
-    changes: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) -> Result<bool, EngineError> {
     let Some(le) = &t.policy.spec.leader_election else {
         return Ok(false);
@@ -176,7 +177,7 @@ fn all_at_once(
     t: &Target<'_>,
     wanted: bool,
     p: &mut Option<Patcher>,
-    changes: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
     if !wanted
         || t.str_at(STRATEGY_TYPE)?
@@ -293,7 +294,7 @@ pub(crate) fn flag(
     t: &Target<'_>,
     p: &mut Option<Patcher>,
     disable: bool,
-    changes: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
     let containers = match super::lookup(t.object, CONTAINERS) {
         None => return Ok(()),

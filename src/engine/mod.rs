@@ -18,6 +18,7 @@
 
 pub mod affinity;
 pub mod budgets;
+pub mod change;
 pub mod configmap;
 pub mod deployment;
 pub mod hpa;
@@ -30,6 +31,7 @@ pub mod scale;
 mod target;
 pub mod view;
 
+pub use change::{Cause, Change};
 pub(crate) use target::{Target, check_parents, lookup};
 
 use std::collections::BTreeSet;
@@ -109,14 +111,19 @@ pub struct Context {
 pub struct Mutation {
     /// RFC 6902 patch; empty when nothing changes.
     pub patch: json_patch::Patch,
-    /// One line per change, e.g.
-    /// `deployment/controller: spec.replicas 1 -> 3 (policy serving)`.
-    pub changes: Vec<String>,
+    /// What changes, and warnings, as data ([`Change`]; its line reads e.g.
+    /// `deployment/controller: spec.replicas 1 -> 3 (policy serving)`).
+    pub changes: Vec<Change>,
 }
 
 impl Mutation {
     pub fn is_empty(&self) -> bool {
         self.patch.0.is_empty()
+    }
+
+    /// The change lines.
+    pub fn lines(&self) -> Vec<String> {
+        change::lines(&self.changes)
     }
 }
 
@@ -316,7 +323,7 @@ pub const UNGOVERNED_WHY: &str =
     "not one of Knative's Deployments and not named by the policy's workloads";
 
 /// An outcome without a patch, carrying warning lines.
-fn warning_only(changes: Vec<String>) -> Mutated {
+fn warning_only(changes: Vec<Change>) -> Mutated {
     Mutated {
         mutation: Mutation {
             patch: json_patch::Patch(Vec::new()),
@@ -349,4 +356,4 @@ pub(crate) fn operator_owner(metadata: Option<&serde_json::Map<String, Value>>) 
 
 /// What a kind handler returns: the patcher (if it copied the object) and
 /// the change lines.
-pub(crate) type Handled = (Option<patch::Patcher>, Vec<String>);
+pub(crate) type Handled = (Option<patch::Patcher>, Vec<Change>);

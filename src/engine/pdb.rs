@@ -302,7 +302,7 @@ fn write(
 
 /// For `restore`: the budget recorded in [`ORIGINAL`] back, whatever the
 /// policy, and both records dropped. `None` when the PDB carries no record;
-/// else a change text per field.
+/// else a change text per field (each a release value put back).
 pub(crate) fn restore_original(
     object: &Value,
     p: &mut Option<Patcher>,
@@ -327,7 +327,7 @@ pub(crate) fn restore_original(
         if current.get(field) != Some(value) {
             pt.set(&["spec", field], value.clone())?;
             parts.push(format!(
-                "spec.{field} {} -> {} (restored)",
+                "spec.{field} {} -> {}",
                 current.get(field).map_or("unset".to_string(), show),
                 show(value)
             ));
@@ -335,7 +335,7 @@ pub(crate) fn restore_original(
     }
     for (field, old) in current.iter().filter(|(f, _)| !original.contains_key(*f)) {
         pt.remove(&["spec", field]);
-        parts.push(format!("spec.{field} {} -> removed (restored)", show(old)));
+        parts.push(format!("spec.{field} {} -> removed", show(old)));
     }
     super::records::remove_pruned(pt, &["metadata", "annotations", ORIGINAL]);
     super::records::remove_pruned(pt, &["metadata", "annotations", WRITTEN]);

@@ -18,6 +18,7 @@
 //! Every record annotation is named here ([`RECORD_ANNOTATIONS`]); the kind
 //! handlers below use these primitives and none of them uses a handler.
 
+use super::change::Change;
 use serde_json::{Map, Value};
 
 use super::patch::Patcher;
@@ -262,7 +263,7 @@ pub(crate) fn undo(
     t: &Target<'_>,
     p: &mut Option<Patcher>,
     r: &RecordedField,
-    changes: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
     if annotation(t.object, r.annotation).is_none() {
         return Ok(());

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::{EngineError, Kind};
+use super::{Cause, Change, EngineError, Kind};
 use crate::knative;
 use crate::policy::{Policy, WorkloadOverride};
 
@@ -33,13 +33,12 @@ impl Target<'_> {
     }
 
     /// `kind/name: what (policy P)`.
-    pub fn change(&self, what: impl std::fmt::Display) -> String {
-        format!(
-            "{}/{}: {} (policy {})",
+    pub fn change(&self, what: impl std::fmt::Display) -> Change {
+        Change::new(
             self.kind.prefix(),
             self.name,
             what,
-            self.policy.name
+            Cause::Policy(self.policy.name.clone()),
         )
     }
 

@@ -56,7 +56,7 @@ pub(super) fn changes_text(d: &Drift) -> String {
             if c.rolls_pods {
                 format!("{} (rolls pods)", c.change)
             } else {
-                c.change.clone()
+                c.change.to_string()
             }
         })
         .collect::<Vec<_>>()

@@ -8,7 +8,7 @@ use json_patch::{Patch, PatchOperation, TestOperation};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::engine::{self, Context, EngineError, Input, Kind, Operation};
+use crate::engine::{self, Change, Context, EngineError, Input, Kind, Operation};
 use crate::policy::Policy;
 
 /// The JSON pointer of a Deployment's pod template.
@@ -18,9 +18,9 @@ pub const POD_TEMPLATE: &str = "/spec/template";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChangeLine {
-    /// The engine's change line, e.g.
-    /// `deployment/controller: spec.replicas 1 -> 3 (policy serving)`.
-    pub change: String,
+    /// The engine's change (its line reads e.g.
+    /// `deployment/controller: spec.replicas 1 -> 3 (policy serving)`).
+    pub change: Change,
     /// True when the change is in a Deployment's pod template: applying it
     /// starts a rollout (new pods).
     pub rolls_pods: bool,
@@ -141,7 +141,7 @@ fn pod_template_lines(
     input: &Input<'_>,
     ctx: &Context,
     outcome: &engine::Mutated,
-) -> Result<BTreeSet<String>, EngineError> {
+) -> Result<BTreeSet<Change>, EngineError> {
     let mut aligned = input.object.clone();
     if let (Some(slot), Some(wanted)) = (
         aligned.pointer_mut(POD_TEMPLATE),
@@ -160,7 +160,7 @@ fn pod_template_lines(
         },
         ctx,
     )?;
-    let rest: BTreeSet<&String> = rest.changes.iter().collect();
+    let rest: BTreeSet<&Change> = rest.changes.iter().collect();
     Ok(outcome
         .mutation
         .changes
@@ -294,13 +294,13 @@ mod tests {
         let replicas = d
             .changes
             .iter()
-            .find(|c| c.change.contains("spec.replicas 1 -> 3"))
+            .find(|c| c.change.what.contains("spec.replicas 1 -> 3"))
             .expect("replicas line");
         assert!(!replicas.rolls_pods);
         let aa = d
             .changes
             .iter()
-            .find(|c| c.change.contains("anti-affinity"))
+            .find(|c| c.change.what.contains("anti-affinity"))
             .expect("anti-affinity line");
         assert!(aa.rolls_pods);
         assert!(

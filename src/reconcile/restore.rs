@@ -43,7 +43,7 @@ pub enum RestoreError {
 pub struct Restored {
     pub kind: &'static str,
     pub name: String,
-    pub changes: Vec<String>,
+    pub changes: Vec<crate::engine::Change>,
     /// Why it could not be written (then exit 2).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

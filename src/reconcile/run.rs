@@ -221,7 +221,7 @@ impl Run<'_> {
                 self.pass.metrics.write(kind, "success");
                 tracing::info!(kind = kind.as_str(), namespace, name, changes = %change.change, "reconcile: written");
                 if let Some(events) = self.pass.events {
-                    events.written(&regarding, &change.change).await;
+                    events.written(&regarding, &change.change.to_string()).await;
                 }
                 Reconciled::settled(ObjectResult::Written { attempts: 1 })
             }

@@ -2,12 +2,6 @@
 
 use crate::reconcile::audit::AuditReport;
 
-/// The change without its `kind/name: ` prefix (the table has columns).
-fn short<'a>(change: &'a str, kind: &str, name: &str) -> &'a str {
-    let prefix = format!("{}/{name}: ", kind.to_lowercase());
-    change.strip_prefix(&prefix).unwrap_or(change)
-}
-
 /// The table: one row per change, then a summary line.
 pub fn render_table(report: &AuditReport) -> String {
     let mut rows: Vec<[String; 4]> = vec![[
@@ -18,7 +12,7 @@ pub fn render_table(report: &AuditReport) -> String {
     ]];
     for d in &report.drift {
         for c in &d.changes {
-            let mut text = short(&c.change, d.kind, &d.name).to_string();
+            let mut text = c.change.detail();
             if c.rolls_pods {
                 text.push_str(" (rolls pods)");
             }
@@ -109,11 +103,21 @@ mod tests {
             name: "controller".into(),
             changes: vec![
                 ChangeLine {
-                    change: "deployment/controller: spec.replicas 1 -> 3 (policy serving)".into(),
+                    change: crate::engine::Change::new(
+                        "deployment",
+                        "controller",
+                        "spec.replicas 1 -> 3",
+                        crate::engine::Cause::Policy("serving".into()),
+                    ),
                     rolls_pods: false,
                 },
                 ChangeLine {
-                    change: "deployment/controller: pod anti-affinity set to Required on kubernetes.io/hostname (policy serving)".into(),
+                    change: crate::engine::Change::new(
+                        "deployment",
+                        "controller",
+                        "pod anti-affinity set to Required on kubernetes.io/hostname",
+                        crate::engine::Cause::Policy("serving".into()),
+                    ),
                     rolls_pods: true,
                 },
             ],

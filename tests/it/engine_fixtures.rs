@@ -18,7 +18,7 @@ fn run(policy: &Policy, namespace: &str, object: &Value) -> (Value, Vec<String>)
         object,
     };
     let m = engine::mutate(policy, &input, &Context::default()).expect("engine succeeds");
-    without_hash(serde_json::to_value(&m.patch).unwrap(), m.changes)
+    without_hash(serde_json::to_value(&m.patch).unwrap(), m.lines())
 }
 
 /// Sets aside what every leader-elected Deployment gets when the policy has
@@ -499,7 +499,7 @@ fn hpa_targets_from_context_are_not_given_replicas() {
         ..Default::default()
     };
     let m = engine::mutate(&policy, &input, &ctx).unwrap();
-    let (patch, changes) = without_hash(serde_json::to_value(&m.patch).unwrap(), m.changes);
+    let (patch, changes) = without_hash(serde_json::to_value(&m.patch).unwrap(), m.lines());
     assert_eq!(
         patch,
         json!([]),
@@ -861,7 +861,7 @@ fn priority_class_is_set_recorded_and_put_back() {
             object,
         };
         let m = engine::mutate(policy, &input, &Context::default()).unwrap();
-        (serde_json::to_value(&m.patch).unwrap(), m.changes)
+        (serde_json::to_value(&m.patch).unwrap(), m.lines())
     };
     let mut policy = example_policy();
     policy.spec.priority_class_name = Some("knative-control-plane".into());

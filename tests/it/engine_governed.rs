@@ -124,10 +124,7 @@ fn a_budget_is_judged_at_one_replica_where_the_hpa_opts_out() {
     let pdb = support::fixture("PodDisruptionBudget", NS, "activator-pdb");
     let budget_of = |p: &knative_ha_webhook::policy::Policy, hpa: &Value| {
         let out = support::preview_objects(p, NS, &[hpa.clone(), pdb.clone()]);
-        (
-            out[1].object["spec"].clone(),
-            out[1].mutation.changes.clone(),
-        )
+        (out[1].object["spec"].clone(), out[1].mutation.lines())
     };
     let min2 = policy("  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n");
     let max1 = policy("  replicas: 3\n  podDisruptionBudget: {maxUnavailable: 1}\n");
@@ -184,7 +181,7 @@ fn a_budget_is_judged_at_one_replica_where_the_hpa_is_absent() {
     let m = run_with(&[HPAS_LISTED, "webhook"]);
     assert!(m.patch.0.is_empty(), "{:?}", m.changes);
     assert!(
-        m.changes
+        m.lines()
             .iter()
             .any(|c| c.contains("warning:") && c.contains("no HorizontalPodAutoscaler")),
         "{:?}",

@@ -39,7 +39,7 @@ fn mutate(p: &Policy, object: &Value, ctx: &Context) -> (Value, Vec<String>) {
     let out = engine::mutate_object(p, &input, ctx).expect("engine");
     (
         out.object.unwrap_or_else(|| object.clone()),
-        out.mutation.changes,
+        out.mutation.lines(),
     )
 }
 
@@ -109,7 +109,7 @@ fn preview_hashes_what_the_manifests_configmap_lets_through() {
     assert!(
         out[1]
             .mutation
-            .changes
+            .lines()
             .iter()
             .any(|c| c.contains("durations not written")),
         "{:?}",

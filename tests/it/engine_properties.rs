@@ -458,7 +458,7 @@ proptest! {
         // change lines with a patch; without one, only warnings (timings
         // left alone, Operator-owned objects)
         if outcome.mutation.patch.0.is_empty() {
-            prop_assert!(outcome.mutation.changes.iter().all(|c| c.contains(": warning: ")), "{:?}", outcome.mutation.changes);
+            prop_assert!(outcome.mutation.lines().iter().all(|c| c.contains(": warning: ")), "{:?}", outcome.mutation.changes);
         } else {
             prop_assert!(!outcome.mutation.changes.is_empty());
         }
@@ -468,7 +468,7 @@ proptest! {
         // idempotent
         let second = run(&policy, &ns, &applied, &ctx);
         prop_assert!(second.mutation.is_empty(), "second patch {:?}", second.mutation);
-        prop_assert!(second.mutation.changes.iter().all(|c| c.contains(": warning: ")));
+        prop_assert!(second.mutation.lines().iter().all(|c| c.contains(": warning: ")));
     }
 
     #[test]

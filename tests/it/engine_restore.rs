@@ -50,7 +50,7 @@ fn restored(object: &Value) -> (Value, Vec<String>) {
     if let Some(obj) = &o.object {
         assert_eq!(obj, &out, "the outcome's object is the patched one");
     }
-    (out, o.mutation.changes)
+    (out, o.mutation.lines())
 }
 
 #[test]

@@ -148,7 +148,7 @@ fn an_undo_that_client_go_would_refuse_is_not_made() {
         knative_ha_webhook::engine::mutate(&second_policy, &input, &Default::default()).unwrap();
     assert!(m.is_empty(), "nothing changes: {:?}", m.patch);
     assert!(
-        m.changes
+        m.lines()
             .iter()
             .any(|c| c.contains("not put back") && c.contains("retry-period \"30s\"")),
         "a warning says why: {:?}",

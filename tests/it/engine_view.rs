@@ -79,7 +79,7 @@ fn answer(policy: &Policy, object: &Value) -> Result<(json_patch::Patch, Vec<Str
         object,
     };
     engine::mutate(policy, &input, &corpus::hpa_context())
-        .map(|m| (m.patch, m.changes))
+        .map(|m| (m.patch.clone(), m.lines()))
         .map_err(|e| e.to_string())
 }
 

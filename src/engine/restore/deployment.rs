@@ -19,8 +19,12 @@ const HASH: &[&str] = &[
 
 /// Removes what the engine owns outright on a Deployment: its marked
 /// anti-affinity terms (Knative's own terms stay) and the leader-election
-/// hash annotation of the pod template. The change texts.
-pub(super) fn engine_owned(object: &Value, p: &mut Option<Patcher>) -> Result<Vec<String>, String> {
+/// hash annotation of the pod template. The change texts, each with whether
+/// it puts a release value back.
+pub(super) fn engine_owned(
+    object: &Value,
+    p: &mut Option<Patcher>,
+) -> Result<Vec<(String, bool)>, String> {
     let mut texts = Vec::new();
     let empty = Map::new();
     let selector = crate::engine::lookup(object, &["spec", "selector", "matchLabels"])
@@ -39,19 +43,23 @@ pub(super) fn engine_owned(object: &Value, p: &mut Option<Patcher>) -> Result<Ve
         } else {
             pt.set(ANTI_AFFINITY, value)?;
         }
-        texts.push("pod anti-affinity: the engine's own term removed (restored)".to_string());
+        texts.push((
+            "pod anti-affinity: the engine's own term removed".to_string(),
+            true,
+        ));
     }
     if let Some(text) = disable_ha(object, p)? {
-        texts.push(format!("{text} (restored)"));
+        texts.push((text, true));
     }
     if let Some(hash) = crate::engine::lookup(object, HASH) {
         let pt = p.get_or_insert_with(|| Patcher::new(object));
         remove_pruned(pt, HASH);
-        texts.push(format!(
+        let text = format!(
             "pod template annotation {} {} -> removed (restored; the pods roll)",
             crate::engine::leader::HASH_ANNOTATION,
             show(hash)
-        ));
+        );
+        texts.push((text, false));
     }
     Ok(texts)
 }

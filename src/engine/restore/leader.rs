@@ -6,6 +6,7 @@
 //! [`crate::engine::leader`] allows it (one replica, no HPA): elsewhere the
 //! flag stays off and the record stays, to be put back when it may be.
 
+use crate::engine::change::Change;
 use crate::engine::leader::HASH_ANNOTATION;
 use crate::engine::patch::Patcher;
 use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
@@ -26,7 +27,7 @@ pub(crate) fn undo(
     t: &Target<'_>,
     p: &mut Option<Patcher>,
     replicas: i64,
-    changes: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
     flag(t, p, replicas, changes)?;
     if let Some(hash) = crate::engine::lookup(t.object, HASH) {
@@ -46,7 +47,7 @@ fn flag(
     t: &Target<'_>,
     p: &mut Option<Patcher>,
     replicas: i64,
-    changes: &mut Vec<String>,
+    changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
     // (A malformed record is reported by `disable_ha`.)
     let had = annotation(t.object, ORIGINAL_DISABLE_HA).and_then(|v| v.as_str()) == Some("true");

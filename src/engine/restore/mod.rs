@@ -28,7 +28,7 @@ use super::records::{
     HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, PRIORITY_CLASS, PutBack, REPLICAS, ROLLOUT_MAX_SURGE,
     ROLLOUT_MAX_UNAVAILABLE, RecordedField, TOPOLOGY_SPREAD, annotation, put_back, remove_pruned,
 };
-use super::{EngineError, Kind, LEADER_ELECTION_CONFIGMAP, Mutated, Mutation};
+use super::{Cause, Change, EngineError, Kind, LEADER_ELECTION_CONFIGMAP, Mutated, Mutation};
 use crate::policy::schema_check::show;
 
 /// The object's kind, namespace and name for messages.
@@ -48,8 +48,14 @@ impl Named<'_> {
         }
     }
 
-    fn change(&self, what: impl std::fmt::Display) -> String {
-        format!("{}/{}: {what}", self.kind.prefix(), self.name)
+    /// A release value put back.
+    fn restored(&self, what: impl std::fmt::Display) -> Change {
+        Change::new(self.kind.prefix(), self.name, what, Cause::Restored)
+    }
+
+    /// A change whose text says it all.
+    fn stated(&self, what: impl std::fmt::Display) -> Change {
+        Change::new(self.kind.prefix(), self.name, what, Cause::Unstated)
     }
 }
 
@@ -90,8 +96,8 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
     let mut changes = Vec::new();
     for r in records {
         match put_back(object, &mut p, r).map_err(|e| n.malformed(e))? {
-            Some(PutBack::Restored(text)) => changes.push(n.change(format!("{text} (restored)"))),
-            Some(PutBack::Theirs(text)) => changes.push(n.change(text)),
+            Some(PutBack::Restored(text)) => changes.push(n.restored(text)),
+            Some(PutBack::Theirs(text)) => changes.push(n.stated(text)),
             None => {}
         }
     }
@@ -105,12 +111,20 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
     }
     if kind == Kind::PodDisruptionBudget {
         let restored = super::pdb::restore_original(object, &mut p).map_err(|e| n.malformed(e))?;
-        let texts = restored.or_else(|| last_applied_pdb(object, &mut p).map(|t| vec![t]));
-        changes.extend(texts.into_iter().flatten().map(|t| n.change(t)));
+        match restored {
+            Some(texts) => changes.extend(texts.into_iter().map(|t| n.restored(t))),
+            None => changes.extend(last_applied_pdb(object, &mut p).map(|t| n.stated(t))),
+        }
     }
     if kind == Kind::Deployment {
-        for text in deployment::engine_owned(object, &mut p).map_err(|e| n.malformed(e))? {
-            changes.push(n.change(text));
+        for (text, restored) in
+            deployment::engine_owned(object, &mut p).map_err(|e| n.malformed(e))?
+        {
+            changes.push(if restored {
+                n.restored(text)
+            } else {
+                n.stated(text)
+            });
         }
     }
     Ok(match p {

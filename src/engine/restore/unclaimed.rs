@@ -58,11 +58,9 @@ pub(crate) fn undo_because(
         return Ok(Mutated::default());
     }
     let mut outcome = super::restore(namespace, object)?;
-    for line in &mut outcome.mutation.changes {
-        *line = match line.strip_suffix(" (restored)") {
-            Some(text) => format!("{text} ({why}: the release value, record removed)"),
-            None => format!("{line} ({why})"),
-        };
-    }
+    outcome.mutation.changes = std::mem::take(&mut outcome.mutation.changes)
+        .into_iter()
+        .map(|c| c.undone_because(why))
+        .collect();
     Ok(outcome)
 }

@@ -56,7 +56,7 @@ impl Spawn for KubeSpawner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::cluster::Change;
+    use crate::sources::cluster::WatchEvent;
     use crate::sources::cluster::hpas::{HpaTarget, HpaUpdate};
     use crate::sources::cluster::namespace_watches::tests::NoSpawn;
 
@@ -74,7 +74,7 @@ mod tests {
         seen: &mut WatchTargets,
         ns: &str,
         id: u64,
-        change: Change,
+        change: WatchEvent,
     ) -> (bool, bool) {
         match seen.apply(change) {
             Some(update) => w.apply(ns, id, update),
@@ -90,24 +90,27 @@ mod tests {
         assert!(!w.synced());
         let mut seen = WatchTargets::default();
         assert_eq!(
-            seen.apply(Change::Init),
+            seen.apply(WatchEvent::Init),
             None,
             "a list starts: nothing sent"
         );
         assert_eq!(
-            seen.apply(Change::InitApply("a".into(), item(&serving, "activator"))),
+            seen.apply(WatchEvent::InitApply(
+                "a".into(),
+                item(&serving, "activator")
+            )),
             None,
             "a listed object: nothing sent"
         );
         assert_eq!(
-            feed(&mut w, &mut seen, &serving, 1, Change::InitDone),
+            feed(&mut w, &mut seen, &serving, 1, WatchEvent::InitDone),
             (true, true)
         );
         assert!(w.synced());
         assert_eq!(w.values()[&serving], listed(&["activator"]));
         // Same target again (a status update): the watcher sends nothing.
         assert_eq!(
-            seen.apply(Change::Apply("a".into(), item(&serving, "activator"))),
+            seen.apply(WatchEvent::Apply("a".into(), item(&serving, "activator"))),
             None
         );
         // Policy gone: watch stopped, targets dropped.
@@ -115,24 +118,33 @@ mod tests {
         assert!(w.values().is_empty());
         // Back: a new watcher (id 2); the old one's leftovers are ignored.
         w.set([&serving]);
-        let stale = seen.apply(Change::Apply("b".into(), item(&serving, "webhook")));
+        let stale = seen.apply(WatchEvent::Apply("b".into(), item(&serving, "webhook")));
         assert!(stale.is_some(), "the old watcher saw a new target");
         assert_eq!(w.apply(&serving, 1, stale.unwrap()), (false, false));
         assert!(w.values().is_empty());
         assert!(!w.synced());
         let mut seen = WatchTargets::default();
-        seen.apply(Change::Init);
+        seen.apply(WatchEvent::Init);
         // An empty namespace, listed: the engine learns there is no HPA at all.
         assert_eq!(
-            feed(&mut w, &mut seen, &serving, 2, Change::InitDone),
+            feed(&mut w, &mut seen, &serving, 2, WatchEvent::InitDone),
             (true, true)
         );
         assert_eq!(w.values()[&serving], listed(&[]));
         assert!(w.synced());
-        let apply_b = Change::Apply("b".into(), item(&serving, "webhook"));
+        let apply_b = WatchEvent::Apply("b".into(), item(&serving, "webhook"));
         assert!(feed(&mut w, &mut seen, &serving, 2, apply_b).0);
         assert_eq!(w.values()[&serving], listed(&["webhook"]));
-        assert!(feed(&mut w, &mut seen, &serving, 2, Change::Delete("b".into())).0);
+        assert!(
+            feed(
+                &mut w,
+                &mut seen,
+                &serving,
+                2,
+                WatchEvent::Delete("b".into())
+            )
+            .0
+        );
         assert_eq!(w.values()[&serving], listed(&[]));
     }
 
@@ -150,18 +162,18 @@ mod tests {
     fn a_relist_sends_only_what_changed() {
         let ns = "knative-serving";
         let mut seen = WatchTargets::default();
-        seen.apply(Change::Init);
-        seen.apply(Change::InitApply("a".into(), item(ns, "activator")));
-        let first = seen.apply(Change::InitDone).expect("first list");
+        seen.apply(WatchEvent::Init);
+        seen.apply(WatchEvent::InitApply("a".into(), item(ns, "activator")));
+        let first = seen.apply(WatchEvent::InitDone).expect("first list");
         assert!(first.first_list);
         // A relist (after 410 Gone) with the same objects: nothing sent.
-        seen.apply(Change::Init);
-        seen.apply(Change::InitApply("a".into(), item(ns, "activator")));
-        assert_eq!(seen.apply(Change::InitDone), None);
+        seen.apply(WatchEvent::Init);
+        seen.apply(WatchEvent::InitApply("a".into(), item(ns, "activator")));
+        assert_eq!(seen.apply(WatchEvent::InitDone), None);
         // A relist that misses a deletion: the new targets, not a first list.
-        seen.apply(Change::Init);
+        seen.apply(WatchEvent::Init);
         assert_eq!(
-            seen.apply(Change::InitDone),
+            seen.apply(WatchEvent::InitDone),
             Some(HpaUpdate {
                 value: Some(listed(&[])),
                 first_list: false

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::{Deserialize, Deserializer};
 
-use super::{Change, Item};
+use super::{Item, WatchEvent};
 
 /// The parts of an HPA the source reads.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -214,18 +214,18 @@ impl WatchTargets {
     /// Folds one watcher change in; the update for the state, or None when
     /// the targets did not change and no first list completed (a status
     /// update, a relist's objects). O(log n) for an event.
-    pub(crate) fn apply(&mut self, change: Change) -> Option<HpaUpdate> {
+    pub(crate) fn apply(&mut self, change: WatchEvent) -> Option<HpaUpdate> {
         let target = |item: Item| match item {
             Item::Hpa(t) => Some(t.deployment),
             Item::Policy(_) | Item::LeaderElection(_) => None,
         };
         let mut first_list = false;
         let changed = match change {
-            Change::Init => {
+            WatchEvent::Init => {
                 self.pending = Some(BTreeMap::new());
                 false
             }
-            Change::InitApply(name, item) => {
+            WatchEvent::InitApply(name, item) => {
                 if let Some(t) = target(item) {
                     self.pending
                         .get_or_insert_with(BTreeMap::new)
@@ -233,18 +233,18 @@ impl WatchTargets {
                 }
                 false
             }
-            Change::InitDone => {
+            WatchEvent::InitDone => {
                 first_list = !self.synced;
                 self.synced = true;
                 let listed = self.pending.take().unwrap_or_default();
                 self.targets.replace(listed)
             }
-            Change::Apply(name, item) => match target(item) {
+            WatchEvent::Apply(name, item) => match target(item) {
                 Some(t) => self.targets.apply(&name, Some(t)),
                 None => false,
             },
-            Change::Delete(name) => self.targets.apply(&name, None),
-            Change::Missing => {
+            WatchEvent::Delete(name) => self.targets.apply(&name, None),
+            WatchEvent::Missing => {
                 first_list = !self.synced;
                 self.synced = true;
                 self.targets.replace(BTreeMap::new())

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use tokio::task::JoinHandle;
 
 use super::namespace_watches::{NamespaceWatches, Sink, Spawn, Update};
-use super::{Change, Item, Msg, Source};
+use super::{Item, Msg, Source, WatchEvent};
 use crate::engine::LEADER_ELECTION_CONFIGMAP;
 
 /// The duration keys of `config-leader-election` per namespace (absent when
@@ -82,28 +82,28 @@ pub(crate) struct WatchData {
 impl WatchData {
     /// Folds one watcher change in; the update for the state, or None when
     /// the duration keys did not change and no first list completed.
-    pub(crate) fn apply(&mut self, change: Change) -> Option<LeaderElectionUpdate> {
+    pub(crate) fn apply(&mut self, change: WatchEvent) -> Option<LeaderElectionUpdate> {
         let data = |item: Item| match item {
             Item::LeaderElection(d) => Some(d),
             Item::Policy(_) | Item::Hpa(_) => None,
         };
         let mut first_list = false;
         let next = match change {
-            Change::Init => {
+            WatchEvent::Init => {
                 self.pending = Some(Map::new());
                 None
             }
-            Change::InitApply(_, item) => {
+            WatchEvent::InitApply(_, item) => {
                 self.pending = data(item).or(self.pending.take());
                 None
             }
-            Change::InitDone | Change::Missing => {
+            WatchEvent::InitDone | WatchEvent::Missing => {
                 first_list = !self.synced;
                 self.synced = true;
                 Some(self.pending.take().unwrap_or_default())
             }
-            Change::Apply(_, item) => data(item),
-            Change::Delete(_) => Some(Map::new()),
+            WatchEvent::Apply(_, item) => data(item),
+            WatchEvent::Delete(_) => Some(Map::new()),
         };
         let changed = match next {
             Some(d) if d != self.data => {
@@ -152,26 +152,26 @@ mod tests {
     #[test]
     fn the_fold_sends_only_changes_and_the_first_list() {
         let mut seen = WatchData::default();
-        assert_eq!(seen.apply(Change::Init), None);
-        let listed = Change::InitApply("c".into(), item(json!({"retryPeriod": "30s"})));
+        assert_eq!(seen.apply(WatchEvent::Init), None);
+        let listed = WatchEvent::InitApply("c".into(), item(json!({"retryPeriod": "30s"})));
         assert_eq!(seen.apply(listed), None);
-        let first = seen.apply(Change::InitDone).expect("first list");
+        let first = seen.apply(WatchEvent::InitDone).expect("first list");
         assert!(first.first_list);
         assert_eq!(
             first.value,
             Some(into_parts(cm(json!({"retryPeriod": "30s"}))).1)
         );
         // An edit of a key no rule reads: nothing sent.
-        let edit = Change::Apply(
+        let edit = WatchEvent::Apply(
             "c".into(),
             item(json!({"retryPeriod": "30s", "buckets": "3"})),
         );
         assert_eq!(seen.apply(edit), None);
         // Deleted: the keys are gone.
-        let gone = seen.apply(Change::Delete("c".into())).expect("deleted");
+        let gone = seen.apply(WatchEvent::Delete("c".into())).expect("deleted");
         assert_eq!((gone.value, gone.first_list), (Some(Map::new()), false));
         // A relist of the same (nothing): nothing sent.
-        seen.apply(Change::Init);
-        assert_eq!(seen.apply(Change::InitDone), None);
+        seen.apply(WatchEvent::Init);
+        assert_eq!(seen.apply(WatchEvent::InitDone), None);
     }
 }

@@ -134,7 +134,7 @@ pub(crate) enum Item {
 
 /// What a watcher tells the state.
 #[derive(Debug)]
-pub(crate) enum Change {
+pub(crate) enum WatchEvent {
     /// A (re)list starts.
     Init,
     InitApply(String, Item),
@@ -148,7 +148,7 @@ pub(crate) enum Change {
 
 #[derive(Debug)]
 pub(crate) enum Msg {
-    Watch(Source, Change),
+    Watch(Source, WatchEvent),
     /// The HPA watcher `id` of `namespace` changed its targets or
     /// completed its first list (it sends nothing else: an event that
     /// changes no `scaleTargetRef` stays in the watcher's task).

@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 
-use super::{Change, ClusterMetrics, Item, Msg, Source};
+use super::{ClusterMetrics, Item, Msg, Source, WatchEvent};
 
 /// How the watchers are started (a client, or nothing in unit tests).
 pub(crate) trait Spawn: Send {
@@ -59,7 +59,7 @@ impl Sink {
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
         C: Fn(K) -> (String, Item) + Send + 'static,
-        F: FnMut(Change) -> Option<Msg> + Send + 'static,
+        F: FnMut(WatchEvent) -> Option<Msg> + Send + 'static,
     {
         let sink = self.clone();
         let scope = namespace.to_string();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::merge::PolicyObject;
 use super::status::ObservedStatus;
-use super::{Change, Item, Observed};
+use super::{Item, Observed, WatchEvent};
 
 /// A policy object plus what it currently carries in `status`.
 #[derive(Clone, Debug)]
@@ -56,10 +56,10 @@ impl<T> SourceState<T> {
     /// Applies one watcher change. `make` turns an item into the stored
     /// value, given the value already known under its key (the pending
     /// relist's first, then the live one); `None` ignores the item.
-    pub fn apply(&mut self, change: Change, make: impl FnOnce(Option<&T>, Item) -> Option<T>) {
+    pub fn apply(&mut self, change: WatchEvent, make: impl FnOnce(Option<&T>, Item) -> Option<T>) {
         match change {
-            Change::Init => self.pending = Some(BTreeMap::new()),
-            Change::InitApply(key, item) => {
+            WatchEvent::Init => self.pending = Some(BTreeMap::new()),
+            WatchEvent::InitApply(key, item) => {
                 let prev = self
                     .pending
                     .as_ref()
@@ -71,19 +71,19 @@ impl<T> SourceState<T> {
                         .insert(key, value);
                 }
             }
-            Change::Apply(key, item) => {
+            WatchEvent::Apply(key, item) => {
                 if let Some(value) = make(self.live.get(&key), item) {
                     self.live.insert(key, value);
                 }
             }
-            Change::InitDone => {
+            WatchEvent::InitDone => {
                 self.live = self.pending.take().unwrap_or_default();
                 self.synced = true;
             }
-            Change::Delete(key) => {
+            WatchEvent::Delete(key) => {
                 self.live.remove(&key);
             }
-            Change::Missing => {
+            WatchEvent::Missing => {
                 self.live.clear();
                 self.pending = None;
                 self.synced = true;

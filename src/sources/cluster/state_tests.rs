@@ -9,7 +9,7 @@ use crate::policy::LeaderElection;
 use crate::sources::cluster::hpas::HpaUpdate;
 use crate::sources::cluster::leader_election::{WatchData, into_parts};
 use crate::sources::cluster::namespace_watches::tests::NoSpawn;
-use crate::sources::cluster::{Change, configmaps};
+use crate::sources::cluster::{WatchEvent, configmaps};
 
 const NS: &str = "knative-serving";
 
@@ -39,13 +39,13 @@ fn state_with_policy(store: &PolicyStore, metrics: &ClusterMetrics) -> State {
     );
     let observed = configmaps::observe(&configmap("ha", json!({"policy.yaml": policy})));
     for change in [
-        Change::Init,
-        Change::InitApply("ha".into(), Item::Policy(Box::new(observed))),
-        Change::InitDone,
+        WatchEvent::Init,
+        WatchEvent::InitApply("ha".into(), Item::Policy(Box::new(observed))),
+        WatchEvent::InitDone,
     ] {
         state.apply(Msg::Watch(Source::ConfigMaps, change));
     }
-    state.apply(Msg::Watch(Source::Policies, Change::Missing));
+    state.apply(Msg::Watch(Source::Policies, WatchEvent::Missing));
     state.publish(store, metrics);
     state
 }
@@ -73,10 +73,10 @@ fn config_leader_election_reaches_the_snapshot_and_the_hash() {
         "config-leader-election",
         json!({"retryPeriod": "30s", "_example": "..."}),
     );
-    seen.apply(Change::Init);
+    seen.apply(WatchEvent::Init);
     let (key, data) = into_parts(cm);
-    seen.apply(Change::InitApply(key, Item::LeaderElection(data)));
-    let update = seen.apply(Change::InitDone).expect("first list");
+    seen.apply(WatchEvent::InitApply(key, Item::LeaderElection(data)));
+    let update = seen.apply(WatchEvent::InitDone).expect("first list");
     assert!(state.apply(Msg::LeaderElection {
         namespace: NS.into(),
         id: 1,
@@ -97,10 +97,14 @@ fn config_leader_election_reaches_the_snapshot_and_the_hash() {
     let governed = snapshot.governed(NS).expect("governed");
     let m = governed.mutate(NS, &controller).unwrap();
     let want = settings_hash(&LeaderElection::default());
-    let line = m.changes.iter().find(|c| c.contains(HASH_ANNOTATION));
-    assert!(line.is_some_and(|c| c.contains(&want)), "{:?}", m.changes);
+    let lines = m.lines();
+    let line = lines.iter().find(|c| c.contains(HASH_ANNOTATION));
+    assert!(line.is_some_and(|c| c.contains(&want)), "{lines:?}");
     // The policy goes: the watch stops and its data leaves the snapshot.
-    state.apply(Msg::Watch(Source::ConfigMaps, Change::Delete("ha".into())));
+    state.apply(Msg::Watch(
+        Source::ConfigMaps,
+        WatchEvent::Delete("ha".into()),
+    ));
     state.publish(&store, &metrics);
     assert!(store.load().leader_election.is_empty());
 }

@@ -20,7 +20,7 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{Change, ClusterError, ClusterMetrics, Item, Msg, Source};
+use super::{ClusterError, ClusterMetrics, Item, Msg, Source, WatchEvent};
 
 /// The first retry after an error.
 pub const BACKOFF_INITIAL: Duration = Duration::from_millis(800);
@@ -161,7 +161,7 @@ impl<K, C, M> Watch<'_, K, C, M>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     C: Fn(K) -> (String, Item),
-    M: FnMut(Change) -> Option<Msg>,
+    M: FnMut(WatchEvent) -> Option<Msg>,
 {
     /// Runs the watcher until the channel closes.
     pub(crate) async fn run(mut self) -> Result<(), ClusterError> {
@@ -192,7 +192,7 @@ where
         }
     }
 
-    fn send(&mut self, change: Change) -> Result<(), ClusterError> {
+    fn send(&mut self, change: WatchEvent) -> Result<(), ClusterError> {
         let Some(msg) = (self.to_msg)(change) else {
             return Ok(());
         };
@@ -216,7 +216,7 @@ where
                 tracing::info!("HighAvailabilityPolicy CRD not installed; using ConfigMaps only");
                 progress.crd_missing = true;
             }
-            self.send(Change::Missing)?;
+            self.send(WatchEvent::Missing)?;
             tokio::time::sleep(progress.crd_backoff.next_delay()).await;
             return Ok(());
         }
@@ -241,14 +241,14 @@ where
 
     /// One watcher event as a change for the state; every event but `Init`
     /// is an answer of the API server.
-    fn on_event(&self, progress: &mut Progress<'_>, event: watcher::Event<K>) -> Change {
+    fn on_event(&self, progress: &mut Progress<'_>, event: watcher::Event<K>) -> WatchEvent {
         match event {
             // Emitted before the list is even requested: not an answer.
-            watcher::Event::Init => Change::Init,
+            watcher::Event::Init => WatchEvent::Init,
             watcher::Event::InitApply(obj) => {
                 progress.outage.success();
                 let (key, item) = (self.convert)(obj);
-                Change::InitApply(key, item)
+                WatchEvent::InitApply(key, item)
             }
             watcher::Event::InitDone => {
                 progress.outage.success();
@@ -264,16 +264,16 @@ where
                     scope = self.scope,
                     "list complete"
                 );
-                Change::InitDone
+                WatchEvent::InitDone
             }
             watcher::Event::Apply(obj) => {
                 progress.outage.success();
                 let (key, item) = (self.convert)(obj);
-                Change::Apply(key, item)
+                WatchEvent::Apply(key, item)
             }
             watcher::Event::Delete(obj) => {
                 progress.outage.success();
-                Change::Delete((self.convert)(obj).0)
+                WatchEvent::Delete((self.convert)(obj).0)
             }
         }
     }

@@ -159,7 +159,7 @@ pub fn mutate_checked(
     if let Some(o) = &out.object {
         assert_eq!(&applied, o, "patch and mutated object agree");
     }
-    (applied, out.mutation.changes)
+    (applied, out.mutation.lines())
 }
 
 /// The pointers where `a` and `b` differ, with both values (for failure
