@@ -103,14 +103,10 @@ impl ReviewOutcome {
 }
 
 fn kind_label(kind: &str) -> &'static str {
-    match kind {
-        "Deployment" => "Deployment",
-        "ConfigMap" => "ConfigMap",
-        "HorizontalPodAutoscaler" => "HorizontalPodAutoscaler",
-        "PodDisruptionBudget" => "PodDisruptionBudget",
-        "Scale" => "Scale",
-        crate::policy::KIND => crate::policy::KIND,
-        _ => "other",
+    match crate::engine::kinds::named(kind) {
+        Some(k) => k.name,
+        None if kind == crate::policy::KIND => crate::policy::KIND,
+        None => "other",
     }
 }
 

@@ -22,6 +22,7 @@ pub mod change;
 pub mod configmap;
 pub mod deployment;
 pub mod hpa;
+pub mod kinds;
 pub mod leader;
 pub mod patch;
 pub mod pdb;
@@ -161,7 +162,8 @@ pub struct Mutated {
     pub object: Option<Value>,
 }
 
-/// The kinds the engine governs.
+/// The kinds the engine governs (each declared in [`kinds::KINDS`], in
+/// this order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Deployment,
@@ -177,38 +179,19 @@ impl Kind {
     pub fn of(object: &Value) -> Option<Kind> {
         let api_version = object.get("apiVersion")?.as_str()?;
         let kind = object.get("kind")?.as_str()?;
-        match (api_version, kind) {
-            ("apps/v1", "Deployment") => Some(Kind::Deployment),
-            ("v1", "ConfigMap") => Some(Kind::ConfigMap),
-            ("autoscaling/v2" | "autoscaling/v1", "HorizontalPodAutoscaler") => {
-                Some(Kind::HorizontalPodAutoscaler)
-            }
-            ("policy/v1", "PodDisruptionBudget") => Some(Kind::PodDisruptionBudget),
-            ("autoscaling/v1", "Scale") => Some(Kind::Scale),
-            _ => None,
-        }
+        kinds::KINDS
+            .iter()
+            .find(|k| k.name == kind && k.api_versions.contains(&api_version))
+            .map(|k| k.kind)
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Deployment => "Deployment",
-            Kind::ConfigMap => "ConfigMap",
-            Kind::HorizontalPodAutoscaler => "HorizontalPodAutoscaler",
-            Kind::PodDisruptionBudget => "PodDisruptionBudget",
-            Kind::Scale => "Scale",
-        }
+        self.spec().name
     }
 
     /// The lower-case prefix used in change messages.
     pub fn prefix(self) -> &'static str {
-        match self {
-            Kind::Deployment => "deployment",
-            Kind::ConfigMap => "configmap",
-            Kind::HorizontalPodAutoscaler => "horizontalpodautoscaler",
-            Kind::PodDisruptionBudget => "poddisruptionbudget",
-            // A Scale's change lines name the Deployment it scales.
-            Kind::Scale => "deployment",
-        }
+        self.spec().prefix
     }
 }
 
@@ -287,13 +270,7 @@ pub fn mutate_governed(
         // exists).
         return restore::undo_because(namespace, object, UNGOVERNED_WHY);
     }
-    let (patcher, changes) = match kind {
-        Kind::Deployment => deployment::mutate(&target)?,
-        Kind::HorizontalPodAutoscaler => hpa::mutate(&target)?,
-        Kind::PodDisruptionBudget => pdb::mutate(&target)?,
-        Kind::ConfigMap => configmap::mutate(&target)?,
-        Kind::Scale => scale::mutate(&target)?,
-    };
+    let (patcher, changes) = (kind.spec().mutate)(&target)?;
     match patcher {
         Some(p) if !p.ops.is_empty() => {
             // Checked only when there is something to change: the Operator's

@@ -34,14 +34,6 @@ pub fn hpa_context() -> Context {
     }
 }
 
-/// Kinds the webhook is registered for.
-pub const GOVERNED_KINDS: &[&str] = &[
-    "Deployment",
-    "ConfigMap",
-    "HorizontalPodAutoscaler",
-    "PodDisruptionBudget",
-];
-
 /// The three manifests, repository-relative (for the CLI tests' arguments).
 pub const FIXTURES: &[&str] = &[
     "tests/fixtures/knative-v1.23.0/2-serving-core.yaml",
@@ -99,7 +91,8 @@ pub fn governed_objects() -> Vec<(String, Value)> {
         .into_iter()
         .filter(|d| {
             d["metadata"]["namespace"] == GOVERNED
-                && GOVERNED_KINDS.contains(&d["kind"].as_str().unwrap_or(""))
+                && knative_ha_webhook::engine::kinds::named(d["kind"].as_str().unwrap_or(""))
+                    .is_some_and(|k| k.listed)
         })
         .map(|d| (label(&d), d))
         .collect()
@@ -129,13 +122,13 @@ pub fn in_namespace(obj: &Value, namespace: &str) -> Value {
 }
 
 /// group, version, resource of a kind the webhook and the fake API server
-/// handle (the one kind table).
+/// handle: the governed kinds as the engine declares them
+/// (`engine::kinds::KINDS`), and the others the tests serve.
 pub fn gvr(kind: &str) -> (&'static str, &'static str, &'static str) {
+    if let Some(k) = knative_ha_webhook::engine::kinds::named(kind).filter(|k| k.listed) {
+        return (k.group, k.version, k.plural);
+    }
     match kind {
-        "Deployment" => ("apps", "v1", "deployments"),
-        "HorizontalPodAutoscaler" => ("autoscaling", "v2", "horizontalpodautoscalers"),
-        "PodDisruptionBudget" => ("policy", "v1", "poddisruptionbudgets"),
-        "ConfigMap" => ("", "v1", "configmaps"),
         "Lease" => ("coordination.k8s.io", "v1", "leases"),
         "HighAvailabilityPolicy" => ("knativeha.dev", "v1alpha1", "highavailabilitypolicies"),
         _ => ("", "v1", "unknown"),
@@ -150,9 +143,9 @@ pub fn reconciled_objects() -> Vec<((&'static str, &'static str), Value)> {
     manifest_documents()
         .into_iter()
         .filter(|o| match o["kind"].as_str() {
-            Some("Deployment" | "HorizontalPodAutoscaler" | "PodDisruptionBudget") => true,
             Some("ConfigMap") => o["metadata"]["name"] == "config-leader-election",
-            _ => false,
+            Some(kind) => knative_ha_webhook::engine::kinds::named(kind).is_some_and(|k| k.listed),
+            None => false,
         })
         .map(|o| (group_plural(o["kind"].as_str().unwrap_or("")), o))
         .collect()

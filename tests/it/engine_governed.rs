@@ -218,3 +218,27 @@ fn the_components_declared_are_the_releases() {
     }
     assert_eq!(seen, 7, "the fixtures' Deployments");
 }
+
+/// The chart registers the webhook for each governed kind's resource and
+/// gives the reconciler rights on each one it lists.
+#[test]
+fn the_chart_names_every_governed_kind() {
+    use knative_ha_webhook::engine::kinds::KINDS;
+    let read = |rel: &str| std::fs::read_to_string(support::repo_path(rel)).unwrap();
+    let webhook = read("charts/knative-ha-webhook/templates/mutatingwebhookconfiguration.yaml");
+    let rbac = read("charts/knative-ha-webhook/templates/rbac.yaml");
+    for k in &KINDS {
+        assert!(
+            webhook.contains(&format!("\"{}\"", k.webhook_resource)),
+            "the webhook configuration does not name {}",
+            k.webhook_resource
+        );
+        if k.listed {
+            assert!(
+                rbac.contains(&format!("\"{}\"", k.plural)),
+                "the RBAC does not name {}",
+                k.plural
+            );
+        }
+    }
+}

@@ -24,10 +24,7 @@ pub use unclaimed::{WHY, carries_records, undo_unclaimed};
 use serde_json::Value;
 
 use super::patch::Patcher;
-use super::records::{
-    HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, PRIORITY_CLASS, PutBack, REPLICAS, ROLLOUT_MAX_SURGE,
-    ROLLOUT_MAX_UNAVAILABLE, RecordedField, TOPOLOGY_SPREAD, annotation, put_back, remove_pruned,
-};
+use super::records::{PutBack, annotation, put_back, remove_pruned};
 use super::{Cause, Change, EngineError, Kind, LEADER_ELECTION_CONFIGMAP, Mutated, Mutation};
 use crate::policy::schema_check::show;
 
@@ -78,20 +75,12 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
         namespace,
         name,
     };
-    let records: &[RecordedField] = match kind {
-        Kind::Deployment => &[
-            REPLICAS,
-            ROLLOUT_MAX_UNAVAILABLE,
-            ROLLOUT_MAX_SURGE,
-            TOPOLOGY_SPREAD,
-            PRIORITY_CLASS,
-        ],
-        Kind::HorizontalPodAutoscaler => &[HPA_MIN, HPA_MAX],
-        // Its budget is recorded as one record ([`super::pdb::ORIGINAL`]).
-        Kind::PodDisruptionBudget => &[],
-        Kind::ConfigMap if name == LEADER_ELECTION_CONFIGMAP => &LEADER_ELECTION_KEYS,
-        Kind::ConfigMap | Kind::Scale => return Ok(Mutated::default()),
-    };
+    // Only config-leader-election of the ConfigMaps carries records; a
+    // Scale is restored through its Deployment.
+    if (kind == Kind::ConfigMap && name != LEADER_ELECTION_CONFIGMAP) || kind == Kind::Scale {
+        return Ok(Mutated::default());
+    }
+    let records = kind.spec().records;
     let mut p: Option<Patcher> = None;
     let mut changes = Vec::new();
     for r in records {

@@ -1,0 +1,142 @@
+//! The kinds the engine governs, declared once: how each is recognised
+//! (apiVersion and kind), read and written (its API resource), named in
+//! change lines, mutated, and which of its fields `restore` puts back.
+//! [`Kind`]'s methods, the engine's dispatch, `restore`, the reconciler's
+//! API resources, the admission metrics' `kind` label and the test kit's
+//! resource table read [`KINDS`]; a test holds the chart's webhook rules and
+//! RBAC to it. Governing a new kind is one entry here and its handler.
+
+use super::records::{
+    HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, PRIORITY_CLASS, REPLICAS, ROLLOUT_MAX_SURGE,
+    ROLLOUT_MAX_UNAVAILABLE, RecordedField, TOPOLOGY_SPREAD,
+};
+use super::{EngineError, Handled, Kind, Target};
+use super::{configmap, deployment, hpa, pdb, scale};
+
+/// One governed kind.
+pub struct KindSpec {
+    pub kind: Kind,
+    /// `kind` as objects carry it.
+    pub name: &'static str,
+    /// The apiVersions it is governed in.
+    pub api_versions: &'static [&'static str],
+    /// The API resource it is read and written as: group, version, plural
+    /// (a Scale's is its Deployment's: the reconciler reads and writes the
+    /// Deployment, the webhook sees `deployments/scale`).
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    /// The resource the webhook is registered for.
+    pub webhook_resource: &'static str,
+    /// How change lines name its objects (a Scale's name the Deployment).
+    pub prefix: &'static str,
+    /// Whether the reconciler lists and writes it.
+    pub listed: bool,
+    /// The fields the engine records before changing them, which `restore`
+    /// puts back (a PDB's budget is one record of its own, [`super::pdb`];
+    /// a ConfigMap's only for `config-leader-election`).
+    pub records: &'static [RecordedField],
+    /// The handler.
+    pub(crate) mutate: fn(&Target<'_>) -> Result<Handled, EngineError>,
+}
+
+/// Every governed kind.
+pub const KINDS: [KindSpec; 5] = [
+    KindSpec {
+        kind: Kind::Deployment,
+        name: "Deployment",
+        api_versions: &["apps/v1"],
+        group: "apps",
+        version: "v1",
+        plural: "deployments",
+        webhook_resource: "deployments",
+        prefix: "deployment",
+        listed: true,
+        records: &[
+            REPLICAS,
+            ROLLOUT_MAX_UNAVAILABLE,
+            ROLLOUT_MAX_SURGE,
+            TOPOLOGY_SPREAD,
+            PRIORITY_CLASS,
+        ],
+        mutate: deployment::mutate,
+    },
+    KindSpec {
+        kind: Kind::ConfigMap,
+        name: "ConfigMap",
+        api_versions: &["v1"],
+        group: "",
+        version: "v1",
+        plural: "configmaps",
+        webhook_resource: "configmaps",
+        prefix: "configmap",
+        listed: true,
+        records: &LEADER_ELECTION_KEYS,
+        mutate: configmap::mutate,
+    },
+    KindSpec {
+        kind: Kind::HorizontalPodAutoscaler,
+        name: "HorizontalPodAutoscaler",
+        api_versions: &["autoscaling/v2", "autoscaling/v1"],
+        group: "autoscaling",
+        version: "v2",
+        plural: "horizontalpodautoscalers",
+        webhook_resource: "horizontalpodautoscalers",
+        prefix: "horizontalpodautoscaler",
+        listed: true,
+        records: &[HPA_MIN, HPA_MAX],
+        mutate: hpa::mutate,
+    },
+    KindSpec {
+        kind: Kind::PodDisruptionBudget,
+        name: "PodDisruptionBudget",
+        api_versions: &["policy/v1"],
+        group: "policy",
+        version: "v1",
+        plural: "poddisruptionbudgets",
+        webhook_resource: "poddisruptionbudgets",
+        prefix: "poddisruptionbudget",
+        listed: true,
+        records: &[],
+        mutate: pdb::mutate,
+    },
+    KindSpec {
+        kind: Kind::Scale,
+        name: "Scale",
+        api_versions: &["autoscaling/v1"],
+        group: "apps",
+        version: "v1",
+        plural: "deployments",
+        webhook_resource: "deployments/scale",
+        prefix: "deployment",
+        listed: false,
+        records: &[],
+        mutate: scale::mutate,
+    },
+];
+
+impl Kind {
+    /// Its declaration in [`KINDS`].
+    pub fn spec(self) -> &'static KindSpec {
+        // KINDS holds every variant, in declaration order.
+        &KINDS[self as usize]
+    }
+}
+
+/// The governed kind named `name` (as objects carry it).
+pub fn named(name: &str) -> Option<&'static KindSpec> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_is_at_its_index() {
+        for (i, k) in KINDS.iter().enumerate() {
+            assert_eq!(k.kind as usize, i, "{}", k.name);
+            assert_eq!(k.kind.spec().name, k.name);
+        }
+    }
+}
