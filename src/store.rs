@@ -117,8 +117,10 @@ impl Snapshot {
     pub fn governed(&self, namespace: &str) -> Option<NamespacePolicy<'_>> {
         Some(NamespacePolicy {
             policy: self.policy_for(namespace)?,
-            hpa_targets: self.hpa_targets_in(namespace),
-            leader_election: self.leader_election.get(namespace),
+            facts: engine::Facts {
+                hpa_targets: self.hpa_targets_in(namespace),
+                leader_election: self.leader_election.get(namespace),
+            },
         })
     }
 
@@ -132,8 +134,7 @@ impl Snapshot {
 #[derive(Clone, Copy, Debug)]
 pub struct NamespacePolicy<'s> {
     pub policy: &'s Policy,
-    pub hpa_targets: &'s BTreeSet<String>,
-    pub leader_election: Option<&'s Map<String, Value>>,
+    pub facts: engine::Facts<'s>,
 }
 
 impl NamespacePolicy<'_> {
@@ -141,12 +142,10 @@ impl NamespacePolicy<'_> {
     /// governed `namespace` (the object may be the engine's view of it,
     /// [`engine::view`]).
     pub fn mutate(&self, namespace: &str, object: &Value) -> Result<Mutation, EngineError> {
-        engine::mutate_governed(
-            self.policy,
+        engine::outcome(
+            engine::Answering::Policy(self.policy, self.facts),
             namespace,
             object,
-            self.hpa_targets,
-            self.leader_election,
         )
         .map(|o| o.mutation)
     }

@@ -258,7 +258,8 @@ fn undo_unclaimed(
     }
     let object = engine::view::parse(raw.get())
         .map_err(|e| format!("AdmissionReview request.object: {e}"))?;
-    let mutation = engine::restore::undo_unclaimed(&reply.namespace, &object).map(|o| o.mutation);
+    let mutation = engine::outcome(engine::Answering::Unclaimed, &reply.namespace, &object)
+        .map(|o| o.mutation);
     answer(mutation, reply, response, opts);
     if reply.outcome == ReviewOutcome::Unchanged {
         // Records, but nothing to put back: admitted as any object there.

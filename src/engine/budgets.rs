@@ -118,12 +118,10 @@ fn replicas_after_engine(
     deployment: &Value,
     ctx: &Context,
 ) -> Option<i64> {
-    let mutated = super::mutate_governed(
-        policy,
+    let mutated = super::outcome(
+        super::Answering::Policy(policy, ctx.facts()),
         namespace,
         deployment,
-        &ctx.hpa_targets,
-        ctx.leader_election.as_ref(),
     )
     .ok()?;
     let object = mutated.object.as_ref().unwrap_or(deployment);

@@ -210,26 +210,66 @@ pub fn mutate_object(policy: &Policy, input: &Input<'_>, ctx: &Context) -> Resul
     if !matches!(input.operation, Operation::Create | Operation::Update) {
         return Ok(Mutated::default());
     }
-    mutate_governed(
-        policy,
+    outcome(
+        Answering::Policy(policy, ctx.facts()),
         input.namespace,
         input.object,
-        &ctx.hpa_targets,
-        ctx.leader_election.as_ref(),
     )
 }
 
-/// The engine for a CREATE or UPDATE of `object` in `namespace` (the
-/// caller checked the operation: the admission path does it once, on its
-/// way in). Objects outside `policy.spec.target_namespace` never get a
-/// patch. `hpa_targets` and `leader_election` as in [`Context`].
-pub fn mutate_governed(
+/// What the engine knows of an object's namespace, borrowed: what a
+/// [`Context`] holds, or the server's snapshot lends.
+#[derive(Clone, Copy, Debug)]
+pub struct Facts<'a> {
+    /// [`Context::hpa_targets`].
+    pub hpa_targets: &'a BTreeSet<String>,
+    /// [`Context::leader_election`].
+    pub leader_election: Option<&'a serde_json::Map<String, Value>>,
+}
+
+impl Context {
+    pub fn facts(&self) -> Facts<'_> {
+        Facts {
+            hpa_targets: &self.hpa_targets,
+            leader_election: self.leader_election.as_ref(),
+        }
+    }
+}
+
+/// What answers for an object.
+#[derive(Clone, Copy, Debug)]
+pub enum Answering<'a> {
+    /// The policy governing its namespace, with what is known there.
+    Policy(&'a Policy, Facts<'a>),
+    /// No policy object exists at all: the engine's records are undone
+    /// ([`restore::undo_unclaimed`]).
+    Unclaimed,
+    /// `restore`: every release value back ([`restore::restore`]).
+    Restore,
+}
+
+/// The one way from an object to the engine's outcome, for a CREATE or
+/// UPDATE of `object` in `namespace` (the caller checked the operation):
+/// admission, `preview`, `audit`, the reconciler and `restore` all come
+/// here. Objects outside a policy's `targetNamespace` never get a patch.
+pub fn outcome(by: Answering<'_>, namespace: &str, object: &Value) -> Result<Mutated> {
+    match by {
+        Answering::Policy(policy, facts) => mutate_governed(policy, namespace, object, facts),
+        Answering::Unclaimed => restore::undo_unclaimed(namespace, object),
+        Answering::Restore => restore::restore(namespace, object),
+    }
+}
+
+fn mutate_governed(
     policy: &Policy,
     namespace: &str,
     object: &Value,
-    hpa_targets: &BTreeSet<String>,
-    leader_election: Option<&serde_json::Map<String, Value>>,
+    facts: Facts<'_>,
 ) -> Result<Mutated> {
+    let Facts {
+        hpa_targets,
+        leader_election,
+    } = facts;
     let Some(obj) = object.as_object() else {
         return Err(EngineError::NotAnObject);
     };

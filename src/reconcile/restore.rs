@@ -169,7 +169,7 @@ pub async fn restore_namespace(
     }
     for object in &listed.objects {
         let (kind, name) = names(object);
-        let outcome = match engine::restore::restore(namespace, object) {
+        let outcome = match engine::outcome(engine::Answering::Restore, namespace, object) {
             Ok(o) => o,
             Err(e) => {
                 report.restored.push(Restored {
@@ -226,8 +226,8 @@ async fn write(
     let mut current = object.clone();
     let mut last = String::new();
     for _ in 0..MAX_ATTEMPTS {
-        let outcome =
-            engine::restore::restore(namespace, &current).map_err(|e| crate::errors::chain(&e))?;
+        let outcome = engine::outcome(engine::Answering::Restore, namespace, &current)
+            .map_err(|e| crate::errors::chain(&e))?;
         if outcome.mutation.is_empty() {
             return Ok(());
         }
@@ -253,7 +253,7 @@ async fn write(
 /// applied it again at admission.
 fn readmitted(written: &Value) -> Result<(), String> {
     let namespace = written["metadata"]["namespace"].as_str().unwrap_or("");
-    match engine::restore::restore(namespace, written) {
+    match engine::outcome(engine::Answering::Restore, namespace, written) {
         Ok(o) if o.mutation.is_empty() => Ok(()),
         _ => Err(
             "the webhook changed it again at admission: a policy still governs the namespace (delete it, or uninstall the webhook, first)"
@@ -274,7 +274,7 @@ pub fn plan_unclaimed(
     object: &Value,
     pod_templates: bool,
 ) -> Result<Option<super::Drift>, engine::EngineError> {
-    let outcome = engine::restore::undo_unclaimed(namespace, object)?;
+    let outcome = engine::outcome(engine::Answering::Unclaimed, namespace, object)?;
     let Some(kind) = Kind::of(object).filter(|_| !outcome.mutation.is_empty()) else {
         return Ok(None);
     };

@@ -196,8 +196,8 @@ pub fn mutate_in(
         return Ok(None);
     };
     let ctx = Context {
-        hpa_targets: governed.hpa_targets.clone(),
-        leader_election: governed.leader_election.cloned(),
+        hpa_targets: governed.facts.hpa_targets.clone(),
+        leader_election: governed.facts.leader_election.cloned(),
     };
     engine::mutate(governed.policy, input, &ctx).map(Some)
 }
