@@ -17,8 +17,12 @@
 //! - `store` (the snapshot the request path reads) and `rights` (what
 //!   the reconciler's passes found it may do per namespace, for the
 //!   cluster source to report)
-//! - `engine`: the pure mutation, policy + object -> patch + change lines
+//! - `engine`: the pure mutation, policy + object -> patch + changes as
+//!   data (`engine::outcome` is the one way in; `engine::kinds` declares
+//!   the governed kinds)
 //! - `policy`: the HighAvailabilityPolicy model and its validation
+//! - `knative`: Knative's components, declared once (what the engine's
+//!   rules, the policy's name checks and docs/policy.md's table read)
 //! - `tls` (certificates and their reload), `manifest` (Kubernetes objects
 //!   from YAML files) and `kubeclient` (the one way every command builds
 //!   its Kubernetes client)

@@ -1,15 +1,14 @@
 //! The mutation engine: a pure function from (policy, admission operation,
-//! object, context) to an RFC 6902 patch plus human-readable changes.
-//! No I/O, no clocks, no globals.
+//! object, context) to an RFC 6902 patch plus the changes as data
+//! ([`Change`]), reached through [`outcome`]. No I/O, no clocks, no globals.
 //!
 //! Rules (docs/policy.md is the user-facing version):
 //! - only CREATE/UPDATE of objects in `policy.spec.targetNamespace` are
 //!   mutated (and only when the object's own `metadata.namespace`, if set,
 //!   agrees);
-//! - kinds are matched by apiVersion and kind: `apps/v1` Deployment
-//!   ([`deployment`]), `autoscaling/v2` and `autoscaling/v1`
-//!   HorizontalPodAutoscaler ([`hpa`]), `policy/v1` PodDisruptionBudget
-//!   ([`pdb`]) and `v1` ConfigMap `config-leader-election` ([`configmap`]);
+//! - kinds are matched by apiVersion and kind, as [`kinds::KINDS`] declares
+//!   them (Deployment, ConfigMap `config-leader-election`,
+//!   HorizontalPodAutoscaler, PodDisruptionBudget, a Deployment's Scale);
 //!   anything else gets an empty mutation without being copied;
 //! - objects labelled [`SKIP_LABEL`] `"true"` get an empty mutation;
 //! - the patch is recorded while a copy of the object is changed
