@@ -4,9 +4,11 @@
 //! [`MAX_ATTEMPTS`] times.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use json_patch::Patch;
 use serde_json::Value;
+use tracing::{Instrument, Span};
 
 use super::budgets;
 use super::error::{self, Result};
@@ -74,7 +76,10 @@ impl Pass<'_> {
                     snapshot.hpa_targets.get(namespace),
                 )
             });
-        Run::new(self).over(selected).await
+        Run::new(self)
+            .over(selected)
+            .instrument(pass_span("reconcile"))
+            .await
     }
 
     /// With `--undo-unclaimed` ([`super::ReconcileConfig::undo_unclaimed`]),
@@ -88,8 +93,33 @@ impl Pass<'_> {
         let unclaimed = namespaces
             .iter()
             .map(|namespace| (namespace.as_str(), None, None));
-        Run::new(self).over(unclaimed).await
+        Run::new(self)
+            .over(unclaimed)
+            .instrument(pass_span("restore"))
+            .await
     }
+}
+
+/// Passes started by this process, for [`pass_span`].
+static PASSES: AtomicU64 = AtomicU64::new(0);
+
+/// The span of one pass: `pass` (its number in this process, from 1) and
+/// `mode` (`reconcile`, or `restore` for [`Pass::restore`]).
+fn pass_span(mode: &'static str) -> Span {
+    let pass = PASSES.fetch_add(1, Ordering::Relaxed) + 1;
+    tracing::info_span!("reconcile_pass", pass, mode)
+}
+
+/// The span of one namespace in a pass: `namespace` and `policy` (the
+/// policy's name; none when the engine's records are undone).
+fn namespace_span(namespace: &str, policy: Option<&Policy>) -> Span {
+    let policy = policy.map(|p| p.name.as_str());
+    tracing::info_span!("reconcile_namespace", namespace, policy)
+}
+
+/// The span of one object handled in a pass: `kind`, `namespace`, `name`.
+fn object_span(kind: Kind, namespace: &str, name: &str) -> Span {
+    tracing::info_span!("reconcile_object", kind = kind.as_str(), namespace, name)
 }
 
 /// A pass under way: the pass and what it found so far.
@@ -131,7 +161,9 @@ impl Run<'_> {
                 break;
             }
             self.report.access.insert(namespace.to_string(), None);
-            if let Err(e) = self.namespace(policy, namespace, targets).await {
+            let span = namespace_span(namespace, policy);
+            let done = self.namespace(policy, namespace, targets).instrument(span);
+            if let Err(e) = done.await {
                 tracing::warn!(namespace = %namespace, error = %crate::errors::Chain(&e), "reconcile: namespace failed");
                 self.report.errors.push(crate::errors::chain(&e));
                 if let Some(forbidden) = e.forbidden() {
@@ -183,7 +215,8 @@ impl Run<'_> {
                 kind,
                 name,
             };
-            let outcome = self.object(&target, object).await;
+            let span = object_span(kind, namespace, name);
+            let outcome = self.object(&target, object).instrument(span).await;
             if outcome.drift_left {
                 *drift.entry(kind.as_str()).or_default() += 1;
             }
@@ -192,7 +225,8 @@ impl Run<'_> {
         }
         let kind = Kind::PodDisruptionBudget;
         for change in crate::engine::budgets::plan(policy, namespace, &listed.objects, &ctx) {
-            let outcome = self.budget(namespace, &change).await;
+            let span = object_span(kind, namespace, &change.name);
+            let outcome = self.budget(namespace, &change).instrument(span).await;
             if outcome.drift_left {
                 *drift.entry(kind.as_str()).or_default() += 1;
             }
