@@ -14,8 +14,8 @@ use super::budgets;
 use super::error::{self, Result};
 use super::events::EventWriter;
 use super::metrics::ReconcileMetrics;
-use super::objects;
-use super::outcome::{Attempt, Reconciled, changes_text, context_for};
+use super::objects::{self, Attempt, Retried, RetryError};
+use super::outcome::{Reconciled, changes_text, context_for};
 use super::plan::{self, Drift};
 use super::rate::RateLimiter;
 use super::report::{ObjectResult, RunReport};
@@ -146,6 +146,24 @@ struct Target<'a> {
     namespace: &'a str,
     kind: Kind,
     name: &'a str,
+}
+
+/// [`Run::attempt`] on one object, for [`objects::write_retrying`].
+struct ObjectAttempts<'r, 'a, 't> {
+    run: &'r mut Run<'a>,
+    t: &'t Target<'t>,
+}
+
+impl objects::Attempts for ObjectAttempts<'_, '_, '_> {
+    type Answer = Reconciled;
+
+    fn attempt(
+        &mut self,
+        current: &Value,
+        n: u32,
+    ) -> impl Future<Output = Attempt<Reconciled>> + Send {
+        self.run.attempt(self.t, current, n)
+    }
 }
 
 impl Run<'_> {
@@ -280,50 +298,43 @@ impl Run<'_> {
     }
 
     /// One object: plan, write with a resourceVersion test, re-read and
-    /// retry on conflict.
+    /// retry on conflict ([`objects::write_retrying`]).
     async fn object(&mut self, t: &Target<'_>, listed: &Value) -> Reconciled {
-        let mut current = listed.clone();
-        let mut last_error = String::new();
-        for attempt in 1..=MAX_ATTEMPTS {
-            if attempt > 1 {
-                current = match self.reread(t).await {
-                    Ok(object) => object,
-                    Err(outcome) => return outcome,
-                };
-            }
-            match self.attempt(t, &current, attempt).await {
-                Attempt::Done(outcome) => return outcome,
-                Attempt::Conflict(error) => last_error = error,
-            }
-        }
+        let client = self.pass.client;
+        let mut attempts = ObjectAttempts { run: self, t };
+        let retried =
+            objects::write_retrying(client, (t.kind, t.namespace, t.name), listed, &mut attempts)
+                .await;
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        tracing::warn!(kind, namespace, name, attempts = MAX_ATTEMPTS, error = %last_error,
-            "reconcile: gave up after repeated conflicts; next run retries");
-        Reconciled::failed_because(format!("{MAX_ATTEMPTS} conflicting attempts: {last_error}"))
-    }
-
-    /// The object as it is now, after a conflict.
-    async fn reread(&mut self, t: &Target<'_>) -> Result<Value, Reconciled> {
-        let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        match objects::get(self.pass.client, t.kind, t.namespace, t.name).await {
-            Ok(Some(object)) => Ok(object),
-            Ok(None) => {
+        match retried {
+            Ok(Retried::Done(outcome)) => outcome,
+            Ok(Retried::Gone) => {
                 tracing::info!(kind, namespace, name, "reconcile: object gone; skipped");
-                Err(Reconciled::settled(ObjectResult::Gone))
+                Reconciled::settled(ObjectResult::Gone)
             }
-            Err(e) => {
+            Err(RetryError::Reread(e)) => {
                 tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&e), "reconcile: re-read failed");
                 self.pass.metrics.write(t.kind, "error");
                 if let Some(forbidden) = e.forbidden() {
                     self.refused(namespace, forbidden);
                 }
-                Err(Reconciled::failed(&e))
+                Reconciled::failed(&e)
+            }
+            Err(ref e @ RetryError::Conflicts { attempts, ref last }) => {
+                tracing::warn!(kind, namespace, name, attempts, error = %last,
+                    "reconcile: gave up after repeated conflicts; next run retries");
+                Reconciled::failed(e)
             }
         }
     }
 
     /// Plans `current` and, when it differs and may be written, writes it.
-    async fn attempt(&mut self, t: &Target<'_>, current: &Value, attempt: u32) -> Attempt {
+    async fn attempt(
+        &mut self,
+        t: &Target<'_>,
+        current: &Value,
+        attempt: u32,
+    ) -> Attempt<Reconciled> {
         let drift = match self.plan(t, current) {
             Ok(drift) => drift,
             Err(outcome) => return Attempt::Done(outcome),
@@ -411,7 +422,7 @@ impl Run<'_> {
         drift: &Drift,
         changes: &str,
         attempt: u32,
-    ) -> Attempt {
+    ) -> Attempt<Reconciled> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
         match objects::patch(
             self.pass.client,
