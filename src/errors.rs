@@ -37,16 +37,14 @@ pub fn chain(error: &(dyn Error + 'static)) -> String {
     Chain(error).to_string()
 }
 
-/// Renders a value for an error message, shortened.
+/// Renders a value for an error message: its JSON, clipped to
+/// [`SHOW_BYTES`] ([`crate::telemetry::clip`]).
 pub fn show(value: &serde_json::Value) -> String {
-    let s = value.to_string();
-    if s.chars().count() > 60 {
-        let cut: String = s.chars().take(57).collect();
-        format!("{cut}...")
-    } else {
-        s
-    }
+    crate::telemetry::clip(&value.to_string(), SHOW_BYTES)
 }
+
+/// How much of a value [`show`] writes.
+pub const SHOW_BYTES: usize = 60;
 
 /// A library's error told in the user's words (`connection refused`,
 /// `no such file`, `not valid YAML: line 3 ...`), standing as the cause
@@ -106,6 +104,16 @@ mod tests {
         let outer = nested();
         assert!(!outer.to_string().contains("patching"));
         assert!(!outer.source.to_string().contains("connection reset"));
+    }
+
+    #[test]
+    fn a_value_is_shown_whole_or_clipped_as_log_lines_are() {
+        assert_eq!(show(&serde_json::json!({"a": 1})), r#"{"a":1}"#);
+        let long = serde_json::Value::String("x".repeat(100));
+        assert_eq!(
+            show(&long),
+            format!("\"{}...(42 bytes more)", "x".repeat(SHOW_BYTES - 1))
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::request::ObjectIn;
 use super::{
     Answer, ResponseOut, ReviewOut, ReviewOutcome, Reviewed, StatusOut, bad_request, kind_label,
-    names,
+    names, record_names, review_span,
 };
 use crate::engine::Operation;
 use crate::policy::{self, objects};
@@ -56,6 +56,7 @@ fn errors_of(target: Target, object: &Value) -> Option<Vec<String>> {
 
 /// Answers one validating AdmissionReview given as raw bytes.
 pub fn validate(body: &[u8]) -> Answer<'_> {
+    let span = review_span().entered();
     let (parsed, operation, op_label) = match super::open(body, &|_, _| false) {
         Ok(opened) => opened,
         Err(message) => return bad_request(message),
@@ -72,6 +73,7 @@ pub fn validate(body: &[u8]) -> Answer<'_> {
         request.object.as_ref(),
     );
     let mut reply = Reviewed::skipped(kind_label(kind), op_label, request.uid.0, namespace, name);
+    record_names(&span, &reply);
     let mut response = ResponseOut::allowed();
     let checked = match (operation, target, &request.object) {
         (Operation::Create | Operation::Update, Some(target), Some(ObjectIn::Raw(raw))) => {

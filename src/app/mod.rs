@@ -8,7 +8,7 @@
 mod run;
 mod signals;
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,10 +18,7 @@ use prometheus_client::registry::Registry;
 pub use signals::{shutdown_signal, shutdown_signal_then_exit};
 
 use crate::admission::OnError;
-use crate::server::{
-    DEFAULT_BUDGET_BYTES, DEFAULT_BUDGET_WAIT, Limits, Listeners, METRICS_MAX_CONNECTIONS,
-    ServerError,
-};
+use crate::server::{Listeners, ServerError, Settings};
 use crate::sources::file::FileSource;
 use crate::store::{PolicyStore, Snapshot};
 use crate::telemetry::Metrics;
@@ -49,14 +46,9 @@ pub struct Config {
     /// After the listener closed: how long in-flight requests may take.
     pub drain_timeout: Duration,
     pub on_error: OnError,
-    /// Limits of the HTTPS listener.
-    pub limits: Limits,
-    /// Connection cap of the metrics/probe listener (same deadlines as `limits`).
-    pub metrics_max_connections: usize,
-    /// Bytes of request bodies in flight, at most (see [`crate::server::Budget`]).
-    pub body_budget_bytes: usize,
-    /// How long a request waits for body budget before a 503.
-    pub body_budget_wait: Duration,
+    /// What the two listeners run with: limits, the probe listener's
+    /// connection cap, the body budget.
+    pub server: Settings,
     pub tls_poll_interval: Duration,
     pub policy_poll_interval: Duration,
     /// Bring existing objects in line (`--reconcile`); None when off.
@@ -71,6 +63,15 @@ pub struct Config {
     /// Event reporter.
     pub pod_name: Option<String>,
 }
+
+/// `--listen`'s default: every IPv4 address, port 8443.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8443);
+/// `--metrics-listen`'s default: every IPv4 address, port 9090.
+pub const DEFAULT_METRICS_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 9090);
+/// `--shutdown-delay`'s default.
+pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(10);
 
 /// Why the application could not start, or stopped on its own.
 #[derive(Debug, thiserror::Error)]
@@ -94,21 +95,20 @@ pub enum AppError {
 pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
 impl Config {
-    /// The production defaults around the listeners' addresses
-    /// (`0.0.0.0:8443`, `0.0.0.0:9090`), the certificate and the policy.
+    /// The production defaults around the certificate and the policy: the
+    /// listeners on [`DEFAULT_LISTEN`] and [`DEFAULT_METRICS_LISTEN`],
+    /// [`DEFAULT_SHUTDOWN_DELAY`], [`OnError::default`] and
+    /// [`Settings::default`] (the `serve` flags' defaults are these).
     pub fn new(tls: TlsSource, policy: PolicySource) -> Config {
         Config {
-            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
-            metrics_listen: SocketAddr::from(([0, 0, 0, 0], 9090)),
+            listen: DEFAULT_LISTEN,
+            metrics_listen: DEFAULT_METRICS_LISTEN,
             tls,
             policy,
-            shutdown_delay: Duration::from_secs(10),
+            shutdown_delay: DEFAULT_SHUTDOWN_DELAY,
             drain_timeout: Duration::from_secs(30),
-            on_error: OnError::Allow,
-            limits: Limits::default(),
-            metrics_max_connections: METRICS_MAX_CONNECTIONS,
-            body_budget_bytes: DEFAULT_BUDGET_BYTES,
-            body_budget_wait: DEFAULT_BUDGET_WAIT,
+            on_error: OnError::default(),
+            server: Settings::default(),
             tls_poll_interval: Duration::from_millis(500),
             policy_poll_interval: crate::sources::file::POLL_INTERVAL,
             reconcile: None,

@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use super::{App, AppError, ClusterParts, Config, Result};
 use crate::admission::ReviewOptions;
 use crate::reconcile::RunningReconciler;
-use crate::server::{AppState, Serving, Settings};
+use crate::server::{AppState, Serving};
 use crate::sources::cluster::{self, ClusterSourceConfig};
 use crate::sources::file::FileSource;
 use crate::store::PolicyStore;
@@ -76,13 +76,7 @@ impl App {
                 undo_unclaimed: config.undo_unclaimed,
             },
         };
-        let settings = Settings {
-            limits: config.limits,
-            metrics_max_connections: config.metrics_max_connections,
-            body_budget_bytes: config.body_budget_bytes,
-            body_budget_wait: config.body_budget_wait,
-        };
-        let serving = listeners.serve(settings, tls, state, registry);
+        let serving = listeners.serve(config.server, tls, state, registry);
         tracing::info!(
             listen = %bound.map(|a| a.to_string()).unwrap_or_default(),
             metrics_listen = %metrics_addr.map(|a| a.to_string()).unwrap_or_default(),

@@ -3,49 +3,20 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use crate::config::{AuditConfig, AuditFormat};
-use crate::errors::Chain;
+use super::report;
+use crate::config::AuditConfig;
 use crate::reconcile::audit::{AuditError, AuditReport, audit as audit_cluster, cluster_policies};
 use crate::tools::audit_table::{exit_code, render_table};
 
 /// Audits and prints the report; errors are printed here (exit code 2).
 pub fn audit(config: &AuditConfig) -> anyhow::Result<ExitCode> {
-    crate::tls::install_crypto_provider();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
-    let report = match runtime {
-        Ok(runtime) => runtime
-            .block_on(run(config))
-            .map_err(|e| format!("audit: {}", Chain(&e))),
-        Err(e) => Err(format!("starting the runtime: {e}")),
-    };
-    let text = report.and_then(|report| Ok((render(&report, config.output)?, report)));
-    match text {
-        Ok((text, report)) => {
-            print!("{text}");
-            Ok(ExitCode::from(exit_code(&report)))
-        }
-        Err(message) => {
-            eprintln!("error: {message}");
-            Ok(ExitCode::from(2))
-        }
-    }
+    let rendered = report::block_on("audit", run(config)).and_then(|report| {
+        let text = report::render(&report, config.output, render_table)?;
+        Ok((text, exit_code(&report)))
+    });
+    Ok(report::print(rendered))
 }
 
-/// The report in `format`.
-fn render(report: &AuditReport, format: AuditFormat) -> Result<String, String> {
-    match format {
-        AuditFormat::Table => Ok(render_table(report)),
-        AuditFormat::Json => serde_json::to_string_pretty(report)
-            .map(|s| s + "\n")
-            .map_err(|e| format!("encoding the report: {e}")),
-        AuditFormat::Yaml => crate::tools::preview::to_yaml(report)
-            .map_err(|e| format!("encoding the report: {e:#}")),
-    }
-}
-
-/// Loads the policies (files or cluster) and audits.
 async fn run(config: &AuditConfig) -> Result<AuditReport, AuditError> {
     let file_policies = if config.policy.is_empty() {
         None

@@ -10,6 +10,7 @@ mod audit;
 mod check;
 mod crd;
 mod preview;
+mod report;
 mod restore;
 mod serve;
 

@@ -6,8 +6,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::report;
 use crate::config::{AuditFormat, RestoreConfig};
-use crate::errors::Chain;
 use crate::kubeclient::KubeSettings;
 use crate::reconcile::restore::{RestoreError, RestoreReport, restore_namespace};
 use crate::tools::preview::{namespace_of, parse_manifests, to_multi_yaml};
@@ -28,26 +28,11 @@ pub fn restore(config: &RestoreConfig) -> anyhow::Result<ExitCode> {
 /// Restores one namespace and prints the report; errors are printed here
 /// (exit code 2).
 fn cluster(namespace: &str, dry_run: bool, output: AuditFormat, kube: &KubeSettings) -> ExitCode {
-    crate::tls::install_crypto_provider();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
-    let report = match runtime {
-        Ok(runtime) => runtime
-            .block_on(run(namespace, dry_run, kube))
-            .map_err(|e| format!("restore: {}", Chain(&e))),
-        Err(e) => Err(format!("starting the runtime: {e}")),
-    };
-    match report.and_then(|r| Ok((render(&r, output)?, r.exit_code()))) {
-        Ok((text, code)) => {
-            print!("{text}");
-            ExitCode::from(code)
-        }
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::from(2)
-        }
-    }
+    let rendered = report::block_on("restore", run(namespace, dry_run, kube)).and_then(|r| {
+        let text = report::render(&r, output, RestoreReport::render)?;
+        Ok((text, r.exit_code()))
+    });
+    report::print(rendered)
 }
 
 async fn run(
@@ -59,20 +44,6 @@ async fn run(
     restore_namespace(&client, namespace, dry_run).await
 }
 
-fn render(report: &RestoreReport, format: AuditFormat) -> Result<String, String> {
-    match format {
-        AuditFormat::Table => Ok(report.render()),
-        AuditFormat::Json => serde_json::to_string_pretty(report)
-            .map(|s| s + "\n")
-            .map_err(|e| format!("encoding the report: {e}")),
-        AuditFormat::Yaml => crate::tools::preview::to_yaml(report)
-            .map_err(|e| format!("encoding the report: {e:#}")),
-    }
-}
-
-/// Reads the manifests, prints every object restored (multi-document
-/// YAML; the budgets this tool created left out) and the changes on
-/// standard error.
 fn offline(manifests: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let inputs: Vec<PathBuf> = if manifests.is_empty() {
         vec![PathBuf::from("-")]

@@ -85,6 +85,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
+/// `duration` as [`parse_duration`] reads it: whole seconds (`10s`), else
+/// whole milliseconds (`1500ms`), else nanoseconds.
+pub fn duration_text(duration: Duration) -> String {
+    if duration.subsec_nanos() == 0 {
+        format!("{}s", duration.as_secs())
+    } else if duration.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{}ms", duration.as_millis())
+    } else {
+        format!("{}ns", duration.as_nanos())
+    }
+}
+
 /// Parses a listen address: `IP:PORT` (`0.0.0.0:8443`, `[::]:8443`), and
 /// the forms Go servers and kubectl users write: `:PORT` (every IPv4
 /// address, like the default) and `localhost:PORT` (127.0.0.1). Other host

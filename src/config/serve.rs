@@ -35,14 +35,23 @@ impl From<LogFormatArg> for crate::telemetry::LogFormat {
     }
 }
 
-/// What to answer when mutation fails internally (`--on-error`).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What to answer when mutation fails internally (`--on-error`; its
+/// default is [`crate::admission::OnError::default`]).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnErrorArg {
     /// Admit the object unchanged, with a warning (never block the cluster).
-    #[default]
     Allow,
     /// Refuse the object.
     Deny,
+}
+
+impl From<crate::admission::OnError> for OnErrorArg {
+    fn from(o: crate::admission::OnError) -> Self {
+        match o {
+            crate::admission::OnError::Allow => OnErrorArg::Allow,
+            crate::admission::OnError::Deny => OnErrorArg::Deny,
+        }
+    }
 }
 
 impl From<OnErrorArg> for crate::admission::OnError {
@@ -84,21 +93,22 @@ pub struct ServeArgs {
     #[arg(long, env = "KHW_SELF_SIGNED", value_name = "CA_OUT")]
     pub self_signed: Option<PathBuf>,
     /// HTTPS address (POST /mutate): IP:PORT, :PORT (every IPv4 address) or localhost:PORT.
-    #[arg(long, env = "KHW_LISTEN", default_value = "0.0.0.0:8443", value_parser = super::parse_listen)]
+    #[arg(long, env = "KHW_LISTEN", default_value_t = app::DEFAULT_LISTEN, value_parser = super::parse_listen)]
     pub listen: SocketAddr,
     /// Plain HTTP address for /metrics, /healthz and /readyz (forms as --listen).
-    #[arg(long, env = "KHW_METRICS_LISTEN", default_value = "0.0.0.0:9090", value_parser = super::parse_listen)]
+    #[arg(long, env = "KHW_METRICS_LISTEN", default_value_t = app::DEFAULT_METRICS_LISTEN, value_parser = super::parse_listen)]
     pub metrics_listen: SocketAddr,
     /// After SIGTERM/SIGINT: keep serving (with /readyz failing) this long
     /// before closing the listener, e.g. `10s`, `1m30s`, `500ms`, `0s`.
-    #[arg(long, env = "KHW_SHUTDOWN_DELAY", default_value = "10s", value_parser = super::parse_duration)]
+    #[arg(long, env = "KHW_SHUTDOWN_DELAY", default_value = default_shutdown_delay(), value_parser = super::parse_duration)]
     pub shutdown_delay: Duration,
     /// Log format.
     #[arg(long, env = "KHW_LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormatArg,
     /// What to answer when the patch cannot be computed: admit unchanged
     /// (with a warning) or refuse.
-    #[arg(long, env = "KHW_ON_ERROR", value_enum, default_value = "allow")]
+    #[arg(long, env = "KHW_ON_ERROR", value_enum,
+          default_value_t = crate::admission::OnError::default().into())]
     pub on_error: OnErrorArg,
     /// The webhook's own namespace (where policy ConfigMaps and the
     /// reconciler's Lease are). `--namespace` is accepted as an alias.
@@ -161,6 +171,12 @@ pub struct ReconcileArgs {
     #[arg(long = "reconcile-rate", env = "KHW_RECONCILE_RATE", default_value_t = 5.0,
           value_parser = parse_rate)]
     pub rate: f64,
+}
+
+/// [`app::DEFAULT_SHUTDOWN_DELAY`] as `--shutdown-delay` writes it.
+fn default_shutdown_delay() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| super::duration_text(app::DEFAULT_SHUTDOWN_DELAY))
 }
 
 fn parse_rate(text: &str) -> std::result::Result<f64, String> {

@@ -246,6 +246,26 @@ fn serve_with(flags: &[&str]) -> Result<ServeConfig> {
     }
 }
 
+/// The flags' defaults are `app::Config::new`'s, and a default duration
+/// is written as the flag reads it.
+#[test]
+fn serve_flag_defaults_are_the_app_defaults() {
+    let serve = serve_with(&[]).unwrap().app;
+    let base = crate::app::Config::new(serve.tls.clone(), serve.policy.clone());
+    assert_eq!(serve.listen, base.listen);
+    assert_eq!(serve.metrics_listen, base.metrics_listen);
+    assert_eq!(serve.shutdown_delay, base.shutdown_delay);
+    assert_eq!(serve.on_error, base.on_error);
+    for d in [
+        Duration::ZERO,
+        Duration::from_secs(10),
+        Duration::from_millis(1500),
+        Duration::from_nanos(7),
+    ] {
+        assert_eq!(parse_duration(&duration_text(d)).unwrap(), d, "{d:?}");
+    }
+}
+
 #[test]
 fn governed_namespaces_refuse_empty_entries_and_non_labels() {
     // An empty entry ('' or ',') must be refused, not read as "every

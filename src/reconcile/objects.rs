@@ -243,3 +243,80 @@ pub async fn delete(client: &kube::Client, kind: Kind, object: &Value) -> Result
         .await
         .map(|_| ())
 }
+
+/// How one attempt of [`write_retrying`] ended.
+pub enum Attempt<T> {
+    /// Written, or nothing (more) to write: the caller's answer.
+    Done(T),
+    /// The guarded write lost a race with another writer (why, in words):
+    /// read the object again and try again.
+    Conflict(String),
+}
+
+/// What [`write_retrying`] does to an object on each attempt: plan it and
+/// write the patch (guarded by a `test` of its resourceVersion).
+pub trait Attempts {
+    /// What a finished attempt answers.
+    type Answer;
+    /// One attempt on `current`, the `n`th (from 1).
+    fn attempt(
+        &mut self,
+        current: &Value,
+        n: u32,
+    ) -> impl Future<Output = Attempt<Self::Answer>> + Send;
+}
+
+/// What [`write_retrying`] came to.
+#[derive(Debug, PartialEq)]
+pub enum Retried<T> {
+    /// The answer of the last attempt.
+    Done(T),
+    /// Read again after a conflict, the object was gone.
+    Gone,
+}
+
+/// Why [`write_retrying`] gave up on an object.
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError {
+    /// Reading the object again after a conflict failed.
+    #[error(transparent)]
+    Reread(ReconcileError),
+    /// Every attempt lost a race; the source is the last one's reason.
+    #[error("{attempts} conflicting attempts")]
+    Conflicts {
+        attempts: u32,
+        #[source]
+        last: crate::errors::InWords,
+    },
+}
+
+/// The one write-and-retry loop of the reconciler and `restore`:
+/// `attempts` plans and writes `object`, the `kind` `namespace/name`; when
+/// an attempt reports a conflict, the object is read again and tried
+/// again, at most [`super::MAX_ATTEMPTS`] times in all.
+pub async fn write_retrying<A: Attempts>(
+    client: &kube::Client,
+    (kind, namespace, name): (Kind, &str, &str),
+    object: &Value,
+    attempts: &mut A,
+) -> std::result::Result<Retried<A::Answer>, RetryError> {
+    let mut current = object.clone();
+    let mut last = String::new();
+    for n in 1..=super::MAX_ATTEMPTS {
+        if n > 1 {
+            current = match get(client, kind, namespace, name).await {
+                Ok(Some(object)) => object,
+                Ok(None) => return Ok(Retried::Gone),
+                Err(e) => return Err(RetryError::Reread(e)),
+            };
+        }
+        match attempts.attempt(&current, n).await {
+            Attempt::Done(answer) => return Ok(Retried::Done(answer)),
+            Attempt::Conflict(why) => last = why,
+        }
+    }
+    Err(RetryError::Conflicts {
+        attempts: super::MAX_ATTEMPTS,
+        last: crate::errors::InWords(last),
+    })
+}

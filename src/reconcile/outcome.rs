@@ -1,4 +1,4 @@
-//! What one object's reconciliation came to ([`Reconciled`], [`Attempt`])
+//! What one object's reconciliation came to ([`Reconciled`])
 //! and the pieces of a run that need no API server: the change lines of
 //! a drift and the engine's context.
 
@@ -39,13 +39,6 @@ impl Reconciled {
     pub(super) fn failed_because(reason: String) -> Reconciled {
         Reconciled::drifting(ObjectResult::Failed { error: reason })
     }
-}
-
-/// How one attempt at an object ended.
-pub(super) enum Attempt {
-    Done(Reconciled),
-    /// The write lost a race with another writer (the error): read again.
-    Conflict(String),
 }
 
 /// Every change on one line, pod template changes marked.

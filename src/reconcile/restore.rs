@@ -3,7 +3,7 @@
 //! ([`crate::engine::restore::restore`], pure), written as a JSON patch
 //! that starts with a `test` of `metadata.resourceVersion`; on a conflict
 //! the object is read again and the patch recomputed, at most
-//! [`MAX_ATTEMPTS`] times. With `dry_run` nothing is written.
+//! [`super::MAX_ATTEMPTS`] times. With `dry_run` nothing is written.
 //!
 //! Run it with no policy governing the namespace (the policy deleted, or
 //! the webhook uninstalled): otherwise the webhook puts the policy back at
@@ -13,9 +13,10 @@ use json_patch::{Patch, PatchOperation, TestOperation};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::error::{self, MAX_ATTEMPTS, ReconcileError};
-use super::objects;
+use super::error::{self, ReconcileError};
+use super::objects::{self, Attempt, RetryError};
 use crate::engine::{self, Kind};
+use crate::errors::InWords;
 
 /// The field manager of `restore`'s writes.
 pub const FIELD_MANAGER: &str = "knative-ha-webhook-restore";
@@ -35,6 +36,26 @@ pub enum RestoreError {
         "namespace {0:?} has no governed object (Deployment, HorizontalPodAutoscaler, PodDisruptionBudget, config-leader-election): nothing to restore; is it the right namespace?"
     )]
     Empty(String),
+}
+
+/// Why one object could not be restored (the report's `error`).
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The engine cannot compute the object's restore patch.
+    #[error(transparent)]
+    Engine(engine::EngineError),
+    /// Reading the object again failed, or every attempt conflicted.
+    #[error(transparent)]
+    Retry(RetryError),
+    /// The API server refused the patch (its answer, in words).
+    #[error(transparent)]
+    Patch(InWords),
+    /// A policy still governs the namespace: the webhook put its changes
+    /// back at admission of the write.
+    #[error(
+        "the webhook changed it again at admission: a policy still governs the namespace (delete it, or uninstall the webhook, first)"
+    )]
+    Readmitted,
 }
 
 /// One object put back (or that would be, in a dry run).
@@ -191,7 +212,10 @@ pub async fn restore_namespace(
             error: None,
         };
         if !dry_run {
-            restored.error = write(client, namespace, object, &restored.name).await.err();
+            restored.error = write(client, namespace, object, &restored.name)
+                .await
+                .err()
+                .map(|e| crate::errors::chain(&e));
         }
         report.restored.push(restored);
     }
@@ -212,53 +236,67 @@ fn guarded(object: &Value, patch: Patch) -> Patch {
     Patch(ops)
 }
 
-/// Writes the restore patch of `object`, reading it again after a conflict.
-/// The error text when it could not.
+/// Writes the restore patch of `object`, reading it again after a conflict
+/// ([`objects::write_retrying`]).
 async fn write(
     client: &kube::Client,
     namespace: &str,
     object: &Value,
     name: &str,
-) -> Result<(), String> {
+) -> Result<(), WriteError> {
     let Some(kind) = Kind::of(object) else {
         return Ok(());
     };
-    let mut current = object.clone();
-    let mut last = String::new();
-    for _ in 0..MAX_ATTEMPTS {
-        let outcome = engine::outcome(engine::Answering::Restore, namespace, &current)
-            .map_err(|e| crate::errors::chain(&e))?;
-        if outcome.mutation.is_empty() {
-            return Ok(());
-        }
-        let patch = guarded(&current, outcome.mutation.patch);
-        match objects::patch(client, kind, &current, &patch, FIELD_MANAGER).await {
-            Ok(written) => return readmitted(&written),
+    let mut attempts = RestoreAttempts {
+        client,
+        kind,
+        namespace,
+    };
+    match objects::write_retrying(client, (kind, namespace, name), object, &mut attempts).await {
+        Ok(objects::Retried::Done(written)) => written,
+        Ok(objects::Retried::Gone) => Ok(()),
+        Err(e) => Err(WriteError::Retry(e)),
+    }
+}
+
+/// One attempt of [`write`]: the restore patch of the object as it is,
+/// guarded by its resourceVersion.
+struct RestoreAttempts<'a> {
+    client: &'a kube::Client,
+    kind: Kind,
+    namespace: &'a str,
+}
+
+impl objects::Attempts for RestoreAttempts<'_> {
+    type Answer = Result<(), WriteError>;
+
+    async fn attempt(&mut self, current: &Value, _: u32) -> Attempt<Self::Answer> {
+        let outcome = match engine::outcome(engine::Answering::Restore, self.namespace, current) {
+            Ok(outcome) if outcome.mutation.is_empty() => return Attempt::Done(Ok(())),
+            Ok(outcome) => outcome,
+            Err(e) => return Attempt::Done(Err(WriteError::Engine(e))),
+        };
+        let patch = guarded(current, outcome.mutation.patch);
+        match objects::patch(self.client, self.kind, current, &patch, FIELD_MANAGER).await {
+            Ok(written) => Attempt::Done(readmitted(&written)),
             Err(e) if error::is_precondition_failed(&e) => {
-                last = crate::kubeclient::reason(&e);
-                match objects::get(client, kind, namespace, name).await {
-                    Ok(Some(o)) => current = o,
-                    Ok(None) => return Ok(()),
-                    Err(e) => return Err(crate::errors::chain(&e)),
-                }
+                Attempt::Conflict(crate::kubeclient::reason(&e))
             }
-            Err(e) => return Err(crate::kubeclient::describe(&e)),
+            Err(e) => Attempt::Done(Err(WriteError::Patch(InWords(
+                crate::kubeclient::describe(&e),
+            )))),
         }
     }
-    Err(format!("{MAX_ATTEMPTS} conflicting attempts: {last}"))
 }
 
 /// An error when the object the API server stored still carries the
 /// webhook's changes: a policy still governs the namespace and the webhook
 /// applied it again at admission.
-fn readmitted(written: &Value) -> Result<(), String> {
+fn readmitted(written: &Value) -> Result<(), WriteError> {
     let namespace = written["metadata"]["namespace"].as_str().unwrap_or("");
     match engine::outcome(engine::Answering::Restore, namespace, written) {
         Ok(o) if o.mutation.is_empty() => Ok(()),
-        _ => Err(
-            "the webhook changed it again at admission: a policy still governs the namespace (delete it, or uninstall the webhook, first)"
-                .to_string(),
-        ),
+        _ => Err(WriteError::Readmitted),
     }
 }
 

@@ -4,16 +4,18 @@
 //! [`MAX_ATTEMPTS`] times.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use json_patch::Patch;
 use serde_json::Value;
+use tracing::{Instrument, Span};
 
 use super::budgets;
 use super::error::{self, Result};
 use super::events::EventWriter;
 use super::metrics::ReconcileMetrics;
-use super::objects;
-use super::outcome::{Attempt, Reconciled, changes_text, context_for};
+use super::objects::{self, Attempt, Retried, RetryError};
+use super::outcome::{Reconciled, changes_text, context_for};
 use super::plan::{self, Drift};
 use super::rate::RateLimiter;
 use super::report::{ObjectResult, RunReport};
@@ -74,7 +76,10 @@ impl Pass<'_> {
                     snapshot.hpa_targets.get(namespace),
                 )
             });
-        Run::new(self).over(selected).await
+        Run::new(self)
+            .over(selected)
+            .instrument(pass_span("reconcile"))
+            .await
     }
 
     /// With `--undo-unclaimed` ([`super::ReconcileConfig::undo_unclaimed`]),
@@ -88,8 +93,33 @@ impl Pass<'_> {
         let unclaimed = namespaces
             .iter()
             .map(|namespace| (namespace.as_str(), None, None));
-        Run::new(self).over(unclaimed).await
+        Run::new(self)
+            .over(unclaimed)
+            .instrument(pass_span("restore"))
+            .await
     }
+}
+
+/// Passes started by this process, for [`pass_span`].
+static PASSES: AtomicU64 = AtomicU64::new(0);
+
+/// The span of one pass: `pass` (its number in this process, from 1) and
+/// `mode` (`reconcile`, or `restore` for [`Pass::restore`]).
+fn pass_span(mode: &'static str) -> Span {
+    let pass = PASSES.fetch_add(1, Ordering::Relaxed) + 1;
+    tracing::info_span!("reconcile_pass", pass, mode)
+}
+
+/// The span of one namespace in a pass: `namespace` and `policy` (the
+/// policy's name; none when the engine's records are undone).
+fn namespace_span(namespace: &str, policy: Option<&Policy>) -> Span {
+    let policy = policy.map(|p| p.name.as_str());
+    tracing::info_span!("reconcile_namespace", namespace, policy)
+}
+
+/// The span of one object handled in a pass: `kind`, `namespace`, `name`.
+fn object_span(kind: Kind, namespace: &str, name: &str) -> Span {
+    tracing::info_span!("reconcile_object", kind = kind.as_str(), namespace, name)
 }
 
 /// A pass under way: the pass and what it found so far.
@@ -118,6 +148,24 @@ struct Target<'a> {
     name: &'a str,
 }
 
+/// [`Run::attempt`] on one object, for [`objects::write_retrying`].
+struct ObjectAttempts<'r, 'a, 't> {
+    run: &'r mut Run<'a>,
+    t: &'t Target<'t>,
+}
+
+impl objects::Attempts for ObjectAttempts<'_, '_, '_> {
+    type Answer = Reconciled;
+
+    fn attempt(
+        &mut self,
+        current: &Value,
+        n: u32,
+    ) -> impl Future<Output = Attempt<Reconciled>> + Send {
+        self.run.attempt(self.t, current, n)
+    }
+}
+
 impl Run<'_> {
     /// Each namespace, in order, with its policy (none: the engine's records
     /// are undone) and the snapshot's HPA targets, until the run may no
@@ -131,7 +179,9 @@ impl Run<'_> {
                 break;
             }
             self.report.access.insert(namespace.to_string(), None);
-            if let Err(e) = self.namespace(policy, namespace, targets).await {
+            let span = namespace_span(namespace, policy);
+            let done = self.namespace(policy, namespace, targets).instrument(span);
+            if let Err(e) = done.await {
                 tracing::warn!(namespace = %namespace, error = %crate::errors::Chain(&e), "reconcile: namespace failed");
                 self.report.errors.push(crate::errors::chain(&e));
                 if let Some(forbidden) = e.forbidden() {
@@ -183,7 +233,8 @@ impl Run<'_> {
                 kind,
                 name,
             };
-            let outcome = self.object(&target, object).await;
+            let span = object_span(kind, namespace, name);
+            let outcome = self.object(&target, object).instrument(span).await;
             if outcome.drift_left {
                 *drift.entry(kind.as_str()).or_default() += 1;
             }
@@ -192,7 +243,8 @@ impl Run<'_> {
         }
         let kind = Kind::PodDisruptionBudget;
         for change in crate::engine::budgets::plan(policy, namespace, &listed.objects, &ctx) {
-            let outcome = self.budget(namespace, &change).await;
+            let span = object_span(kind, namespace, &change.name);
+            let outcome = self.budget(namespace, &change).instrument(span).await;
             if outcome.drift_left {
                 *drift.entry(kind.as_str()).or_default() += 1;
             }
@@ -246,50 +298,43 @@ impl Run<'_> {
     }
 
     /// One object: plan, write with a resourceVersion test, re-read and
-    /// retry on conflict.
+    /// retry on conflict ([`objects::write_retrying`]).
     async fn object(&mut self, t: &Target<'_>, listed: &Value) -> Reconciled {
-        let mut current = listed.clone();
-        let mut last_error = String::new();
-        for attempt in 1..=MAX_ATTEMPTS {
-            if attempt > 1 {
-                current = match self.reread(t).await {
-                    Ok(object) => object,
-                    Err(outcome) => return outcome,
-                };
-            }
-            match self.attempt(t, &current, attempt).await {
-                Attempt::Done(outcome) => return outcome,
-                Attempt::Conflict(error) => last_error = error,
-            }
-        }
+        let client = self.pass.client;
+        let mut attempts = ObjectAttempts { run: self, t };
+        let retried =
+            objects::write_retrying(client, (t.kind, t.namespace, t.name), listed, &mut attempts)
+                .await;
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        tracing::warn!(kind, namespace, name, attempts = MAX_ATTEMPTS, error = %last_error,
-            "reconcile: gave up after repeated conflicts; next run retries");
-        Reconciled::failed_because(format!("{MAX_ATTEMPTS} conflicting attempts: {last_error}"))
-    }
-
-    /// The object as it is now, after a conflict.
-    async fn reread(&mut self, t: &Target<'_>) -> Result<Value, Reconciled> {
-        let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        match objects::get(self.pass.client, t.kind, t.namespace, t.name).await {
-            Ok(Some(object)) => Ok(object),
-            Ok(None) => {
+        match retried {
+            Ok(Retried::Done(outcome)) => outcome,
+            Ok(Retried::Gone) => {
                 tracing::info!(kind, namespace, name, "reconcile: object gone; skipped");
-                Err(Reconciled::settled(ObjectResult::Gone))
+                Reconciled::settled(ObjectResult::Gone)
             }
-            Err(e) => {
+            Err(RetryError::Reread(e)) => {
                 tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&e), "reconcile: re-read failed");
                 self.pass.metrics.write(t.kind, "error");
                 if let Some(forbidden) = e.forbidden() {
                     self.refused(namespace, forbidden);
                 }
-                Err(Reconciled::failed(&e))
+                Reconciled::failed(&e)
+            }
+            Err(ref e @ RetryError::Conflicts { attempts, ref last }) => {
+                tracing::warn!(kind, namespace, name, attempts, error = %last,
+                    "reconcile: gave up after repeated conflicts; next run retries");
+                Reconciled::failed(e)
             }
         }
     }
 
     /// Plans `current` and, when it differs and may be written, writes it.
-    async fn attempt(&mut self, t: &Target<'_>, current: &Value, attempt: u32) -> Attempt {
+    async fn attempt(
+        &mut self,
+        t: &Target<'_>,
+        current: &Value,
+        attempt: u32,
+    ) -> Attempt<Reconciled> {
         let drift = match self.plan(t, current) {
             Ok(drift) => drift,
             Err(outcome) => return Attempt::Done(outcome),
@@ -377,7 +422,7 @@ impl Run<'_> {
         drift: &Drift,
         changes: &str,
         attempt: u32,
-    ) -> Attempt {
+    ) -> Attempt<Reconciled> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
         match objects::patch(
             self.pass.client,

@@ -4,6 +4,7 @@
 //! deadline) and JSON answers for everything else. Every HTTP status is
 //! chosen here ([`http_answer`] for reviews).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::BodyExt;
+use tracing::Level;
 
 use super::budget::{Budget, Charge};
 use crate::admission::{self, Answer, MAX_BODY_BYTES, ReviewOptions, ReviewOutcome};
@@ -304,46 +306,10 @@ fn respond(metrics: &Metrics, answer: Answer<'_>, started: Instant) -> Response 
     }
     // Whole microseconds as milliseconds: at most 3 decimals, no float noise.
     let duration_ms = elapsed.as_micros() as f64 / 1000.0;
-    match &answer {
-        Answer::BadRequest(bad) => {
-            metrics.http_error("bad_request");
-            tracing::warn!(
-                outcome = outcome.as_str(), duration_ms,
-                error = %loggable(&bad.reason, 1024), "bad admission request"
-            );
-        }
-        Answer::Reviewed(r) => {
-            let (uid, namespace, name) = (
-                loggable(&r.uid, 256),
-                loggable(&r.namespace, 256),
-                loggable(&r.name, 256),
-            );
-            match (&r.outcome, &r.error) {
-                (ReviewOutcome::ErrorAllowed | ReviewOutcome::ErrorDenied, Some(err)) => {
-                    tracing::error!(
-                        uid = %uid, kind, namespace = %namespace, name = %name,
-                        operation, outcome = outcome.as_str(), patch_ops,
-                        duration_ms, error = %loggable(err, 1024), "review failed"
-                    )
-                }
-                (ReviewOutcome::Refused, Some(err)) => tracing::warn!(
-                    uid = %uid, kind, namespace = %namespace, name = %name,
-                    operation, outcome = outcome.as_str(),
-                    duration_ms, error = %loggable(err, 4096), "invalid policy refused"
-                ),
-                _ if r.changes.is_empty() => tracing::info!(
-                    uid = %uid, kind, namespace = %namespace, name = %name,
-                    operation, outcome = outcome.as_str(), patch_ops,
-                    duration_ms, "review"
-                ),
-                _ => tracing::info!(
-                    uid = %uid, kind, namespace = %namespace, name = %name,
-                    operation, outcome = outcome.as_str(), patch_ops,
-                    duration_ms, changes = %change_lines(&r.changes), "review"
-                ),
-            }
-        }
+    if let Answer::BadRequest(_) = &answer {
+        metrics.http_error("bad_request");
     }
+    ReviewLine::of(&answer, duration_ms).emit();
     let (status, body) = http_answer(answer);
     (
         status,
@@ -356,17 +322,106 @@ fn respond(metrics: &Metrics, answer: Answer<'_>, started: Instant) -> Response 
         .into_response()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::{CHANGES_LOG_BYTES, change_lines};
+/// The log line of one answered review, written by [`ReviewLine::emit`]
+/// after the review's span is left (the line carries the names itself).
+/// `None` fields are left out of the line.
+struct ReviewLine<'a> {
+    /// `ERROR` for a failed review, `WARN` for a refused policy or a bad
+    /// request, `INFO` otherwise.
+    level: Level,
+    message: &'static str,
+    uid: Option<Cow<'a, str>>,
+    kind: Option<&'static str>,
+    namespace: Option<Cow<'a, str>>,
+    name: Option<Cow<'a, str>>,
+    operation: Option<&'static str>,
+    outcome: &'static str,
+    patch_ops: Option<usize>,
+    duration_ms: f64,
+    error: Option<Cow<'a, str>>,
+    changes: Option<String>,
+}
 
-    #[test]
-    fn change_lines_are_joined_bounded_and_escaped() {
-        let lines = vec!["a: x -> y".to_string(), "b:\nforged".to_string()];
-        assert_eq!(change_lines(&lines), "a: x -> y; b:\\u{a}forged");
-        let many = vec!["deployment/controller: spec.replicas unset -> 3".to_string(); 200];
-        let logged = change_lines(&many);
-        assert!(logged.len() < CHANGES_LOG_BYTES + 40, "{}", logged.len());
-        assert!(logged.ends_with("bytes more)"), "{logged}");
+impl<'a> ReviewLine<'a> {
+    /// The line for `answer`: request content clipped and escaped
+    /// ([`loggable`]: names 256 bytes, errors 1 KiB, a refused policy's
+    /// errors 4 KiB, changes [`CHANGES_LOG_BYTES`]).
+    fn of(answer: &'a Answer<'_>, duration_ms: f64) -> ReviewLine<'a> {
+        let mut line = ReviewLine {
+            level: Level::INFO,
+            message: "review",
+            uid: None,
+            kind: None,
+            namespace: None,
+            name: None,
+            operation: None,
+            outcome: answer.outcome().as_str(),
+            patch_ops: None,
+            duration_ms,
+            error: None,
+            changes: None,
+        };
+        let r = match answer {
+            Answer::BadRequest(bad) => {
+                line.level = Level::WARN;
+                line.message = "bad admission request";
+                line.error = Some(loggable(&bad.reason, 1024));
+                return line;
+            }
+            Answer::Reviewed(r) => r,
+        };
+        line.uid = Some(loggable(&r.uid, 256));
+        line.kind = Some(r.kind);
+        line.namespace = Some(loggable(&r.namespace, 256));
+        line.name = Some(loggable(&r.name, 256));
+        line.operation = Some(r.operation);
+        line.patch_ops = Some(r.patch_ops);
+        match (&r.outcome, &r.error) {
+            (ReviewOutcome::ErrorAllowed | ReviewOutcome::ErrorDenied, Some(err)) => {
+                line.level = Level::ERROR;
+                line.message = "review failed";
+                line.error = Some(loggable(err, 1024));
+            }
+            (ReviewOutcome::Refused, Some(err)) => {
+                line.level = Level::WARN;
+                line.message = "invalid policy refused";
+                line.patch_ops = None;
+                line.error = Some(loggable(err, 4096));
+            }
+            _ if r.changes.is_empty() => {}
+            _ => line.changes = Some(change_lines(&r.changes)),
+        }
+        line
+    }
+
+    /// Writes the line at its level; the field list is this one.
+    fn emit(&self) {
+        macro_rules! line {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    uid = self.uid.as_ref().map(tracing::field::display),
+                    kind = self.kind,
+                    namespace = self.namespace.as_ref().map(tracing::field::display),
+                    name = self.name.as_ref().map(tracing::field::display),
+                    operation = self.operation,
+                    outcome = self.outcome,
+                    patch_ops = self.patch_ops,
+                    duration_ms = self.duration_ms,
+                    error = self.error.as_ref().map(tracing::field::display),
+                    changes = self.changes.as_ref().map(tracing::field::display),
+                    "{}",
+                    self.message
+                )
+            };
+        }
+        match self.level {
+            Level::ERROR => line!(Level::ERROR),
+            Level::WARN => line!(Level::WARN),
+            _ => line!(Level::INFO),
+        }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,7 +13,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
-use super::{AppState, Budget, Limits, Result, ServerError, conn, listener, probes, slots};
+use super::{
+    AppState, Budget, DEFAULT_BUDGET_BYTES, DEFAULT_BUDGET_WAIT, Limits, METRICS_MAX_CONNECTIONS,
+    Result, ServerError, conn, listener, probes, slots,
+};
 use crate::telemetry::Metrics;
 use crate::tls::TlsReloader;
 
@@ -28,6 +31,20 @@ pub struct Settings {
     pub body_budget_bytes: usize,
     /// How long a request waits for body budget before a 503.
     pub body_budget_wait: Duration,
+}
+
+impl Default for Settings {
+    /// The production settings: [`Limits::default`],
+    /// [`METRICS_MAX_CONNECTIONS`], [`DEFAULT_BUDGET_BYTES`] and
+    /// [`DEFAULT_BUDGET_WAIT`].
+    fn default() -> Settings {
+        Settings {
+            limits: Limits::default(),
+            metrics_max_connections: METRICS_MAX_CONNECTIONS,
+            body_budget_bytes: DEFAULT_BUDGET_BYTES,
+            body_budget_wait: DEFAULT_BUDGET_WAIT,
+        }
+    }
 }
 
 /// The HTTPS listener of `POST /mutate` and `/validate`, and the plain

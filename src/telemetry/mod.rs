@@ -280,7 +280,8 @@ pub fn init_logging(format: LogFormat) {
 }
 
 /// `text` cut to at most `max` bytes (at a character boundary), with a
-/// note of how much was left out.
+/// note of how much was left out: `...(N bytes more)`. The one way this
+/// crate shortens text for people (log lines, error messages, Event notes).
 pub fn clip(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();

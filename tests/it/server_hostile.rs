@@ -31,8 +31,8 @@ const CLOSE_BOUND: Duration = Duration::from_secs(12);
 
 async fn hostile_fixture() -> Fixture {
     Fixture::start_with(|c: &mut Config| {
-        c.limits.max_connections = CAP;
-        c.limits.header_read_timeout = HEAD;
+        c.server.limits.max_connections = CAP;
+        c.server.limits.header_read_timeout = HEAD;
     })
     .await
 }
@@ -203,7 +203,7 @@ async fn open_connections(fx: &Fixture) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2_pings_do_not_keep_an_idle_connection() {
     let fx = Fixture::start_with(|c: &mut Config| {
-        c.limits.idle_timeout = Duration::from_secs(1);
+        c.server.limits.idle_timeout = Duration::from_secs(1);
     })
     .await;
     knative_ha_webhook::tls::install_crypto_provider();
@@ -228,7 +228,7 @@ async fn h2_pings_do_not_keep_an_idle_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2_client_that_never_reads_is_closed_after_goaway() {
     let fx = Fixture::start_with(|c: &mut Config| {
-        c.limits.idle_timeout = Duration::from_secs(1);
+        c.server.limits.idle_timeout = Duration::from_secs(1);
     })
     .await;
     let mut s = raw_tls_alpn(&fx.pki.ca_pem, fx.server.addr, b"h2").await;
@@ -364,7 +364,7 @@ async fn bad_request_answers_do_not_echo_the_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2_client_with_a_closed_window_is_dropped_after_the_write_timeout() {
     let fx = Fixture::start_with(|c: &mut Config| {
-        c.limits.write_timeout = Duration::from_secs(1);
+        c.server.limits.write_timeout = Duration::from_secs(1);
     })
     .await;
     let mut s = raw_tls_alpn(&fx.pki.ca_pem, fx.server.addr, b"h2").await;

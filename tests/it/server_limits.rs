@@ -39,7 +39,7 @@ async fn closed_by_server<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> bool {
 #[tokio::test]
 async fn idle_connections_are_closed() {
     let fx = Fixture::start_with(|c: &mut Config| {
-        c.limits.idle_timeout = Duration::from_secs(2);
+        c.server.limits.idle_timeout = Duration::from_secs(2);
     })
     .await;
     let client = fx.client(Proto::H2);
@@ -68,7 +68,7 @@ async fn idle_connections_are_closed() {
 #[tokio::test]
 async fn slow_handshakes_are_cut_off() {
     let fx = Fixture::start_with(|c: &mut Config| {
-        c.limits.header_read_timeout = Duration::from_millis(300);
+        c.server.limits.header_read_timeout = Duration::from_millis(300);
     })
     .await;
     // TCP connected, no ClientHello.
@@ -94,7 +94,7 @@ async fn slow_handshakes_are_cut_off() {
 #[tokio::test]
 async fn slow_request_heads_are_cut_off() {
     let fx = Fixture::start_with(|c: &mut Config| {
-        c.limits.header_read_timeout = Duration::from_millis(300);
+        c.server.limits.header_read_timeout = Duration::from_millis(300);
     })
     .await;
     // TLS up, request head never finished.
@@ -113,8 +113,8 @@ async fn slow_request_heads_are_cut_off() {
 #[tokio::test]
 async fn connection_cap_sheds_the_longest_idle_connection() {
     let fx = Fixture::start_with(|c: &mut Config| {
-        c.limits.max_connections = 1;
-        c.limits.header_read_timeout = Duration::from_secs(60);
+        c.server.limits.max_connections = 1;
+        c.server.limits.header_read_timeout = Duration::from_secs(60);
     })
     .await;
     // Take the only slot with a TLS connection that sends nothing.

@@ -13,6 +13,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::status::{ObservedStatus, ReadyStatus, status_patch};
 use super::{ClusterError, ClusterMetrics, Msg};
+use crate::telemetry::clip;
 
 #[derive(Debug)]
 pub(crate) enum WriteReq {
@@ -103,7 +104,7 @@ pub(crate) async fn run(
                         EventType::Warning
                     },
                     reason: desired.reason.to_string(),
-                    note: Some(truncate(&desired.message, 1000)),
+                    note: Some(clip(&desired.message, NOTE_BYTES - 32)),
                     action: "ValidatePolicy".to_string(),
                     secondary: None,
                 };
@@ -118,14 +119,6 @@ pub(crate) async fn run(
     Err(ClusterError::ChannelClosed("write"))
 }
 
-/// Events carry at most 1 kB of note.
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
-}
+/// Events carry at most 1 kB of note; [`clip`] leaves room for its note
+/// of what was left out.
+const NOTE_BYTES: usize = 1024;
