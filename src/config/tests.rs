@@ -362,3 +362,54 @@ fn undo_unclaimed_is_off_by_default_and_reaches_admission_and_the_reconciler() {
     let without_reconcile = serve_with(&["--undo-unclaimed"]).unwrap();
     assert!(without_reconcile.app.undo_unclaimed && without_reconcile.app.reconcile.is_none());
 }
+
+/// The flags tables of docs/server.md and docs/reconcile.md list `serve`'s
+/// flags, each with the environment variable it reads: every flag, and
+/// only those.
+#[test]
+fn the_docs_flag_tables_are_serves_flags() {
+    use clap::CommandFactory;
+    use std::collections::{BTreeMap, BTreeSet};
+    let cli = Cli::command();
+    let serve = cli
+        .get_subcommands()
+        .find(|c| c.get_name() == "serve")
+        .expect("serve");
+    let flags: BTreeMap<String, Option<String>> = serve
+        .get_arguments()
+        .filter_map(|a| {
+            let env = a.get_env().map(|e| e.to_string_lossy().into_owned());
+            Some((format!("--{}", a.get_long()?), env))
+        })
+        .filter(|(long, _)| long != "--help")
+        .collect();
+    let docs = [
+        include_str!("../../docs/server.md"),
+        include_str!("../../docs/reconcile.md"),
+    ];
+    // (flag, its env cell) of every table row naming a flag.
+    let rows: Vec<(String, &str)> = docs
+        .iter()
+        .flat_map(|d| d.lines())
+        .filter_map(|l| {
+            let rest = l.strip_prefix("| `--")?;
+            let (flag, rest) = rest.split_once(" | ")?;
+            let flag = flag.split(['`', ' ']).next()?;
+            Some((format!("--{flag}"), rest.split(" | ").next()?))
+        })
+        .collect();
+    let documented: BTreeSet<&String> = rows.iter().map(|(f, _)| f).collect();
+    assert_eq!(
+        documented,
+        flags.keys().collect(),
+        "docs' flag tables (left) against serve's flags (right)"
+    );
+    for (flag, cell) in &rows {
+        if let Some(Some(env)) = flags.get(flag) {
+            assert!(
+                cell.contains(&format!("`{env}`")),
+                "{flag}: the docs say {cell:?}, serve reads {env}"
+            );
+        }
+    }
+}

@@ -17,6 +17,7 @@ mod cluster_serve;
 mod cluster_source;
 mod cluster_unclaimed;
 mod cluster_watch_logs;
+mod docs_tables;
 mod engine_budgets;
 mod engine_fixtures;
 mod engine_governed;
