@@ -7,6 +7,7 @@
 //! - [`Listeners`]: both listeners bound; [`Listeners::serve`] starts them
 //!   and [`Serving`]'s steps stop them.
 
+mod answered;
 mod budget;
 mod conn;
 mod limits;
