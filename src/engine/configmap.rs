@@ -22,15 +22,24 @@ use std::borrow::Cow;
 use serde_json::{Map, Value, json};
 
 use super::patch::Patcher;
+use super::view::Read::Members;
 use super::{EngineError, Handled, LEADER_ELECTION_CONFIGMAP, Target};
 use crate::policy::duration::parse_go_duration;
 use crate::policy::schema_check::show;
 use crate::policy::validate::broken_timing_rules;
 use crate::policy::{DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD};
 
+const DATA: &str = "data";
+const BUCKETS: &str = "buckets";
 const TIMING_KEYS: [&str; 3] = ["lease-duration", "renew-deadline", "retry-period"];
 /// The camelCase keys knative.dev/pkg still reads before the kebab ones.
 pub const LEGACY_KEYS: [&str; 3] = ["leaseDuration", "renewDeadline", "retryPeriod"];
+/// What this module reads or writes of `config-leader-election` ([`super::view`]).
+pub(crate) const READS: &[super::view::Read] = &[
+    Members(&[DATA], &[BUCKETS]),
+    Members(&[DATA], &TIMING_KEYS),
+    Members(&[DATA], &LEGACY_KEYS),
+];
 const DEFAULTS: [&str; 3] = [
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,
@@ -184,7 +193,7 @@ pub const OPERATOR_OWNER_MARK: &str = "knativeha.dev/operator-owner";
 /// unless the policy governs the Operator's objects.
 pub fn context_data(object: &Value) -> Map<String, Value> {
     let mut out = object
-        .get("data")
+        .get(DATA)
         .and_then(Value::as_object)
         .map(duration_data)
         .unwrap_or_default();
@@ -251,7 +260,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     if le.is_none() && unasked.is_empty() {
         return Ok((None, Vec::new()));
     }
-    let data = t.object_at(&["data"])?;
+    let data = t.object_at(&[DATA])?;
     let mut changes = Vec::new();
     let undo = undo_plan(t, data, ours, &unasked)?;
     let timings = if undo.problem.is_some() {
@@ -261,7 +270,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     };
     let [lease, renew, retry] = timings.map(|v| v.map(Cow::Borrowed));
     let wanted: [(&str, Option<Cow<'_, str>>, bool); 4] = [
-        ("buckets", buckets.map(|b| Cow::Owned(b.to_string())), false),
+        (BUCKETS, buckets.map(|b| Cow::Owned(b.to_string())), false),
         (TIMING_KEYS[0], lease, true),
         (TIMING_KEYS[1], renew, true),
         (TIMING_KEYS[2], retry, true),
@@ -282,7 +291,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         }
         let records = super::records::recorded_key(key);
         let pt = super::records::patcher(t, &mut p, &records)?;
-        pt.set(&["data", key], json!(want))
+        pt.set(&[DATA, key], json!(want))
             .map_err(|e| t.malformed(e))?;
         for r in records {
             super::records::note_written(t, pt, r, &json!(want))?;

@@ -16,17 +16,30 @@ use super::records::{
     self, PRIORITY_CLASS, REPLICAS as RECORDED_REPLICAS, ROLLOUT_MAX_UNAVAILABLE, TOPOLOGY_SPREAD,
 };
 use super::restore;
+use super::view::Read::{self, Whole};
 use super::{EngineError, Handled, Target, affinity, leader};
 use crate::knative;
 use crate::policy::validate::parse_percent;
 use crate::policy::{AntiAffinityType, PodAntiAffinity, TopologySpread};
 
 const REPLICAS: &[&str] = &["spec", "replicas"];
-const MATCH_LABELS: &[&str] = &["spec", "selector", "matchLabels"];
-const ANTI_AFFINITY: &[&str] = &["spec", "template", "spec", "affinity", "podAntiAffinity"];
+pub(crate) const MATCH_LABELS: &[&str] = &["spec", "selector", "matchLabels"];
+pub(crate) const ANTI_AFFINITY: &[&str] =
+    &["spec", "template", "spec", "affinity", "podAntiAffinity"];
 const SPREAD: &[&str] = &["spec", "template", "spec", "topologySpreadConstraints"];
 const STRATEGY_TYPE: &[&str] = &["spec", "strategy", "type"];
 const MAX_UNAVAILABLE: &[&str] = &["spec", "strategy", "rollingUpdate", "maxUnavailable"];
+
+/// What this module reads or writes of a Deployment ([`super::view`]).
+pub(crate) const READS: &[Read] = &[
+    Whole(REPLICAS),
+    Whole(MATCH_LABELS),
+    Whole(STRATEGY_TYPE),
+    Whole(MAX_UNAVAILABLE),
+    Whole(ANTI_AFFINITY),
+    Whole(SPREAD),
+    Whole(PRIORITY_CLASS_PATH),
+];
 
 /// The pod label the Deployment controller gives each ReplicaSet's pods.
 pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";

@@ -17,17 +17,34 @@
 use serde_json::{Value, json};
 
 use super::patch::Patcher;
+use super::records::ANNOTATIONS;
+use super::view::Read::{self, Members, Whole};
 use super::{EngineError, Handled, Target};
 
 const MIN: &[&str] = &["spec", "minReplicas"];
 const MAX: &[&str] = &["spec", "maxReplicas"];
+const TARGET_KIND: &[&str] = &["spec", "scaleTargetRef", "kind"];
+/// The Deployment an HPA scales.
+pub(crate) const TARGET_NAME: &[&str] = &["spec", "scaleTargetRef", "name"];
 pub const ORIGINAL_MIN: &str = "knativeha.dev/original-min-replicas";
 pub const ORIGINAL_MAX: &str = "knativeha.dev/original-max-replicas";
 pub const WRITTEN_MIN: &str = "knativeha.dev/written-min-replicas";
 pub const WRITTEN_MAX: &str = "knativeha.dev/written-max-replicas";
 
+/// What this module reads or writes of an HPA ([`super::view`]).
+pub(crate) const READS: &[Read] = &[
+    Whole(TARGET_KIND),
+    Whole(TARGET_NAME),
+    Whole(MIN),
+    Whole(MAX),
+    Members(
+        ANNOTATIONS,
+        &[ORIGINAL_MIN, ORIGINAL_MAX, WRITTEN_MIN, WRITTEN_MAX],
+    ),
+];
+
 fn recorded(t: &Target<'_>, key: &str) -> Result<Option<i64>, EngineError> {
-    let annotations = t.object_at(&["metadata", "annotations"])?;
+    let annotations = t.object_at(ANNOTATIONS)?;
     Ok(annotations
         .and_then(|a| a.get(key))
         .and_then(Value::as_str)
@@ -91,8 +108,8 @@ fn originals(t: &Target<'_>, current: (i64, i64)) -> Result<((i64, i64), String)
 }
 
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
-    let kind = t.str_at(&["spec", "scaleTargetRef", "kind"])?;
-    let Some(target) = t.str_at(&["spec", "scaleTargetRef", "name"])? else {
+    let kind = t.str_at(TARGET_KIND)?;
+    let Some(target) = t.str_at(TARGET_NAME)? else {
         return Ok((None, Vec::new()));
     };
     if kind != Some("Deployment") || t.is_excluded(target) {

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::patch::Patcher;
 use super::records::{self, ORIGINAL_DISABLE_HA, ROLLOUT_MAX_SURGE};
+use super::view::Read::{self, Each, Whole};
 use super::{DISABLE_HA_FLAG, EngineError, Target};
 use crate::knative;
 use crate::policy::LeaderElection;
@@ -20,8 +21,11 @@ use crate::policy::duration::parse_go_duration;
 /// Pod-template annotation holding [`settings_hash`].
 pub const HASH_ANNOTATION: &str = "knativeha.dev/leader-election-hash";
 
-const CONTAINERS: &[&str] = &["spec", "template", "spec", "containers"];
-const HASH_PATH: &[&str] = &[
+/// The pod template's containers; of each, its [`NAME`] and [`ARGS`].
+pub(crate) const CONTAINERS: &[&str] = &["spec", "template", "spec", "containers"];
+pub(crate) const NAME: &str = "name";
+pub(crate) const ARGS: &str = "args";
+pub(crate) const HASH_PATH: &[&str] = &[
     "spec",
     "template",
     "metadata",
@@ -166,6 +170,14 @@ const STRATEGY_TYPE: &[&str] = &["spec", "strategy", "type"];
 const MAX_SURGE: &[&str] = &["spec", "strategy", "rollingUpdate", "maxSurge"];
 const EVERY_POD: &str = "100%";
 
+/// What this module reads or writes of a Deployment ([`super::view`]).
+pub(crate) const READS: &[Read] = &[
+    Whole(STRATEGY_TYPE),
+    Whole(MAX_SURGE),
+    Whole(HASH_PATH),
+    Each(CONTAINERS, &[NAME, ARGS]),
+];
+
 /// While a leader-elected Deployment rolls onto new leader-election
 /// settings, its old pods and its new ones each lead every key under their
 /// own bucket shape (the Lease names carry the bucket count). With
@@ -221,7 +233,7 @@ pub fn carries_disable_ha(object: &Value) -> bool {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|c| c.get("args")?.as_array())
+        .filter_map(|c| c.get(ARGS)?.as_array())
         .flatten()
         .any(|a| a.as_str().is_some_and(is_disable_ha_arg))
 }
@@ -230,7 +242,7 @@ pub fn carries_disable_ha(object: &Value) -> bool {
 /// anything else is left to [`args_of`] to report).
 fn carries_flag(container: &Value) -> bool {
     container
-        .get("args")
+        .get(ARGS)
         .and_then(Value::as_array)
         .is_some_and(|a| a.iter().any(|a| a.as_str().is_some_and(is_disable_ha_arg)))
 }
@@ -246,7 +258,7 @@ pub(crate) fn knative_container(name: &str, containers: &[Value]) -> Option<usiz
     let named = |n: &str| {
         containers
             .iter()
-            .position(|c| c.get("name").and_then(Value::as_str) == Some(n))
+            .position(|c| c.get(NAME).and_then(Value::as_str) == Some(n))
     };
     named(name)
         .or_else(|| {
@@ -259,7 +271,7 @@ pub(crate) fn knative_container(name: &str, containers: &[Value]) -> Option<usiz
 
 /// Errors unless the container's args are absent, null or a list of strings.
 fn check_args(t: &Target<'_>, index: usize, container: &Value) -> Result<(), EngineError> {
-    match container.get("args") {
+    match container.get(ARGS) {
         None | Some(Value::Null) => Ok(()),
         Some(Value::Array(items)) => match items.iter().find(|a| !a.is_string()) {
             Some(a) => Err(t.malformed(format!(
@@ -281,7 +293,7 @@ fn args_of<'v>(
 ) -> Result<Vec<&'v str>, EngineError> {
     check_args(t, index, container)?;
     Ok(container
-        .get("args")
+        .get(ARGS)
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -310,7 +322,7 @@ pub(crate) fn flag(
         return Ok(());
     };
     let container = &containers[index];
-    let cname = container.get("name").and_then(Value::as_str).unwrap_or("");
+    let cname = container.get(NAME).and_then(Value::as_str).unwrap_or("");
     if !disable && !carries_flag(container) {
         // The usual case: nothing to remove (after the type checks
         // `args_of` makes, which must still fail on a malformed list).
@@ -319,7 +331,7 @@ pub(crate) fn flag(
     let args = args_of(t, index, container)?;
     let idx = index.to_string();
     let container_path: [&str; 5] = ["spec", "template", "spec", "containers", &idx];
-    let args_path: [&str; 6] = ["spec", "template", "spec", "containers", &idx, "args"];
+    let args_path: [&str; 6] = ["spec", "template", "spec", "containers", &idx, ARGS];
     let present: Vec<usize> = (0..args.len())
         .filter(|i| is_disable_ha_arg(args[*i]))
         .collect();
@@ -333,12 +345,12 @@ pub(crate) fn flag(
             )));
         }
         let pt = flag_patcher(t, p)?;
-        if container.get("args").is_some_and(Value::is_array) {
+        if container.get(ARGS).is_some_and(Value::is_array) {
             pt.push(&args_path, json!(DISABLE_HA_FLAG))
                 .map_err(|e| t.malformed(e))?;
         } else {
             let mut path = container_path.to_vec();
-            path.push("args");
+            path.push(ARGS);
             pt.set(&path, json!([DISABLE_HA_FLAG]))
                 .map_err(|e| t.malformed(e))?;
         }

@@ -34,6 +34,8 @@ pub mod view;
 pub use change::{Cause, Change};
 pub(crate) use target::{Target, check_parents, lookup};
 
+use view::Read::{self, Members};
+
 use std::collections::BTreeSet;
 
 use serde_json::Value;
@@ -64,8 +66,28 @@ pub fn hpa_target_entry(deployment: &str, skipped: bool) -> String {
 
 /// True when the object carries the opt-out label [`SKIP_LABEL`] `"true"`.
 pub fn carries_skip_label(object: &Value) -> bool {
-    skipped(object.get("metadata").and_then(Value::as_object))
+    skipped(object.get(METADATA).and_then(Value::as_object))
 }
+
+const API_VERSION: &str = "apiVersion";
+const KIND: &str = "kind";
+const METADATA: &str = "metadata";
+const NAME: &str = "name";
+const NAMESPACE: &str = "namespace";
+const GENERATE_NAME: &str = "generateName";
+const OWNER_REFERENCES: &str = "ownerReferences";
+const LABELS: &str = "labels";
+
+/// What this module reads of an object ([`view`]): its kind, its name and
+/// namespace, its owners and the opt-out label.
+pub(crate) const READS: &[Read] = &[
+    Members(&[], &[API_VERSION, KIND]),
+    Members(
+        &[METADATA],
+        &[NAME, NAMESPACE, GENERATE_NAME, OWNER_REFERENCES],
+    ),
+    Members(&[METADATA, LABELS], &[SKIP_LABEL]),
+];
 
 /// The API group of the Knative Operator's resources.
 pub const OPERATOR_API_GROUP: &str = "operator.knative.dev";
@@ -176,8 +198,8 @@ pub enum Kind {
 impl Kind {
     /// Matches apiVersion (group/version) and kind.
     pub fn of(object: &Value) -> Option<Kind> {
-        let api_version = object.get("apiVersion")?.as_str()?;
-        let kind = object.get("kind")?.as_str()?;
+        let api_version = object.get(API_VERSION)?.as_str()?;
+        let kind = object.get(KIND)?.as_str()?;
         kinds::KINDS
             .iter()
             .find(|k| k.name == kind && k.api_versions.contains(&api_version))
@@ -278,9 +300,9 @@ fn mutate_governed(
     let Some(kind) = Kind::of(object) else {
         return Ok(Mutated::default());
     };
-    let metadata = obj.get("metadata").and_then(Value::as_object);
+    let metadata = obj.get(METADATA).and_then(Value::as_object);
     if let Some(ns) = metadata
-        .and_then(|m| m.get("namespace"))
+        .and_then(|m| m.get(NAMESPACE))
         .and_then(Value::as_str)
         && !ns.is_empty()
         && ns != namespace
@@ -291,7 +313,7 @@ fn mutate_governed(
         return Ok(Mutated::default());
     }
     let name = metadata
-        .and_then(|m| m.get("name").or_else(|| m.get("generateName")))
+        .and_then(|m| m.get(NAME).or_else(|| m.get(GENERATE_NAME)))
         .and_then(Value::as_str)
         .unwrap_or("");
     let target = Target {
@@ -352,14 +374,14 @@ fn warning_only(changes: Vec<Change>) -> Mutated {
 /// True when the object carries the opt-out label [`SKIP_LABEL`] `"true"`.
 pub(crate) fn skipped(metadata: Option<&serde_json::Map<String, Value>>) -> bool {
     metadata
-        .and_then(|m| m.get("labels")?.get(SKIP_LABEL)?.as_str())
+        .and_then(|m| m.get(LABELS)?.get(SKIP_LABEL)?.as_str())
         .is_some_and(|v| v == "true")
 }
 
 /// `Kind/name` of an ownerReference whose apiVersion is the Knative
 /// Operator's group (`operator.knative.dev/*`).
 pub(crate) fn operator_owner(metadata: Option<&serde_json::Map<String, Value>>) -> Option<String> {
-    let refs = metadata?.get("ownerReferences")?.as_array()?;
+    let refs = metadata?.get(OWNER_REFERENCES)?.as_array()?;
     refs.iter().find_map(|r| {
         let api = r.get("apiVersion")?.as_str()?;
         let group = api.split('/').next()?;

@@ -18,6 +18,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
 use super::patch::Patcher;
+use super::records::ANNOTATIONS;
+use super::view::Read::{self, Members};
 use super::{EngineError, Handled, Target};
 use crate::policy::Policy;
 use crate::policy::disruption::{self, Fewest};
@@ -25,7 +27,16 @@ use crate::policy::schema_check::show;
 
 pub use super::records::{PDB_ORIGINAL as ORIGINAL, PDB_WRITTEN as WRITTEN};
 
-const FIELDS: [&str; 2] = ["minAvailable", "maxUnavailable"];
+/// The budget fields of a PDB's `spec`.
+pub(crate) const FIELDS: [&str; 2] = ["minAvailable", "maxUnavailable"];
+pub(crate) const SPEC: &[&str] = &["spec"];
+
+/// What this module reads or writes of a PDB ([`super::view`]; the
+/// Deployments it belongs to are [`Target::pdb_deployments`]').
+pub(crate) const READS: &[Read] = &[
+    Members(SPEC, &FIELDS),
+    Members(ANNOTATIONS, &[ORIGINAL, WRITTEN]),
+];
 
 fn int_or_string(v: &IntOrString) -> Value {
     match v {
@@ -47,7 +58,7 @@ fn budget(spec: Option<&Map<String, Value>>) -> Map<String, Value> {
 
 /// A budget recorded in annotation `key` (None when absent or unreadable).
 fn recorded(t: &Target<'_>, key: &str) -> Result<Option<Map<String, Value>>, EngineError> {
-    let annotations = t.object_at(&["metadata", "annotations"])?;
+    let annotations = t.object_at(ANNOTATIONS)?;
     Ok(annotations
         .and_then(|a| a.get(key))
         .and_then(Value::as_str)
@@ -127,7 +138,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         disruption::replicas_of(&t.policy.spec, deployment)
     };
     let n = i64::from(runs.replicas);
-    let current = budget(t.object_at(&["spec"])?);
+    let current = budget(t.object_at(SPEC)?);
     let mut changes = Vec::new();
     if let Some((field, value)) = wanted {
         let allows = disruption::disruptions_allowed(field == "minAvailable", value, n);
@@ -307,7 +318,7 @@ pub(crate) fn restore_original(
     object: &Value,
     p: &mut Option<Patcher>,
 ) -> Result<Option<Vec<String>>, String> {
-    let annotations = object.pointer("/metadata/annotations");
+    let annotations = super::lookup(object, ANNOTATIONS);
     let Some(text) = annotations.and_then(|a| a.get(ORIGINAL)) else {
         return Ok(None);
     };
@@ -320,7 +331,7 @@ pub(crate) fn restore_original(
                 show(text)
             )
         })?;
-    let current = budget(object.get("spec").and_then(Value::as_object));
+    let current = budget(super::lookup(object, SPEC).and_then(Value::as_object));
     let pt = p.get_or_insert_with(|| Patcher::new(object));
     let mut parts = Vec::new();
     for (field, value) in &original {

@@ -22,6 +22,7 @@ use super::change::Change;
 use serde_json::{Map, Value};
 
 use super::patch::Patcher;
+use super::view::Read::{self, Members, Whole};
 use super::{EngineError, Target};
 use crate::policy::schema_check::show;
 
@@ -133,6 +134,26 @@ pub const RECORD_ANNOTATIONS: [&str; 20] = [
     written(&LEADER_ELECTION_KEYS[1]),
     written(&LEADER_ELECTION_KEYS[2]),
     written(&LEADER_ELECTION_KEYS[3]),
+];
+
+/// An object's annotations.
+pub(crate) const ANNOTATIONS: &[&str] = &["metadata", "annotations"];
+
+/// What this module reads or writes of an object ([`super::view`]): the
+/// records and the fields they record.
+pub(crate) const READS: &[Read] = &[
+    Members(ANNOTATIONS, &RECORD_ANNOTATIONS),
+    Whole(REPLICAS.path),
+    Whole(ROLLOUT_MAX_UNAVAILABLE.path),
+    Whole(ROLLOUT_MAX_SURGE.path),
+    Whole(TOPOLOGY_SPREAD.path),
+    Whole(PRIORITY_CLASS.path),
+    Whole(HPA_MIN.path),
+    Whole(HPA_MAX.path),
+    Whole(LEADER_ELECTION_KEYS[0].path),
+    Whole(LEADER_ELECTION_KEYS[1].path),
+    Whole(LEADER_ELECTION_KEYS[2].path),
+    Whole(LEADER_ELECTION_KEYS[3].path),
 ];
 
 const fn written(r: &RecordedField) -> &'static str {

@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::{Cause, Change, EngineError, Kind};
+use super::view::Read::{self, Whole};
+use super::{Cause, Change, EngineError, Kind, hpa};
 use crate::knative;
 use crate::policy::{Policy, WorkloadOverride};
 
@@ -124,7 +125,7 @@ impl Target<'_> {
         Ok(match self.kind {
             Kind::Deployment | Kind::Scale => self.governs(self.name),
             Kind::HorizontalPodAutoscaler => self
-                .str_at(&["spec", "scaleTargetRef", "name"])?
+                .str_at(hpa::TARGET_NAME)?
                 .is_some_and(|d| self.governs(d)),
             Kind::PodDisruptionBudget if super::budgets::created_for(self.object).is_some() => {
                 false
@@ -142,10 +143,7 @@ impl Target<'_> {
     /// selector's `app` label names and the one it is named after
     /// (`<deployment>-pdb`), either absent.
     pub fn pdb_deployments(&self) -> [Option<&str>; 2] {
-        let app = self
-            .str_at(&["spec", "selector", "matchLabels", "app"])
-            .ok()
-            .flatten();
+        let app = self.str_at(PDB_APP).ok().flatten();
         [app, self.name.strip_suffix("-pdb")]
     }
 
@@ -181,6 +179,13 @@ impl Target<'_> {
             .is_some_and(|le| !le.is_enabled())
     }
 }
+
+/// The `app` label a PodDisruptionBudget selects.
+const PDB_APP: &[&str] = &["spec", "selector", "matchLabels", "app"];
+
+/// What [`Target`] reads of an object ([`super::view`]; the HPA's target
+/// is [`hpa`]'s).
+pub(crate) const READS: &[Read] = &[Whole(PDB_APP)];
 
 /// Walks object keys; `None` when a key is missing or a parent is not an
 /// object (callers that write there report the malformed parent).

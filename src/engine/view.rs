@@ -3,18 +3,27 @@
 //! other member is skipped while parsing (`serde::de::IgnoredAny`: scanned,
 //! never built), so a large object costs a scan, not a tree.
 //!
+//! The paths are not named here: each engine module that reads an object
+//! lists what it reads or writes (its `READS`, a list of `Read`s) from the
+//! same path constants it reads through, and the view's shape is built
+//! from those lists once, at first use.
+//!
 //! The engine's answer (patch and change lines) on the view equals its
 //! answer on the whole object (`tests/it/engine_view.rs` checks it on every
 //! Knative v1.23.0 object, under fixed and random policies, and on
-//! arbitrary and mutated ones: a path the engine reads that `Shape`'s
-//! tables leave out turns it red), because:
+//! arbitrary and mutated ones: a path the engine reads that no module's
+//! `READS` lists turns it red), because:
 //! - every path the engine reads or writes is kept, with the whole value
-//!   where the engine compares, copies or shows it (`Shape::Keep`);
+//!   where the engine compares, copies or shows it (`Read::Whole`);
 //! - a node whose JSON type is not the one the shape expects (an array where
 //!   an object was expected, ...) is kept whole, so type errors and the
 //!   values they show are the same;
 //! - array elements are all kept (pruned each), so indexes in patch paths
-//!   stay right; duplicate keys keep the last value, as `Value` does.
+//!   stay right; duplicate keys keep the last value, as `Value` does;
+//! - of an object whose members are pruned, the first member left out
+//!   stays, as null: a map is empty in the view only when it is empty in
+//!   the object, so the engine never removes a parent it emptied of what
+//!   it sees.
 //!
 //! The view is one shape for all four governed kinds (their paths barely
 //! overlap), so it needs no look at `apiVersion`/`kind` first. The mutated
@@ -23,138 +32,127 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::leader::HASH_ANNOTATION;
-use super::{records, restore};
+use super::{configmap, deployment, hpa, leader, pdb, records, restore, scale, target};
+
+/// A path of object keys, as the engine's reads take it.
+pub(crate) type Path = &'static [&'static str];
+
+/// What an engine module reads or writes of an object: the view keeps it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Read {
+    /// The value at the path, whole.
+    Whole(Path),
+    /// These members of the object at the path, each whole.
+    Members(Path, &'static [&'static str]),
+    /// Every element of the list at the path; of each, these members, each
+    /// whole.
+    Each(Path, &'static [&'static str]),
+}
+
+/// Every module's reads: what the view keeps of any object.
+const ENGINE: &[&[Read]] = &[
+    super::READS,
+    target::READS,
+    deployment::READS,
+    leader::READS,
+    hpa::READS,
+    pdb::READS,
+    configmap::READS,
+    scale::READS,
+    records::READS,
+];
 
 /// What to keep of a JSON node.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug, PartialEq)]
 enum Shape {
     /// The whole value.
     Keep,
     /// An object: only these members (each with its own shape).
-    Object(&'static [(&'static str, Shape)]),
+    Object(Vec<(&'static str, Shape)>),
     /// A list: every element, each with this shape.
-    Items(&'static Shape),
+    Items(Box<Shape>),
 }
 
 use Shape::{Items, Keep, Object};
 
-/// The annotations that record what the engine replaced.
-const RECORDS: Shape = Object(&kept(records::RECORD_ANNOTATIONS));
-
-/// Each of `keys`, kept whole.
-const fn kept<const N: usize>(keys: [&'static str; N]) -> [(&'static str, Shape); N] {
-    let mut out = [("", Keep); N];
-    let mut i = 0;
-    while i < N {
-        out[i].0 = keys[i];
-        i += 1;
+impl Shape {
+    /// The shape that keeps every path of `reads`.
+    fn of<'r>(reads: impl IntoIterator<Item = &'r [Read]>) -> Shape {
+        let mut root = Object(Vec::new());
+        for read in reads.into_iter().flatten() {
+            let (path, keys, each) = match *read {
+                Read::Whole(path) => {
+                    root.keep(path);
+                    continue;
+                }
+                Read::Members(path, keys) => (path, keys, false),
+                Read::Each(path, keys) => (path, keys, true),
+            };
+            let Some(mut node) = root.at(path) else {
+                continue;
+            };
+            if each {
+                if matches!(node, Object(m) if m.is_empty()) {
+                    *node = Items(Box::new(Object(Vec::new())));
+                }
+                node = match node {
+                    Items(item) => item,
+                    _ => panic!("{path:?}: each element of a list, and an object"),
+                };
+            }
+            for key in keys {
+                node.keep(std::slice::from_ref(key));
+            }
+        }
+        root
     }
-    out
+
+    /// Keeps the value at `path` whole.
+    fn keep(&mut self, path: Path) {
+        if let Some(node) = self.at(path) {
+            *node = Keep;
+        }
+    }
+
+    /// The node at `path`, added member by member (None under a node kept
+    /// whole).
+    fn at(&mut self, path: &[&'static str]) -> Option<&mut Shape> {
+        let mut node = self;
+        for key in path {
+            let members = match node {
+                Keep => return None,
+                Object(members) => members,
+                Items(_) => panic!("{path:?}: through a list"),
+            };
+            let i = match members.iter().position(|(name, _)| name == key) {
+                Some(i) => i,
+                None => {
+                    members.push((key, Object(Vec::new())));
+                    members.len() - 1
+                }
+            };
+            node = &mut members[i].1;
+        }
+        Some(node)
+    }
 }
 
-/// What [`records`] reads: the records, the opt-out label and the
-/// leader-election hash of a pod template.
-const RECORDS_ONLY: Shape = Object(&[
-    (
-        "metadata",
-        Object(&[
-            ("labels", Object(&[(super::SKIP_LABEL, Keep)])),
-            ("annotations", RECORDS),
-        ]),
-    ),
-    (
-        "spec",
-        Object(&[(
-            "template",
-            Object(&[(
-                "metadata",
-                Object(&[("annotations", Object(&[(HASH_ANNOTATION, Keep)]))]),
-            )]),
-        )]),
-    ),
-]);
+/// The shape of the view: what the engine reads of any object.
+fn object() -> &'static Shape {
+    static SHAPE: OnceLock<Shape> = OnceLock::new();
+    SHAPE.get_or_init(|| Shape::of(ENGINE.iter().chain(restore::READS).copied()))
+}
 
-const METADATA: Shape = Object(&[
-    ("name", Keep),
-    ("namespace", Keep),
-    ("generateName", Keep),
-    ("ownerReferences", Keep),
-    // The opt-out label.
-    ("labels", Object(&[(super::SKIP_LABEL, Keep)])),
-    // The records: HorizontalPodAutoscaler and PodDisruptionBudget (what the
-    // engine found and last wrote), and `restore`'s release values.
-    ("annotations", RECORDS),
-]);
-
-const CONTAINER: Shape = Object(&[("name", Keep), ("args", Keep)]);
-
-const POD_TEMPLATE: Shape = Object(&[
-    (
-        "metadata",
-        Object(&[("annotations", Object(&[(HASH_ANNOTATION, Keep)]))]),
-    ),
-    (
-        "spec",
-        Object(&[
-            ("affinity", Object(&[("podAntiAffinity", Keep)])),
-            ("topologySpreadConstraints", Keep),
-            ("priorityClassName", Keep),
-            ("containers", Items(&CONTAINER)),
-        ]),
-    ),
-]);
-
-const SPEC: Shape = Object(&[
-    // Deployment
-    ("replicas", Keep),
-    // (PodDisruptionBudget reads matchLabels.app)
-    ("selector", Object(&[("matchLabels", Keep)])),
-    (
-        "strategy",
-        Object(&[
-            ("type", Keep),
-            (
-                "rollingUpdate",
-                Object(&[("maxUnavailable", Keep), ("maxSurge", Keep)]),
-            ),
-        ]),
-    ),
-    ("template", POD_TEMPLATE),
-    // HorizontalPodAutoscaler
-    ("scaleTargetRef", Object(&[("kind", Keep), ("name", Keep)])),
-    ("minReplicas", Keep),
-    ("maxReplicas", Keep),
-    // PodDisruptionBudget
-    ("minAvailable", Keep),
-    ("maxUnavailable", Keep),
-]);
-
-/// What the engine reads of any object.
-const OBJECT: Shape = Object(&[
-    ("apiVersion", Keep),
-    ("kind", Keep),
-    ("metadata", METADATA),
-    ("spec", SPEC),
-    // ConfigMap config-leader-election
-    (
-        "data",
-        Object(&[
-            ("buckets", Keep),
-            ("lease-duration", Keep),
-            ("renew-deadline", Keep),
-            ("retry-period", Keep),
-            // The legacy keys Knative still reads (engine::configmap).
-            ("leaseDuration", Keep),
-            ("renewDeadline", Keep),
-            ("retryPeriod", Keep),
-        ]),
-    ),
-]);
+/// What [`records`] reads: what [`restore::carries_records`] looks at.
+fn records_only() -> &'static Shape {
+    static SHAPE: OnceLock<Shape> = OnceLock::new();
+    SHAPE.get_or_init(|| Shape::of([restore::RECORDS_READS]))
+}
 
 /// Parses the engine's view of the object in `json` (see the module doc).
 pub fn parse(json: &str) -> serde_json::Result<Value> {
@@ -170,7 +168,7 @@ pub fn parse(json: &str) -> serde_json::Result<Value> {
 /// be read.
 pub fn records(json: &str) -> bool {
     let mut de = serde_json::Deserializer::from_str(json);
-    ShapeSeed(&RECORDS_ONLY)
+    ShapeSeed(records_only())
         .deserialize(&mut de)
         .is_ok_and(|v| restore::carries_records(&v))
 }
@@ -183,7 +181,7 @@ impl<'de> DeserializeSeed<'de> for Seed {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        ShapeSeed(&OBJECT).deserialize(deserializer)
+        ShapeSeed(object()).deserialize(deserializer)
     }
 }
 

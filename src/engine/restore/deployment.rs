@@ -4,17 +4,20 @@
 
 use serde_json::{Map, Value};
 
+use crate::engine::deployment::{ANTI_AFFINITY, MATCH_LABELS};
+use crate::engine::leader::{ARGS, CONTAINERS, HASH_PATH as HASH, NAME};
 use crate::engine::patch::Patcher;
 use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
+use crate::engine::view::Read::{self, Each, Whole};
 use crate::policy::schema_check::show;
 
-const ANTI_AFFINITY: &[&str] = &["spec", "template", "spec", "affinity", "podAntiAffinity"];
-const HASH: &[&str] = &[
-    "spec",
-    "template",
-    "metadata",
-    "annotations",
-    crate::engine::leader::HASH_ANNOTATION,
+/// What this module reads or writes of a Deployment ([`crate::engine::view`]).
+pub(super) const READS: &[Read] = &[
+    Whole(MATCH_LABELS),
+    Whole(ANTI_AFFINITY),
+    Whole(HASH),
+    Whole(super::NAME_PATH),
+    Each(CONTAINERS, &[NAME, ARGS]),
 ];
 
 /// Removes what the engine owns outright on a Deployment: its marked
@@ -27,7 +30,7 @@ pub(super) fn engine_owned(
 ) -> Result<Vec<(String, bool)>, String> {
     let mut texts = Vec::new();
     let empty = Map::new();
-    let selector = crate::engine::lookup(object, &["spec", "selector", "matchLabels"])
+    let selector = crate::engine::lookup(object, MATCH_LABELS)
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     let current = crate::engine::lookup(object, ANTI_AFFINITY);
@@ -64,8 +67,6 @@ pub(super) fn engine_owned(
     Ok(texts)
 }
 
-const CONTAINERS: &[&str] = &["spec", "template", "spec", "containers"];
-
 /// Puts `--disable-ha` back as recorded in [`ORIGINAL_DISABLE_HA`]: removed
 /// from every container when the release did not carry it, added to the
 /// Knative container when it did; the record dropped. The change text; None
@@ -95,15 +96,15 @@ pub(super) fn disable_ha(
     let now = crate::engine::leader::carries_disable_ha(&pt.doc);
     let flag = crate::engine::DISABLE_HA_FLAG;
     let text = if had && !now {
-        let name = crate::engine::lookup(object, &["metadata", "name"])
+        let name = crate::engine::lookup(object, super::NAME_PATH)
             .and_then(Value::as_str)
             .unwrap_or("");
         let Some(i) = crate::engine::leader::knative_container(name, &containers) else {
             return Ok(None);
         };
         let idx = i.to_string();
-        let args = ["spec", "template", "spec", "containers", &idx, "args"];
-        if containers[i].get("args").is_some_and(Value::is_array) {
+        let args = ["spec", "template", "spec", "containers", &idx, ARGS];
+        if containers[i].get(ARGS).is_some_and(Value::is_array) {
             pt.push(&args, Value::String(flag.into()))?;
         } else {
             pt.set(&args, serde_json::json!([flag]))?;
@@ -114,11 +115,11 @@ pub(super) fn disable_ha(
         // engine created it, or removed the flag earlier) goes too.
         let mut removed = false;
         for (i, c) in containers.iter().enumerate().rev() {
-            let Some(list) = c.get("args").and_then(Value::as_array) else {
+            let Some(list) = c.get(ARGS).and_then(Value::as_array) else {
                 continue;
             };
             let idx = i.to_string();
-            let args = ["spec", "template", "spec", "containers", &idx, "args"];
+            let args = ["spec", "template", "spec", "containers", &idx, ARGS];
             let found: Vec<usize> = (0..list.len())
                 .filter(|j| {
                     list[*j]

@@ -7,19 +7,17 @@
 //! flag stays off and the record stays, to be put back when it may be.
 
 use crate::engine::change::Change;
-use crate::engine::leader::HASH_ANNOTATION;
+use crate::engine::leader::{HASH_ANNOTATION, HASH_PATH as HASH};
 use crate::engine::patch::Patcher;
 use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
+use crate::engine::view::Read::{self, Whole};
 use crate::engine::{EngineError, Target};
 use crate::policy::schema_check::show;
 
-const HASH: &[&str] = &[
-    "spec",
-    "template",
-    "metadata",
-    "annotations",
-    HASH_ANNOTATION,
-];
+/// What this module reads or writes of a Deployment
+/// ([`crate::engine::view`]; the record is [`crate::engine::records`]',
+/// the flag [`super::deployment`]'s).
+pub(super) const READS: &[Read] = &[Whole(HASH)];
 
 /// Undoes what leader election wrote on the Deployment `t` (its policy has
 /// no `leaderElection`); `replicas` is the count after the mutation.

@@ -18,15 +18,28 @@ mod deployment;
 pub(crate) mod leader;
 mod unclaimed;
 
-pub(crate) use unclaimed::undo_because;
+pub(crate) use unclaimed::{READS as RECORDS_READS, undo_because};
 pub use unclaimed::{WHY, carries_records, undo_unclaimed};
 
 use serde_json::Value;
 
 use super::patch::Patcher;
 use super::records::{PutBack, annotation, put_back, remove_pruned};
+use super::view::Read::{self, Whole};
 use super::{Cause, Change, EngineError, Kind, LEADER_ELECTION_CONFIGMAP, Mutated, Mutation};
 use crate::policy::schema_check::show;
+
+const NAME_PATH: &[&str] = &["metadata", "name"];
+
+/// What [`restore`] reads or writes of an object ([`super::view`]), module
+/// by module (the records' fields are [`super::records`]', a PDB's
+/// budget [`super::pdb`]'s).
+pub(crate) const READS: &[&[Read]] = &[
+    &[Whole(NAME_PATH)],
+    deployment::READS,
+    leader::READS,
+    unclaimed::READS,
+];
 
 /// The object's kind, namespace and name for messages.
 struct Named<'a> {
@@ -67,7 +80,7 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
     let Some(kind) = Kind::of(object) else {
         return Ok(Mutated::default());
     };
-    let name = super::lookup(object, &["metadata", "name"])
+    let name = super::lookup(object, NAME_PATH)
         .and_then(Value::as_str)
         .unwrap_or("");
     let n = Named {

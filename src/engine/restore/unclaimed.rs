@@ -8,8 +8,19 @@
 
 use serde_json::Value;
 
-use crate::engine::records::RECORD_ANNOTATIONS;
+use crate::engine::records::{ANNOTATIONS, RECORD_ANNOTATIONS};
+use crate::engine::view::Read::{self, Members};
 use crate::engine::{EngineError, Mutated, SKIP_LABEL, leader, lookup};
+
+const LABELS: &[&str] = &["metadata", "labels"];
+const POD_ANNOTATIONS: &[&str] = &["spec", "template", "metadata", "annotations"];
+
+/// What [`carries_records`] reads ([`crate::engine::view`]).
+pub(crate) const READS: &[Read] = &[
+    Members(LABELS, &[SKIP_LABEL]),
+    Members(ANNOTATIONS, &RECORD_ANNOTATIONS),
+    Members(POD_ANNOTATIONS, &[leader::HASH_ANNOTATION]),
+];
 
 /// Why the change lines of [`undo_unclaimed`] are made.
 pub const WHY: &str = "no policy governs the namespace any more";
@@ -23,17 +34,12 @@ pub fn carries_records(object: &Value) -> bool {
             .and_then(Value::as_object)
             .is_some_and(|a| a.contains_key(key))
     };
-    let skipped = lookup(object, &["metadata", "labels", SKIP_LABEL])
-        .and_then(Value::as_str)
+    let skipped = lookup(object, LABELS)
+        .and_then(|l| l.get(SKIP_LABEL)?.as_str())
         .is_some_and(|v| v == "true");
     !skipped
-        && (RECORD_ANNOTATIONS
-            .iter()
-            .any(|k| has(&["metadata", "annotations"], k))
-            || has(
-                &["spec", "template", "metadata", "annotations"],
-                leader::HASH_ANNOTATION,
-            ))
+        && (RECORD_ANNOTATIONS.iter().any(|k| has(ANNOTATIONS, k))
+            || has(POD_ANNOTATIONS, leader::HASH_ANNOTATION))
 }
 
 /// The engine's answer for a CREATE or UPDATE of `object` in `namespace`
