@@ -24,6 +24,8 @@
 
 use serde_json::{Map, Value, json};
 
+use super::records::ANNOTATIONS;
+use super::view::Read::{self, Members};
 use super::{Cause, Change, Context, Kind, Target};
 use crate::policy::Policy;
 use crate::policy::disruption;
@@ -33,10 +35,13 @@ pub const CREATED_FOR: &str = "knativeha.dev/created-for";
 /// The label every created PDB carries.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "knative-ha-webhook");
 
+/// What this module reads of an object at admission ([`super::view`]):
+/// whether a PDB is one it created.
+pub(crate) const READS: &[Read] = &[Members(ANNOTATIONS, &[CREATED_FOR])];
+
 /// The Deployment a PDB was created for (None for every other object).
 pub fn created_for(object: &Value) -> Option<&str> {
-    object
-        .pointer("/metadata/annotations")?
+    super::lookup(object, ANNOTATIONS)?
         .get(CREATED_FOR)?
         .as_str()
 }

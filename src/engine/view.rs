@@ -37,7 +37,7 @@ use std::sync::OnceLock;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::{configmap, deployment, hpa, leader, pdb, records, restore, scale, target};
+use super::{budgets, configmap, deployment, hpa, leader, pdb, records, restore, scale, target};
 
 /// A path of object keys, as the engine's reads take it.
 pub(crate) type Path = &'static [&'static str];
@@ -62,6 +62,7 @@ const ENGINE: &[&[Read]] = &[
     leader::READS,
     hpa::READS,
     pdb::READS,
+    budgets::READS,
     configmap::READS,
     scale::READS,
     records::READS,

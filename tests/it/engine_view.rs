@@ -298,3 +298,17 @@ fn what_the_lifecycle_rules_read_is_kept() {
     cm["metadata"]["labels"]["knativeha.dev/skip"] = "true".into();
     same_answer(&cm).unwrap();
 }
+
+/// A budget the reconciler created (it carries the created-for
+/// annotation): the webhook leaves it alone through the view as on the
+/// whole object.
+#[test]
+fn a_created_budget_is_left_alone_through_the_view() {
+    let pdb = serde_json::json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "controller-pdb", "namespace": corpus::GOVERNED,
+                     "annotations": {"knativeha.dev/created-for": "controller"}},
+        "spec": {"maxUnavailable": 2, "selector": {"matchLabels": {"app": "controller"}}}
+    });
+    same_answer(&pdb).unwrap();
+}
