@@ -318,4 +318,4 @@ pub fn loggable(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -32,10 +32,9 @@ impl std::io::Write for Lines {
     }
 }
 
-/// The review line as docs/server.md and the tests read it: keys in
-/// this order, numbers as numbers, a UTC timestamp in microseconds.
-#[test]
-fn the_review_line_has_its_keys_in_order() {
+/// What `f` logs, in the process's JSON format: the test helper every
+/// module's log-line tests use.
+pub(crate) fn json_lines(f: impl FnOnce()) -> String {
     let lines = Lines::default();
     let sink = lines.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -43,7 +42,15 @@ fn the_review_line_has_its_keys_in_order() {
         .json()
         .event_format(json_format())
         .finish();
-    tracing::subscriber::with_default(subscriber, || {
+    tracing::subscriber::with_default(subscriber, f);
+    String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+}
+
+/// The review line as docs/server.md and the tests read it: keys in
+/// this order, numbers as numbers, a UTC timestamp in microseconds.
+#[test]
+fn the_review_line_has_its_keys_in_order() {
+    let text = json_lines(|| {
         tracing::info!(
             uid = %"u1", kind = "Deployment", namespace = %"knative-serving",
             name = %"controller", operation = "CREATE", outcome = "patched",
@@ -51,7 +58,6 @@ fn the_review_line_has_its_keys_in_order() {
         );
         tracing::info_span!("outer").in_scope(|| tracing::info!("in a span"));
     });
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let (stamp, rest) = lines[0]
         .strip_prefix("{\"timestamp\":\"")

@@ -1,10 +1,10 @@
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::{CHANGES_LOG_BYTES, change_lines, respond};
 use crate::admission::{Answer, BadRequest, ReviewOutcome, Reviewed};
-use crate::telemetry::{Metrics, json_format};
+use crate::telemetry::Metrics;
+use crate::telemetry::tests::json_lines;
 
 #[test]
 fn change_lines_are_joined_bounded_and_escaped() {
@@ -16,35 +16,13 @@ fn change_lines_are_joined_bounded_and_escaped() {
     assert!(logged.ends_with("bytes more)"), "{logged}");
 }
 
-/// Lines written by a subscriber, kept for the test.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The JSON line [`respond`] logs for `answer`, from `"level"` on, with
 /// the duration replaced by `<ms>`.
 fn logged(answer: Answer<'_>) -> String {
-    let lines = Lines::default();
-    let sink = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || sink.clone())
-        .json()
-        .event_format(json_format())
-        .finish();
     let metrics = Metrics::unregistered();
-    tracing::subscriber::with_default(subscriber, || {
+    let text = json_lines(|| {
         respond(&metrics, answer, Instant::now());
     });
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
     let line = text.lines().next().expect("one line").to_string();
     let rest = &line[line.find("\"level\"").expect("a level")..];
     let (head, tail) = rest.split_once("\"duration_ms\":").expect("a duration");
