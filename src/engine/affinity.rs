@@ -8,6 +8,12 @@ use serde_json::{Map, Value, json};
 
 use crate::policy::{AntiAffinityType, PodAntiAffinity};
 
+/// A Deployment's selector labels, which the policy's term selects.
+pub(crate) const MATCH_LABELS: &[&str] = &["spec", "selector", "matchLabels"];
+/// A Deployment's pod anti-affinity.
+pub(crate) const ANTI_AFFINITY: &[&str] =
+    &["spec", "template", "spec", "affinity", "podAntiAffinity"];
+
 /// The label key of the marker expression.
 pub const MARKER_KEY: &str = "knativeha.dev/anti-affinity";
 pub const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";

@@ -24,8 +24,8 @@
 
 use serde_json::{Map, Value, json};
 
+use super::reads::Read::{self, Members};
 use super::records::ANNOTATIONS;
-use super::view::Read::{self, Members};
 use super::{Cause, Change, Context, Kind, Target};
 use crate::policy::Policy;
 use crate::policy::disruption;

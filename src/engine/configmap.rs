@@ -22,7 +22,7 @@ use std::borrow::Cow;
 use serde_json::{Map, Value, json};
 
 use super::patch::Patcher;
-use super::view::Read::Members;
+use super::reads::Read::Members;
 use super::{EngineError, Handled, LEADER_ELECTION_CONFIGMAP, Target};
 use crate::policy::duration::parse_go_duration;
 use crate::policy::schema_check::show;
@@ -35,7 +35,7 @@ const TIMING_KEYS: [&str; 3] = ["lease-duration", "renew-deadline", "retry-perio
 /// The camelCase keys knative.dev/pkg still reads before the kebab ones.
 pub const LEGACY_KEYS: [&str; 3] = ["leaseDuration", "renewDeadline", "retryPeriod"];
 /// What this module reads or writes of `config-leader-election` ([`super::view`]).
-pub(crate) const READS: &[super::view::Read] = &[
+pub(crate) const READS: &[super::reads::Read] = &[
     Members(&[DATA], &[BUCKETS]),
     Members(&[DATA], &TIMING_KEYS),
     Members(&[DATA], &LEGACY_KEYS),

@@ -12,20 +12,18 @@ use std::borrow::Cow;
 use serde_json::{Map, Value, json};
 
 use super::patch::Patcher;
+use super::reads::Read::{self, Whole};
 use super::records::{
     self, PRIORITY_CLASS, REPLICAS as RECORDED_REPLICAS, ROLLOUT_MAX_UNAVAILABLE, TOPOLOGY_SPREAD,
 };
 use super::restore;
-use super::view::Read::{self, Whole};
 use super::{EngineError, Handled, Target, affinity, leader};
 use crate::knative;
 use crate::policy::validate::parse_percent;
 use crate::policy::{AntiAffinityType, PodAntiAffinity, TopologySpread};
 
 const REPLICAS: &[&str] = &["spec", "replicas"];
-pub(crate) const MATCH_LABELS: &[&str] = &["spec", "selector", "matchLabels"];
-pub(crate) const ANTI_AFFINITY: &[&str] =
-    &["spec", "template", "spec", "affinity", "podAntiAffinity"];
+use super::affinity::{ANTI_AFFINITY, MATCH_LABELS};
 const SPREAD: &[&str] = &["spec", "template", "spec", "topologySpreadConstraints"];
 const STRATEGY_TYPE: &[&str] = &["spec", "strategy", "type"];
 const MAX_UNAVAILABLE: &[&str] = &["spec", "strategy", "rollingUpdate", "maxUnavailable"];

@@ -17,8 +17,9 @@
 use serde_json::{Value, json};
 
 use super::patch::Patcher;
+use super::reads::Read::{self, Members, Whole};
 use super::records::ANNOTATIONS;
-use super::view::Read::{self, Members, Whole};
+pub use super::records::{ORIGINAL_MAX, ORIGINAL_MIN, WRITTEN_MAX, WRITTEN_MIN};
 use super::{EngineError, Handled, Target};
 
 const MIN: &[&str] = &["spec", "minReplicas"];
@@ -26,10 +27,6 @@ const MAX: &[&str] = &["spec", "maxReplicas"];
 const TARGET_KIND: &[&str] = &["spec", "scaleTargetRef", "kind"];
 /// The Deployment an HPA scales.
 pub(crate) const TARGET_NAME: &[&str] = &["spec", "scaleTargetRef", "name"];
-pub const ORIGINAL_MIN: &str = "knativeha.dev/original-min-replicas";
-pub const ORIGINAL_MAX: &str = "knativeha.dev/original-max-replicas";
-pub const WRITTEN_MIN: &str = "knativeha.dev/written-min-replicas";
-pub const WRITTEN_MAX: &str = "knativeha.dev/written-max-replicas";
 
 /// What this module reads or writes of an HPA ([`super::view`]).
 pub(crate) const READS: &[Read] = &[

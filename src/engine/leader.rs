@@ -11,8 +11,8 @@ use super::change::Change;
 use serde_json::{Value, json};
 
 use super::patch::Patcher;
+use super::reads::Read::{self, Each, Whole};
 use super::records::{self, ORIGINAL_DISABLE_HA, ROLLOUT_MAX_SURGE};
-use super::view::Read::{self, Each, Whole};
 use super::{DISABLE_HA_FLAG, EngineError, Target};
 use crate::knative;
 use crate::policy::LeaderElection;

@@ -25,6 +25,7 @@ pub mod kinds;
 pub mod leader;
 pub mod patch;
 pub mod pdb;
+pub mod reads;
 pub mod records;
 pub mod restore;
 pub mod scale;
@@ -34,7 +35,7 @@ pub mod view;
 pub use change::{Cause, Change};
 pub(crate) use target::{Target, check_parents, lookup};
 
-use view::Read::{self, Members};
+use reads::Read::{self, Members};
 
 use std::collections::BTreeSet;
 

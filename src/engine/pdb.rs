@@ -18,8 +18,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
 use super::patch::Patcher;
+use super::reads::Read::{self, Members};
 use super::records::ANNOTATIONS;
-use super::view::Read::{self, Members};
 use super::{EngineError, Handled, Target};
 use crate::policy::Policy;
 use crate::policy::disruption::{self, Fewest};

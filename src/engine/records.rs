@@ -22,7 +22,7 @@ use super::change::Change;
 use serde_json::{Map, Value};
 
 use super::patch::Patcher;
-use super::view::Read::{self, Members, Whole};
+use super::reads::Read::{self, Members, Whole};
 use super::{EngineError, Target};
 use crate::policy::schema_check::show;
 
@@ -75,15 +75,22 @@ pub const PRIORITY_CLASS: RecordedField = RecordedField {
     path: &["spec", "template", "spec", "priorityClassName"],
     written: None,
 };
-/// HorizontalPodAutoscaler `spec.minReplicas` ([`super::hpa::ORIGINAL_MIN`]).
+/// HorizontalPodAutoscaler: the `minReplicas` and `maxReplicas` the engine
+/// found, and its own last writes of them ([`super::hpa`]).
+pub const ORIGINAL_MIN: &str = "knativeha.dev/original-min-replicas";
+pub const ORIGINAL_MAX: &str = "knativeha.dev/original-max-replicas";
+pub const WRITTEN_MIN: &str = "knativeha.dev/written-min-replicas";
+pub const WRITTEN_MAX: &str = "knativeha.dev/written-max-replicas";
+
+/// HorizontalPodAutoscaler `spec.minReplicas` ([`ORIGINAL_MIN`]).
 pub const HPA_MIN: RecordedField = RecordedField {
-    annotation: super::hpa::ORIGINAL_MIN,
+    annotation: ORIGINAL_MIN,
     path: &["spec", "minReplicas"],
     written: None,
 };
-/// HorizontalPodAutoscaler `spec.maxReplicas` ([`super::hpa::ORIGINAL_MAX`]).
+/// HorizontalPodAutoscaler `spec.maxReplicas` ([`ORIGINAL_MAX`]).
 pub const HPA_MAX: RecordedField = RecordedField {
-    annotation: super::hpa::ORIGINAL_MAX,
+    annotation: ORIGINAL_MAX,
     path: &["spec", "maxReplicas"],
     written: None,
 };
@@ -121,8 +128,8 @@ pub const RECORD_ANNOTATIONS: [&str; 20] = [
     PRIORITY_CLASS.annotation,
     HPA_MIN.annotation,
     HPA_MAX.annotation,
-    super::hpa::WRITTEN_MIN,
-    super::hpa::WRITTEN_MAX,
+    WRITTEN_MIN,
+    WRITTEN_MAX,
     PDB_ORIGINAL,
     PDB_WRITTEN,
     ORIGINAL_DISABLE_HA,

@@ -10,7 +10,7 @@
 use serde_json::json;
 
 use super::patch::Patcher;
-use super::view::Read::{self, Whole};
+use super::reads::Read::{self, Whole};
 use super::{Handled, Target, leader};
 
 const REPLICAS: &[&str] = &["spec", "replicas"];

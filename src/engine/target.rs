@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::view::Read::{self, Whole};
+use super::reads::Read::{self, Whole};
 use super::{Cause, Change, EngineError, Kind, hpa};
 use crate::knative;
 use crate::policy::{Policy, WorkloadOverride};

@@ -39,20 +39,7 @@ use serde_json::{Map, Value};
 
 use super::{budgets, configmap, deployment, hpa, leader, pdb, records, restore, scale, target};
 
-/// A path of object keys, as the engine's reads take it.
-pub(crate) type Path = &'static [&'static str];
-
-/// What an engine module reads or writes of an object: the view keeps it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Read {
-    /// The value at the path, whole.
-    Whole(Path),
-    /// These members of the object at the path, each whole.
-    Members(Path, &'static [&'static str]),
-    /// Every element of the list at the path; of each, these members, each
-    /// whole.
-    Each(Path, &'static [&'static str]),
-}
+use super::reads::{Path, Read};
 
 /// Every module's reads: what the view keeps of any object.
 const ENGINE: &[&[Read]] = &[

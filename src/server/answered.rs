@@ -1,5 +1,5 @@
 //! One answered review: counted in the metrics, logged once (the review
-//! line), and turned into its HTTP answer ([`super::routes::http_answer`]).
+//! line), and turned into its HTTP answer ([`http_answer`]).
 
 use std::borrow::Cow;
 use std::time::Instant;
@@ -8,13 +8,30 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use tracing::Level;
 
-use super::routes::http_answer;
 use crate::admission::{Answer, ReviewOutcome};
 use crate::telemetry::{KindLabels, Metrics, RequestLabels, loggable};
+use axum::http::StatusCode;
 
 /// The review line's target, the routes' module as it always was (log
 /// filters name it).
 const TARGET: &str = "knative_ha_webhook::server::routes";
+
+/// A JSON error body for non-review answers (400, 404, 405, 413, ...).
+pub(super) fn error_body(code: u16, reason: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({ "code": code, "reason": reason, "message": message })
+}
+
+/// The HTTP status and JSON body of a review's answer: 200 and the
+/// AdmissionReview, or 400 and an error object saying what is wrong.
+pub fn http_answer(answer: Answer<'_>) -> (StatusCode, Vec<u8>) {
+    match answer {
+        Answer::Reviewed(reviewed) => (StatusCode::OK, reviewed.body),
+        Answer::BadRequest(bad) => {
+            let body = error_body(400, "BadRequest", &bad.reason);
+            (StatusCode::BAD_REQUEST, body.to_string().into_bytes())
+        }
+    }
+}
 
 /// The change lines of a review for its log line: joined with `; `, at most
 /// [`CHANGES_LOG_BYTES`] (clipped, saying how much more), control

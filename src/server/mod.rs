@@ -20,9 +20,10 @@ mod stall;
 
 use std::net::SocketAddr;
 
+pub use answered::http_answer;
 pub use budget::{Budget, DEFAULT_BUDGET_BYTES, DEFAULT_BUDGET_WAIT};
 pub use limits::Limits;
-pub use routes::{AppState, http_answer, router, router_with_budget};
+pub use routes::{AppState, router, router_with_budget};
 pub use serving::{Listeners, Serving, Settings};
 
 /// Default connection cap of the metrics/probe listener.

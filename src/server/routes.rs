@@ -2,7 +2,7 @@
 //! [`crate::admission::review`]), `POST /validate` (around
 //! [`crate::admission::validate`]: policy objects; same limits, budget and
 //! deadline) and JSON answers for everything else. Every HTTP status is
-//! chosen here ([`http_answer`] for reviews).
+//! chosen here or in [`super::answered`] (reviews).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::BodyExt;
 
-use super::answered::respond;
+use super::answered::{error_body, respond};
 use super::budget::{Budget, Charge};
 use crate::admission::{self, Answer, MAX_BODY_BYTES, ReviewOptions};
 use crate::store::{PolicyStore, Snapshot};
@@ -54,26 +54,9 @@ pub fn router_with_budget(state: AppState, budget: Budget) -> Router {
         .with_state(Arc::new(state))
 }
 
-/// A JSON error body for non-review answers (400, 404, 405, 413, ...).
-fn error_body(code: u16, reason: &str, message: &str) -> serde_json::Value {
-    serde_json::json!({ "code": code, "reason": reason, "message": message })
-}
-
 fn json_error(status: StatusCode, reason: &str, message: &str) -> Response {
     let body = error_body(status.as_u16(), reason, message);
     (status, axum::Json(body)).into_response()
-}
-
-/// The HTTP status and JSON body of a review's answer: 200 and the
-/// AdmissionReview, or 400 and an error object saying what is wrong.
-pub fn http_answer(answer: Answer<'_>) -> (StatusCode, Vec<u8>) {
-    match answer {
-        Answer::Reviewed(reviewed) => (StatusCode::OK, reviewed.body),
-        Answer::BadRequest(bad) => {
-            let body = error_body(400, "BadRequest", &bad.reason);
-            (StatusCode::BAD_REQUEST, body.to_string().into_bytes())
-        }
-    }
 }
 
 async fn not_found(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> Response {

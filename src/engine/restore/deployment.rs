@@ -4,11 +4,11 @@
 
 use serde_json::{Map, Value};
 
-use crate::engine::deployment::{ANTI_AFFINITY, MATCH_LABELS};
+use crate::engine::affinity::{ANTI_AFFINITY, MATCH_LABELS};
 use crate::engine::leader::{ARGS, CONTAINERS, HASH_PATH as HASH, NAME};
 use crate::engine::patch::Patcher;
+use crate::engine::reads::Read::{self, Each, Whole};
 use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
-use crate::engine::view::Read::{self, Each, Whole};
 use crate::policy::schema_check::show;
 
 /// What this module reads or writes of a Deployment ([`crate::engine::view`]).

@@ -9,8 +9,8 @@
 use crate::engine::change::Change;
 use crate::engine::leader::{HASH_ANNOTATION, HASH_PATH as HASH};
 use crate::engine::patch::Patcher;
+use crate::engine::reads::Read::{self, Whole};
 use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
-use crate::engine::view::Read::{self, Whole};
 use crate::engine::{EngineError, Target};
 use crate::policy::schema_check::show;
 

@@ -24,8 +24,8 @@ pub use unclaimed::{WHY, carries_records, undo_unclaimed};
 use serde_json::Value;
 
 use super::patch::Patcher;
+use super::reads::Read::{self, Whole};
 use super::records::{PutBack, annotation, put_back, remove_pruned};
-use super::view::Read::{self, Whole};
 use super::{Cause, Change, EngineError, Kind, LEADER_ELECTION_CONFIGMAP, Mutated, Mutation};
 use crate::policy::schema_check::show;
 
@@ -107,7 +107,7 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
         && let Some(pt) = p.as_mut()
     {
         // The engine's record of its own last write goes with the originals.
-        for key in [super::hpa::WRITTEN_MIN, super::hpa::WRITTEN_MAX] {
+        for key in [super::records::WRITTEN_MIN, super::records::WRITTEN_MAX] {
             remove_pruned(pt, &["metadata", "annotations", key]);
         }
     }

@@ -8,8 +8,8 @@
 
 use serde_json::Value;
 
+use crate::engine::reads::Read::{self, Members};
 use crate::engine::records::{ANNOTATIONS, RECORD_ANNOTATIONS};
-use crate::engine::view::Read::{self, Members};
 use crate::engine::{EngineError, Mutated, SKIP_LABEL, leader, lookup};
 
 const LABELS: &[&str] = &["metadata", "labels"];
