@@ -43,6 +43,10 @@ pub struct RecordedField {
     /// the field, where it keeps one: a field that differs from it was
     /// changed by someone else since, and is kept when the record goes.
     pub written: Option<&'static str>,
+    /// The value the API server writes where the field is unset: recorded
+    /// as unset, as in the manifests (`preview` records what a plain
+    /// `kubectl apply` would store, before the API server's defaults).
+    pub defaulted: Option<&'static str>,
 }
 
 /// Deployment `spec.replicas`.
@@ -50,30 +54,39 @@ pub const REPLICAS: RecordedField = RecordedField {
     annotation: "knativeha.dev/original-replicas",
     path: &["spec", "replicas"],
     written: None,
+    defaulted: None,
 };
+/// What the API server writes into a RollingUpdate's unset `maxSurge` and
+/// `maxUnavailable`.
+const ROLLING_UPDATE_DEFAULT: &str = "25%";
+
 /// Deployment `spec.strategy.rollingUpdate.maxUnavailable`.
 pub const ROLLOUT_MAX_UNAVAILABLE: RecordedField = RecordedField {
     annotation: "knativeha.dev/original-rollout-max-unavailable",
     path: &["spec", "strategy", "rollingUpdate", "maxUnavailable"],
     written: None,
+    defaulted: Some(ROLLING_UPDATE_DEFAULT),
 };
 /// Deployment `spec.strategy.rollingUpdate.maxSurge`.
 pub const ROLLOUT_MAX_SURGE: RecordedField = RecordedField {
     annotation: "knativeha.dev/original-rollout-max-surge",
     path: &["spec", "strategy", "rollingUpdate", "maxSurge"],
     written: None,
+    defaulted: Some(ROLLING_UPDATE_DEFAULT),
 };
 /// Deployment `spec.template.spec.topologySpreadConstraints`.
 pub const TOPOLOGY_SPREAD: RecordedField = RecordedField {
     annotation: "knativeha.dev/original-topology-spread-constraints",
     path: &["spec", "template", "spec", "topologySpreadConstraints"],
     written: None,
+    defaulted: None,
 };
 /// Deployment `spec.template.spec.priorityClassName`.
 pub const PRIORITY_CLASS: RecordedField = RecordedField {
     annotation: "knativeha.dev/original-priority-class-name",
     path: &["spec", "template", "spec", "priorityClassName"],
     written: None,
+    defaulted: None,
 };
 /// HorizontalPodAutoscaler: the `minReplicas` and `maxReplicas` the engine
 /// found, and its own last writes of them ([`super::hpa`]).
@@ -87,12 +100,14 @@ pub const HPA_MIN: RecordedField = RecordedField {
     annotation: ORIGINAL_MIN,
     path: &["spec", "minReplicas"],
     written: None,
+    defaulted: None,
 };
 /// HorizontalPodAutoscaler `spec.maxReplicas` ([`ORIGINAL_MAX`]).
 pub const HPA_MAX: RecordedField = RecordedField {
     annotation: ORIGINAL_MAX,
     path: &["spec", "maxReplicas"],
     written: None,
+    defaulted: None,
 };
 /// `config-leader-election` keys the engine writes.
 pub const LEADER_ELECTION_KEYS: [RecordedField; 4] = [
@@ -100,21 +115,25 @@ pub const LEADER_ELECTION_KEYS: [RecordedField; 4] = [
         annotation: "knativeha.dev/original-data-buckets",
         path: &["data", "buckets"],
         written: Some("knativeha.dev/written-data-buckets"),
+        defaulted: None,
     },
     RecordedField {
         annotation: "knativeha.dev/original-data-lease-duration",
         path: &["data", "lease-duration"],
         written: Some("knativeha.dev/written-data-lease-duration"),
+        defaulted: None,
     },
     RecordedField {
         annotation: "knativeha.dev/original-data-renew-deadline",
         path: &["data", "renew-deadline"],
         written: Some("knativeha.dev/written-data-renew-deadline"),
+        defaulted: None,
     },
     RecordedField {
         annotation: "knativeha.dev/original-data-retry-period",
         path: &["data", "retry-period"],
         written: Some("knativeha.dev/written-data-retry-period"),
+        defaulted: None,
     },
 ];
 
@@ -217,7 +236,9 @@ pub(crate) fn record(
     if annotation(t.object, r.annotation).is_some() {
         return Ok(());
     }
-    let original = super::lookup(t.object, r.path).unwrap_or(&Value::Null);
+    let original = super::lookup(t.object, r.path)
+        .filter(|v| r.defaulted.is_none_or(|d| v.as_str() != Some(d)))
+        .unwrap_or(&Value::Null);
     let path = ["metadata", "annotations", r.annotation];
     super::check_parents(t, &path)?;
     p.set(&path, Value::String(original.to_string()))

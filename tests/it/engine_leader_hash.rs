@@ -186,3 +186,23 @@ fn leader_elected_deployments_start_every_new_pod_at_once() {
     let restored = restored.object.unwrap_or(out);
     assert_eq!(restored.pointer(MAX_SURGE), None);
 }
+
+/// The API server writes `maxSurge: 25%` into a RollingUpdate that leaves
+/// it unset (the autoscaler ships `rollingUpdate: {maxUnavailable: 0}`):
+/// at admission the engine sees it so, and records it as unset, as
+/// `preview` does on the manifest, so the stored object equals preview's.
+#[test]
+fn the_api_servers_default_surge_is_recorded_as_unset() {
+    let p = support::serving_policy("  replicas: 3\n  leaderElection: {buckets: 3}\n");
+    let mut stored = support::fixture("Deployment", NS, "autoscaler");
+    stored["spec"]["strategy"]["rollingUpdate"]["maxSurge"] = json!("25%");
+    let (out, changes) = mutate(&p, &stored, &ctx(None));
+    assert_eq!(out.pointer(MAX_SURGE), Some(&json!("100%")), "{changes:?}");
+    assert_eq!(out["metadata"]["annotations"][SURGE_RECORD], json!("null"));
+    let manifest = support::fixture("Deployment", NS, "autoscaler");
+    let (previewed, _) = mutate(&p, &manifest, &ctx(None));
+    assert_eq!(
+        out["metadata"]["annotations"], previewed["metadata"]["annotations"],
+        "the records are preview's"
+    );
+}
