@@ -127,9 +127,9 @@ pub(super) struct StatusOut {
     pub(super) message: String,
 }
 
-pub(super) fn bad_request(message: String) -> Answer<'static> {
+pub(super) fn bad_request(why: super::BadReview) -> Answer<'static> {
     // serde's messages quote the offending content: never echo it whole.
     Answer::BadRequest(BadRequest {
-        reason: clip(&message, 4 * ECHO_BYTES),
+        reason: clip(&why.to_string(), 4 * ECHO_BYTES),
     })
 }

@@ -28,6 +28,7 @@ use serde_json::Value;
 
 pub use answer::{Answer, BadRequest, Reviewed};
 use answer::{ResponseOut, ReviewOut, StatusOut, bad_request};
+pub use request::BadReview;
 use request::ObjectIn;
 pub use request::{ECHO_BYTES, MAX_UID_BYTES};
 pub use validate::validate;
@@ -116,14 +117,14 @@ fn kind_label(kind: &str) -> &'static str {
 fn open<'a>(
     body: &'a [u8],
     wants: request::Wants<'_>,
-) -> Result<(request::Parsed<'a>, Operation, &'static str), String> {
+) -> Result<(request::Parsed<'a>, Operation, &'static str), BadReview> {
     let parsed = request::parse_review(body, wants)?;
     match parse_operation(&parsed.request.operation.0) {
         Some((operation, label)) => Ok((parsed, operation, label)),
-        None => Err(format!(
-            "AdmissionReview request.operation: unknown operation {:?}",
-            clip(&parsed.request.operation.0, ECHO_BYTES)
-        )),
+        None => Err(BadReview::Operation(clip(
+            &parsed.request.operation.0,
+            ECHO_BYTES,
+        ))),
     }
 }
 
@@ -253,7 +254,7 @@ fn apply_policy<'r>(
     reply: &mut Reviewed<'r>,
     response: &mut ResponseOut<'_>,
     opts: &ReviewOptions,
-) -> Result<(), String> {
+) -> Result<(), BadReview> {
     let mutation = match object {
         None => governed.mutate(&reply.namespace, &Value::Null),
         Some(ObjectIn::View(view)) => governed.mutate(&reply.namespace, &view),
@@ -261,7 +262,7 @@ fn apply_policy<'r>(
             Ok(object) => governed.mutate(&reply.namespace, &object),
             // Only a number out of range gets here (the text was
             // scanned already): the full parse refused those too.
-            Err(e) => return Err(format!("AdmissionReview request.object: {e}")),
+            Err(e) => return Err(BadReview::Object(e)),
         },
     };
     answer(mutation, reply, response, opts);
@@ -280,12 +281,11 @@ fn undo_unclaimed(
     reply: &mut Reviewed<'_>,
     response: &mut ResponseOut<'_>,
     opts: &ReviewOptions,
-) -> Result<(), String> {
+) -> Result<(), BadReview> {
     if !engine::view::records(raw.get()) {
         return Ok(());
     }
-    let object = engine::view::parse(raw.get())
-        .map_err(|e| format!("AdmissionReview request.object: {e}"))?;
+    let object = engine::view::parse(raw.get()).map_err(BadReview::Object)?;
     let mutation = engine::outcome(engine::Answering::Unclaimed, &reply.namespace, &object)
         .map(|o| o.mutation);
     answer(mutation, reply, response, opts);
@@ -329,8 +329,9 @@ fn answer(
 /// scanned (`None`; [`review`] would then view a governed object in a
 /// second pass). (For the `parse` benchmark.)
 pub fn parse(snapshot: &Snapshot, body: &[u8]) -> Result<Option<Value>, BadRequest> {
-    let parsed = request::parse_review(body, &wants_view(snapshot))
-        .map_err(|reason| BadRequest { reason })?;
+    let parsed = request::parse_review(body, &wants_view(snapshot)).map_err(|why| BadRequest {
+        reason: why.to_string(),
+    })?;
     match parsed.request.object {
         Some(ObjectIn::View(view)) => Ok(Some(view)),
         _ => Ok(None),

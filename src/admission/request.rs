@@ -216,12 +216,38 @@ pub(crate) struct Parsed<'a> {
     pub request: RequestIn<'a>,
 }
 
+/// Why a body is not a usable AdmissionReview: the 400 answer's reason
+/// (each cause's text is part of it: the API server shows the reason whole).
+#[derive(Debug, thiserror::Error)]
+pub enum BadReview {
+    #[error("body is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("not an AdmissionReview: the body is JSON but not an object")]
+    NotAnObject,
+    #[error("not an AdmissionReview: {0}")]
+    NotAReview(serde_json::Error),
+    #[error(
+        "not an AdmissionReview: apiVersion {api_version:?}, kind {kind:?} (want admission.k8s.io/v1, AdmissionReview)"
+    )]
+    Kind { api_version: String, kind: String },
+    #[error("AdmissionReview has no request")]
+    NoRequest,
+    #[error("AdmissionReview request: {0}")]
+    Request(serde_json::Error),
+    #[error("AdmissionReview request.uid is {0} bytes; at most {MAX_UID_BYTES} are accepted")]
+    UidTooLong(usize),
+    #[error("AdmissionReview request.operation: unknown operation {0:?}")]
+    Operation(String),
+    #[error("AdmissionReview request.object: {0}")]
+    Object(serde_json::Error),
+}
+
 /// Parses the body in one pass, building the engine's view of the object
 /// in that pass when `wants` asks for it. When that fails, the message comes from
 /// that pass's error and a look at the outer shape that allocates nothing
 /// for the object, so a bad body never costs a second full parse.
 /// Returns why the body is not a usable AdmissionReview.
-pub(crate) fn parse_review<'a>(body: &'a [u8], wants: Wants<'_>) -> Result<Parsed<'a>, String> {
+pub(crate) fn parse_review<'a>(body: &'a [u8], wants: Wants<'_>) -> Result<Parsed<'a>, BadReview> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let fast = ReviewSeed(wants)
         .deserialize(&mut de)
@@ -234,15 +260,13 @@ pub(crate) fn parse_review<'a>(body: &'a [u8], wants: Wants<'_>) -> Result<Parse
         ),
         Err(fast) => {
             if let Err(e) = serde_json::from_slice::<IgnoredAny>(body) {
-                return Err(format!("body is not JSON: {e}"));
+                return Err(BadReview::NotJson(e));
             }
             if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-                return Err(
-                    "not an AdmissionReview: the body is JSON but not an object".to_string()
-                );
+                return Err(BadReview::NotAnObject);
             }
-            let shape = serde_json::from_slice::<ReviewShape>(body)
-                .map_err(|e| format!("not an AdmissionReview: {e}"))?;
+            let shape =
+                serde_json::from_slice::<ReviewShape>(body).map_err(BadReview::NotAReview)?;
             (
                 shape.api_version.map(Cow::Owned),
                 shape.kind.map(Cow::Owned),
@@ -253,20 +277,17 @@ pub(crate) fn parse_review<'a>(body: &'a [u8], wants: Wants<'_>) -> Result<Parse
     let api_version = api_version.unwrap_or_default();
     let kind = review_kind.unwrap_or_default();
     if kind != "AdmissionReview" || !api_version.starts_with("admission.k8s.io/") {
-        return Err(format!(
-            "not an AdmissionReview: apiVersion {:?}, kind {:?} \
-             (want admission.k8s.io/v1, AdmissionReview)",
-            clip(&api_version, ECHO_BYTES),
-            clip(&kind, ECHO_BYTES),
-        ));
+        return Err(BadReview::Kind {
+            api_version: clip(&api_version, ECHO_BYTES),
+            kind: clip(&kind, ECHO_BYTES),
+        });
     }
     match request {
-        None => Err("AdmissionReview has no request".to_string()),
-        Some(Err(e)) => Err(format!("AdmissionReview request: {e}")),
-        Some(Ok(request)) if request.uid.0.len() > MAX_UID_BYTES => Err(format!(
-            "AdmissionReview request.uid is {} bytes; at most {MAX_UID_BYTES} are accepted",
-            request.uid.0.len()
-        )),
+        None => Err(BadReview::NoRequest),
+        Some(Err(e)) => Err(BadReview::Request(e)),
+        Some(Ok(request)) if request.uid.0.len() > MAX_UID_BYTES => {
+            Err(BadReview::UidTooLong(request.uid.0.len()))
+        }
         Some(Ok(request)) => Ok(Parsed {
             api_version,
             kind,
@@ -338,6 +359,7 @@ mod tests {
             parse_review(review(request).as_bytes(), &wants)
                 .err()
                 .unwrap()
+                .to_string()
         };
         assert!(err(r#""operation": "CREATE""#).contains("missing field `uid`"));
         assert!(err(r#""uid": "u""#).contains("missing field `operation`"));

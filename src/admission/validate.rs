@@ -79,7 +79,7 @@ pub fn validate(body: &[u8]) -> Answer<'_> {
         (Operation::Create | Operation::Update, Some(target), Some(ObjectIn::Raw(raw))) => {
             match serde_json::from_str::<Value>(raw.get()) {
                 Ok(object) => errors_of(target, &object),
-                Err(e) => return bad_request(format!("AdmissionReview request.object: {e}")),
+                Err(e) => return bad_request(super::BadReview::Object(e)),
             }
         }
         _ => None,
