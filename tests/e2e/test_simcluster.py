@@ -17,6 +17,7 @@ cluster is the test's alone: Knative Serving, Kourier and their CRDs are deleted
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import threading
 import time
@@ -284,7 +285,10 @@ class SimulatedCluster(unittest.TestCase):
             self.assertEqual((r.end_ready, r.pending), (r.want, 0), f"zone loss: {c}: {r.line()}")
         evicted = steps["evict every controller pod"][f"{SERVING}/controller"]
         self.assertGreaterEqual(evicted.min_ready, 2, f"the controller's created budget: {evicted.line()}")
-        self.assertIn("evicted 1 of 3 at once, 2 refused (budgets: ['controller-pdb'])", evicted.note, evicted.line())
+        # Evictions go one after another: a replacement the fake kubelets make Ready at once can free
+        # the budget again before the last one, so how many go varies; some must be refused.
+        m = re.search(r"evicted (\d+) of 3 at once, (\d+) refused \(budgets: \['controller-pdb'\]\)", evicted.note)
+        self.assertTrue(m and int(m.group(2)) >= 1, evicted.line())
         scaled = steps["HPA scale-out to 5"][f"{SERVING}/activator"]
         self.assertEqual((scaled.end_ready, scaled.pending), (5, 0), scaled.line())
 
