@@ -6,11 +6,12 @@
 //! the first change and put back when no policy setting asks for them any
 //! more ([`super::restore`]).
 
-use super::change::Change;
 use std::borrow::Cow;
 
 use serde_json::{Map, Value, json};
 
+use super::affinity::{ANTI_AFFINITY, MATCH_LABELS};
+use super::change::Change;
 use super::patch::Patcher;
 use super::reads::Read::{self, Whole};
 use super::records::{
@@ -23,16 +24,13 @@ use crate::policy::validate::parse_percent;
 use crate::policy::{AntiAffinityType, PodAntiAffinity, TopologySpread};
 
 const REPLICAS: &[&str] = &["spec", "replicas"];
-use super::affinity::{ANTI_AFFINITY, MATCH_LABELS};
 const SPREAD: &[&str] = &["spec", "template", "spec", "topologySpreadConstraints"];
-const STRATEGY_TYPE: &[&str] = &["spec", "strategy", "type"];
-const MAX_UNAVAILABLE: &[&str] = &["spec", "strategy", "rollingUpdate", "maxUnavailable"];
+const MAX_UNAVAILABLE: &[&str] = ROLLOUT_MAX_UNAVAILABLE.path;
 
 /// What this module reads or writes of a Deployment ([`super::view`]).
 pub(crate) const READS: &[Read] = &[
     Whole(REPLICAS),
     Whole(MATCH_LABELS),
-    Whole(STRATEGY_TYPE),
     Whole(MAX_UNAVAILABLE),
     Whole(ANTI_AFFINITY),
     Whole(SPREAD),
@@ -266,20 +264,18 @@ fn rolling_update(
     p: &mut Option<Patcher>,
     changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
-    if t.str_at(STRATEGY_TYPE)?
-        .is_some_and(|s| s != "RollingUpdate")
-    {
+    if !t.rolls_updates()? {
         return Ok(());
     }
     let current = super::lookup(t.object, MAX_UNAVAILABLE).filter(|v| !v.is_null());
-    // Kubernetes rounds a maxUnavailable percentage down.
+    // Kubernetes rounds a maxUnavailable percentage down; saturating: the
+    // replicas come from the object as they are.
+    let of_replicas =
+        |s: &str| parse_percent(s).map_or(1, |p| replicas.saturating_mul(i64::from(p)) / 100);
     let resolved = match current {
-        // Saturating: the replicas come from the object as they are.
-        None => replicas.saturating_mul(25) / 100,
+        None => of_replicas(records::ROLLING_UPDATE_DEFAULT),
         Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
-        Some(Value::String(s)) => {
-            parse_percent(s).map_or(1, |p| replicas.saturating_mul(i64::from(p)) / 100)
-        }
+        Some(Value::String(s)) => of_replicas(s),
         Some(_) => 1,
     };
     if resolved > 0 {
@@ -291,7 +287,7 @@ fn rolling_update(
         .map_err(|e| t.malformed(e))?;
     changes.push(t.change(format!(
         "spec.strategy.rollingUpdate.maxUnavailable {} -> 1 (Required anti-affinity with {replicas} replicas: a rollout must be able to stop a pod before its replacement can schedule)",
-        current.map_or("unset (25%)".to_string(), crate::policy::schema_check::show)
+        records::show_rolling(current)
     )));
     Ok(())
 }

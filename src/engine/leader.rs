@@ -7,9 +7,9 @@
 //! removed, whatever the policy says (several replicas without a leader
 //! all reconcile every key).
 
-use super::change::Change;
 use serde_json::{Value, json};
 
+use super::change::Change;
 use super::patch::Patcher;
 use super::reads::Read::{self, Each, Whole};
 use super::records::{self, ORIGINAL_DISABLE_HA, ROLLOUT_MAX_SURGE};
@@ -166,13 +166,11 @@ fn settings_annotation(
     Ok(true)
 }
 
-const STRATEGY_TYPE: &[&str] = &["spec", "strategy", "type"];
-const MAX_SURGE: &[&str] = &["spec", "strategy", "rollingUpdate", "maxSurge"];
+const MAX_SURGE: &[&str] = ROLLOUT_MAX_SURGE.path;
 const EVERY_POD: &str = "100%";
 
 /// What this module reads or writes of a Deployment ([`super::view`]).
 pub(crate) const READS: &[Read] = &[
-    Whole(STRATEGY_TYPE),
     Whole(MAX_SURGE),
     Whole(HASH_PATH),
     Each(CONTAINERS, &[NAME, ARGS]),
@@ -191,10 +189,7 @@ fn all_at_once(
     p: &mut Option<Patcher>,
     changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
-    if !wanted
-        || t.str_at(STRATEGY_TYPE)?
-            .is_some_and(|s| s != "RollingUpdate")
-    {
+    if !wanted || !t.rolls_updates()? {
         return records::undo(t, p, &ROLLOUT_MAX_SURGE, changes);
     }
     let current = super::lookup(t.object, MAX_SURGE).filter(|v| !v.is_null());
@@ -207,7 +202,7 @@ fn all_at_once(
         .map_err(|e| t.malformed(e))?;
     changes.push(t.change(format!(
         "spec.strategy.rollingUpdate.maxSurge {} -> {EVERY_POD} (leader-elected: on a restart every new pod starts at once, so old and new settings lead side by side for one pod start)",
-        current.map_or("unset (25%)".to_string(), crate::policy::schema_check::show)
+        records::show_rolling(current)
     )));
     Ok(())
 }

@@ -18,9 +18,9 @@
 //! Every record annotation is named here ([`RECORD_ANNOTATIONS`]); the kind
 //! handlers below use these primitives and none of them uses a handler.
 
-use super::change::Change;
 use serde_json::{Map, Value};
 
+use super::change::Change;
 use super::patch::Patcher;
 use super::reads::Read::{self, Members, Whole};
 use super::{EngineError, Target};
@@ -58,7 +58,13 @@ pub const REPLICAS: RecordedField = RecordedField {
 };
 /// What the API server writes into a RollingUpdate's unset `maxSurge` and
 /// `maxUnavailable`.
-const ROLLING_UPDATE_DEFAULT: &str = "25%";
+pub(crate) const ROLLING_UPDATE_DEFAULT: &str = "25%";
+
+/// A RollingUpdate field's value for a change line: unset shows the
+/// default it stands for.
+pub(crate) fn show_rolling(current: Option<&Value>) -> String {
+    current.map_or_else(|| format!("unset ({ROLLING_UPDATE_DEFAULT})"), show)
+}
 
 /// Deployment `spec.strategy.rollingUpdate.maxUnavailable`.
 pub const ROLLOUT_MAX_UNAVAILABLE: RecordedField = RecordedField {

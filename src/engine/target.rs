@@ -33,6 +33,15 @@ impl Target<'_> {
         }
     }
 
+    /// Whether the Deployment rolls out by RollingUpdate (Kubernetes'
+    /// default where the type is unset), the only strategy whose maxSurge
+    /// and maxUnavailable count.
+    pub fn rolls_updates(&self) -> Result<bool, EngineError> {
+        Ok(self
+            .str_at(STRATEGY_TYPE)?
+            .is_none_or(|s| s == "RollingUpdate"))
+    }
+
     /// `kind/name: what (policy P)`.
     pub fn change(&self, what: impl std::fmt::Display) -> Change {
         Change::new(
@@ -185,7 +194,10 @@ const PDB_APP: &[&str] = &["spec", "selector", "matchLabels", "app"];
 
 /// What [`Target`] reads of an object ([`super::view`]; the HPA's target
 /// is [`hpa`]'s).
-pub(crate) const READS: &[Read] = &[Whole(PDB_APP)];
+pub(crate) const READS: &[Read] = &[Whole(PDB_APP), Whole(STRATEGY_TYPE)];
+
+/// A Deployment's `spec.strategy.type`.
+const STRATEGY_TYPE: &[&str] = &["spec", "strategy", "type"];
 
 /// Walks object keys; `None` when a key is missing or a parent is not an
 /// object (callers that write there report the malformed parent).

@@ -206,3 +206,21 @@ fn the_api_servers_default_surge_is_recorded_as_unset() {
         "the records are preview's"
     );
 }
+
+/// The API server refuses `rollingUpdate` beside `type: Recreate`: a
+/// Recreate Deployment gets neither the surge nor Required's
+/// maxUnavailable.
+#[test]
+fn a_recreate_deployment_gets_no_rolling_update_fields() {
+    let p = support::serving_policy(
+        "  replicas: 3\n  leaderElection: {buckets: 3}\n  podAntiAffinity: {type: Required, topologyKey: kubernetes.io/hostname}\n",
+    );
+    let mut d = support::fixture("Deployment", NS, "controller");
+    d["spec"]["strategy"] = json!({"type": "Recreate"});
+    let (out, changes) = mutate(&p, &d, &ctx(None));
+    assert_eq!(
+        out["spec"]["strategy"],
+        json!({"type": "Recreate"}),
+        "{changes:?}"
+    );
+}
