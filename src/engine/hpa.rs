@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::patch::Patcher;
 use super::reads::Read::{self, Members, Whole};
 use super::records::ANNOTATIONS;
-pub use super::records::{ORIGINAL_MAX, ORIGINAL_MIN, WRITTEN_MAX, WRITTEN_MIN};
+use super::records::{ORIGINAL_MAX, ORIGINAL_MIN, WRITTEN_MAX, WRITTEN_MIN};
 use super::{EngineError, Handled, Target};
 
 const MIN: &[&str] = &["spec", "minReplicas"];

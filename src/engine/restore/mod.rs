@@ -88,9 +88,9 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
         namespace,
         name,
     };
-    // Only config-leader-election of the ConfigMaps carries records; a
-    // Scale is restored through its Deployment.
-    if (kind == Kind::ConfigMap && name != LEADER_ELECTION_CONFIGMAP) || kind == Kind::Scale {
+    // Only config-leader-election of the ConfigMaps carries records (a
+    // Scale declares none: it is restored through its Deployment).
+    if kind == Kind::ConfigMap && name != LEADER_ELECTION_CONFIGMAP {
         return Ok(Mutated::default());
     }
     let records = kind.spec().records;
