@@ -1,7 +1,7 @@
 //! Loading policies: one document (JSON value or YAML text) through the
 //! schema check and the semantic rules, and multi-document files.
 
-use super::{HighAvailabilityPolicy, Policy, PolicyError, Result, schema_check, validate, wrapped};
+use super::{HighAvailabilityPolicy, Policy, PolicyError, Result, prune, validate, wrapped};
 
 impl Policy {
     /// Validates a parsed resource: every semantic rule, all errors collected.
@@ -23,16 +23,12 @@ impl Policy {
     }
 
     /// Parses and validates one policy given as a JSON value (as the cluster
-    /// source receives it from the API server). Unknown fields anywhere
-    /// (except inside `metadata` and `status`) are errors. Never panics.
+    /// source receives it from the API server), with every error
+    /// [`prune::check_all`] finds, as `check` and `/validate` report them.
+    /// Unknown fields anywhere (except inside `metadata` and `status`) are
+    /// errors. Never panics.
     pub fn from_json(value: &serde_json::Value) -> Result<Policy> {
-        let errors = schema_check::check_document(value);
-        if !errors.is_empty() {
-            return Err(PolicyError::from_list(errors));
-        }
-        let res: HighAvailabilityPolicy =
-            serde_json::from_value(value.clone()).map_err(|e| PolicyError::Parse(e.to_string()))?;
-        Policy::from_resource(&res)
+        prune::check_all(value).map_err(PolicyError::from_list)
     }
 
     /// Parses and validates one YAML (or JSON) policy document.

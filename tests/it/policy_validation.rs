@@ -404,6 +404,30 @@ fn all_errors_are_collected_not_just_the_first() {
     assert_eq!(errors_of(&doc).len(), 2);
 }
 
+/// The server's policy readers (the file source, the cluster source) and
+/// `check` / `/validate` report the same errors: a typo does not hide an
+/// out-of-range value in another field.
+#[test]
+fn a_typo_does_not_hide_a_bad_value_and_every_reader_says_the_same() {
+    let mut doc = base();
+    doc["spec"]["replcas"] = json!(3);
+    doc["spec"]["workloads"][0]["replicas"] = json!(101);
+    let paths: Vec<String> = errors_of(&doc).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(paths, ["spec.replcas", "spec.workloads[0].replicas"]);
+    let checked: Vec<String> = policy::prune::check_all(&doc)
+        .unwrap_err()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let read: Vec<String> = Policy::from_json(&doc)
+        .unwrap_err()
+        .flatten()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(read, checked);
+}
+
 #[test]
 fn raw_api_server_objects_are_accepted() {
     let mut doc = base();
