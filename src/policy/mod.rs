@@ -27,7 +27,10 @@ mod timing;
 pub mod validate;
 pub mod wrapped;
 
-pub use parse::{parse_policies, split_documents, written_target, written_target_yaml};
+pub use parse::{
+    DocumentRead, parse_policies, read_documents, split_documents, written_target,
+    written_target_yaml,
+};
 pub use spec::{
     AntiAffinityType, HighAvailabilityPolicy, HighAvailabilityPolicySpec,
     HighAvailabilityPolicyStatus, LeaderElection, NodeTaintsPolicy, PodAntiAffinity,
@@ -69,6 +72,9 @@ pub enum PolicyError {
     /// The text is not a YAML/JSON document at all.
     #[error("not a HighAvailabilityPolicy: {0}")]
     Parse(String),
+    /// One document of a file is not YAML (its line in the file).
+    #[error("invalid YAML: {0}")]
+    Yaml(String),
     /// Several errors (each an `Invalid` or `Parse`).
     #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
     Many(Vec<PolicyError>),

@@ -62,55 +62,103 @@ pub fn split_documents(text: &str) -> Vec<(usize, String)> {
         .collect()
 }
 
-/// Parses a multi-document policy file: every non-empty document must be a
-/// valid policy, a policy ConfigMap or a list of them (see [`wrapped`]).
-/// Errors name the (1-based) document index, the list item and the
+/// One policy document of a file, read and checked: where it stands and
+/// its policy, or every error of it (placed in its ConfigMap, not yet in
+/// its item or document). `check` reports these and the file source
+/// loads them, so both say the same of the same file.
+#[derive(Debug)]
+pub struct DocumentRead {
+    /// 1-based index of the YAML document in the file.
+    pub index: usize,
+    /// 1-based item, when the document is a list.
+    pub item: Option<usize>,
+    /// `NAMESPACE/NAME` of the policy ConfigMap the policy came in.
+    pub configmap: Option<String>,
+    pub outcome: std::result::Result<Policy, Vec<PolicyError>>,
+}
+
+impl DocumentRead {
+    /// An error of this document placed in its item and document.
+    pub fn placed(&self, error: PolicyError) -> PolicyError {
+        let error = match self.item {
+            Some(item) => PolicyError::Item {
+                item,
+                error: Box::new(error),
+            },
+            None => error,
+        };
+        PolicyError::Document {
+            index: self.index,
+            error: Box::new(error),
+        }
+    }
+}
+
+/// Every policy document of a multi-document file, in order: a policy, a
+/// policy ConfigMap or a list of them (see [`wrapped`]), each checked with
+/// every error [`prune::check_all`] finds. A document that is not YAML is
+/// one read with that error.
+pub fn read_documents(text: &str) -> Vec<DocumentRead> {
+    let mut out = Vec::new();
+    for doc in crate::yaml::documents(text) {
+        let value = match crate::yaml::parse(&doc) {
+            Ok(value) => value,
+            Err(e) => {
+                out.push(DocumentRead {
+                    index: doc.index,
+                    item: None,
+                    configmap: None,
+                    outcome: Err(vec![PolicyError::Yaml(e.to_string())]),
+                });
+                continue;
+            }
+        };
+        out.extend(wrapped::unwrap(value).into_iter().map(|found| {
+            let mut errors = found.errors.clone();
+            let outcome = match found.document.as_ref().map(prune::check_all) {
+                Some(Ok(policy)) if errors.is_empty() => Ok(policy),
+                Some(Err(e)) => {
+                    errors.extend(e.into_iter().map(|e| found.in_configmap(e)));
+                    Err(errors)
+                }
+                _ => Err(errors),
+            };
+            DocumentRead {
+                index: doc.index,
+                item: found.item,
+                configmap: found.configmap,
+                outcome,
+            }
+        }));
+    }
+    out
+}
+
+/// Parses a multi-document policy file ([`read_documents`]): every
+/// non-empty document must be a valid policy, a policy ConfigMap or a list
+/// of them. Errors name the (1-based) document index, the list item and the
 /// ConfigMap. Two policies for the same target namespace are an error.
 pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
     let mut policies: Vec<Policy> = Vec::new();
     let mut errors = Vec::new();
-    for (index, doc) in split_documents(text) {
-        let in_doc = |error| PolicyError::Document {
-            index,
-            error: Box::new(error),
-        };
-        let value: serde_json::Value = match serde_saphyr::from_str(&doc) {
-            Ok(value) => value,
+    for read in read_documents(text) {
+        let policy = match &read.outcome {
+            Ok(policy) => policy,
             Err(e) => {
-                errors.push(in_doc(PolicyError::Parse(e.to_string())));
+                errors.push(read.placed(PolicyError::from_list(e.clone())));
                 continue;
             }
         };
-        for found in wrapped::unwrap(value) {
-            errors.extend(
-                found
-                    .errors
-                    .iter()
-                    .cloned()
-                    .map(|e| in_doc(found.at_item(e))),
-            );
-            let Some(document) = &found.document else {
-                continue;
-            };
-            let policy = match Policy::from_json(document) {
-                Ok(policy) if found.errors.is_empty() => policy,
-                Ok(_) => continue,
-                Err(e) => {
-                    errors.push(in_doc(found.in_document(e)));
-                    continue;
-                }
-            };
-            let target = &policy.spec.target_namespace;
-            match policies.iter().find(|p| &p.spec.target_namespace == target) {
-                Some(other) => errors.push(in_doc(found.in_document(PolicyError::invalid(
-                    "spec.targetNamespace",
-                    format!(
-                        "{target:?} is already governed by policy {:?}; one policy per namespace",
-                        other.name
-                    ),
-                )))),
-                None => policies.push(policy),
-            }
+        let target = &policy.spec.target_namespace;
+        match policies.iter().find(|p| &p.spec.target_namespace == target) {
+            Some(other) => errors.push(read.placed(PolicyError::invalid(
+                "spec.targetNamespace",
+                format!(
+                    "{target:?} is already governed by policy {:?}; one policy per namespace",
+                    other.name
+                ),
+            ))),
+            None => policies.push(policy.clone()),
         }
     }
     if !errors.is_empty() {

@@ -11,8 +11,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::policy::names::{self, Unmatched};
-use crate::policy::wrapped::{self, Found};
-use crate::policy::{Policy, PolicyError, prune};
+use crate::policy::{DocumentRead, Policy, PolicyError, wrapped};
 use crate::yaml;
 
 /// A valid policy and where it came from.
@@ -45,56 +44,35 @@ fn lines(errors: Vec<PolicyError>, place: &str) -> Vec<String> {
         .collect()
 }
 
-/// One policy document found in document `index` of `file`.
-fn check_found(file: &str, index: usize, found: Found) -> Checked {
-    let place = match found.item {
-        Some(item) => format!("{file}: document {index}, item {item}"),
-        None => format!("{file}: document {index}"),
+/// One policy document of `file`, as [`crate::policy::read_documents`]
+/// read it.
+fn check_read(file: &str, read: DocumentRead) -> Checked {
+    let place = match read.item {
+        Some(item) => format!("{file}: document {}, item {item}", read.index),
+        None => format!("{file}: document {}", read.index),
     };
-    let mut errors = lines(found.errors.clone(), &place);
-    let Some(document) = &found.document else {
-        return Err(errors);
-    };
-    match prune::check_all(document) {
-        Ok(policy) if errors.is_empty() => Ok(Valid {
+    match read.outcome {
+        Ok(policy) => Ok(Valid {
             policy,
             place,
-            item: found.item.is_some(),
-            configmap: found.configmap,
+            item: read.item.is_some(),
+            configmap: read.configmap,
         }),
-        Ok(_) => Err(errors),
-        Err(e) => {
-            let placed = e.into_iter().map(|e| found.in_configmap(e)).collect();
-            errors.extend(lines(placed, &place));
-            Err(errors)
-        }
+        Err(errors) => Err(lines(errors, &place)),
     }
 }
 
 /// Every policy document of one file.
 fn check_text(file: &str, text: &str) -> Vec<Checked> {
-    let docs = yaml::documents(text);
-    let mut out = Vec::new();
-    let mut empty_list = None;
-    for doc in &docs {
-        let value = match yaml::parse(doc) {
-            Ok(value) => value,
-            Err(e) => {
-                let place = format!("{file}: document {}", doc.index);
-                out.push(Err(vec![format!("{place}: invalid YAML: {e}")]));
-                continue;
-            }
-        };
-        if wrapped::is_empty_list(&value) {
-            empty_list.get_or_insert(doc.index);
-        }
-        out.extend(
-            wrapped::unwrap(value)
-                .into_iter()
-                .map(|found| check_found(file, doc.index, found)),
-        );
-    }
+    let mut out: Vec<Checked> = crate::policy::read_documents(text)
+        .into_iter()
+        .map(|read| check_read(file, read))
+        .collect();
     if out.is_empty() {
+        let empty_list = yaml::documents(text)
+            .iter()
+            .find(|doc| yaml::parse(doc).is_ok_and(|v| wrapped::is_empty_list(&v)))
+            .map(|doc| doc.index);
         let why = empty_list
             .map(|i| format!(" (document {i} is an empty List)"))
             .unwrap_or_default();

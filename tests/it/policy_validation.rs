@@ -481,6 +481,33 @@ fn parse_policies_reads_multi_document_files_and_names_the_bad_document() {
     assert!(policy::parse_policies("# nothing\n").is_err());
 }
 
+/// A policy file the server loads (`serve --policy-file`, `preview
+/// --policy`) and `check` are read the same way: a document that is not
+/// YAML is named with its line in the file, in the same words.
+#[test]
+fn a_policy_files_yaml_error_is_named_alike_by_the_server_and_check() {
+    let a = std::fs::read_to_string(support::repo_path("examples/policy.yaml")).unwrap();
+    let text = format!("{a}---\nspec: [unclosed\n");
+    let line = a.lines().count() + 2;
+    let loaded = policy::parse_policies(&text).unwrap_err().to_string();
+    assert!(
+        loaded.starts_with("document 2: invalid YAML: ")
+            && loaded.contains(&format!("line {line}")),
+        "{loaded}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.yaml");
+    std::fs::write(&file, &text).unwrap();
+    let checked = knative_ha_webhook::tools::check::check_files(std::slice::from_ref(&file));
+    let want = format!("{}: {loaded}", file.display());
+    assert!(
+        checked
+            .iter()
+            .any(|l| matches!(l, knative_ha_webhook::tools::check::Line::Error(e) if *e == want)),
+        "{want:?} not in {checked:?}"
+    );
+}
+
 fn arb_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
