@@ -141,6 +141,18 @@ impl PolicyError {
         }
     }
 
+    /// The error with its field path under `place` (`place: path`); an
+    /// error that names no field is unchanged.
+    pub(crate) fn under(self, place: &str) -> PolicyError {
+        match self {
+            PolicyError::Invalid { path, message } => PolicyError::Invalid {
+                path: format!("{place}: {path}"),
+                message,
+            },
+            other => other,
+        }
+    }
+
     fn from_list(mut errors: Vec<PolicyError>) -> PolicyError {
         if errors.len() == 1 {
             errors.remove(0)

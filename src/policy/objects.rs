@@ -47,30 +47,41 @@ pub fn is_policy_configmap(configmap: &Value) -> bool {
         == Some(POLICY_LABEL.1)
 }
 
-/// Checks the policy document of a ConfigMap (the label is not looked
-/// at): every error, each a line starting `data.policy.yaml: `.
-pub fn check_configmap_data(configmap: &Value) -> Result<Policy, Vec<String>> {
+/// The policy document of a ConfigMap's `data` (the label is not looked
+/// at), or why there is none: every reader of a policy ConfigMap (`check`,
+/// the files a server loads, `/validate`, the cluster source) reads it so.
+/// The error's path is `data.policy.yaml`.
+pub fn configmap_document(configmap: &Value) -> Result<Value, PolicyError> {
+    let field = format!("data.{DATA_KEY}");
     let Some(text) = configmap.pointer("/data").and_then(|d| d.get(DATA_KEY)) else {
-        return Err(vec![format!(
-            "data.{DATA_KEY}: missing (the policy document goes there)"
-        )]);
+        return Err(PolicyError::invalid(
+            field,
+            "missing (the policy document goes there)",
+        ));
     };
     let Some(text) = text.as_str() else {
-        return Err(vec![format!(
-            "data.{DATA_KEY}: must be a string, got {}",
-            super::schema_check::show(text)
-        )]);
+        return Err(PolicyError::invalid(
+            field,
+            format!("must be a string, got {}", super::schema_check::show(text)),
+        ));
     };
     let doc = crate::yaml::YamlDoc {
         index: 1,
         line: 1,
         text: text.to_string(),
     };
-    let value = crate::yaml::parse(&doc).map_err(|e| {
-        vec![format!(
-            "data.{DATA_KEY}: invalid YAML: {e} (of the {DATA_KEY} value)"
-        )]
-    })?;
+    crate::yaml::parse(&doc).map_err(|e| {
+        PolicyError::invalid(
+            field,
+            format!("invalid YAML: {e} (of the {DATA_KEY} value)"),
+        )
+    })
+}
+
+/// Checks the policy document of a ConfigMap ([`configmap_document`]):
+/// every error, each a line starting `data.policy.yaml: `.
+pub fn check_configmap_data(configmap: &Value) -> Result<Policy, Vec<String>> {
+    let value = configmap_document(configmap).map_err(|e| vec![e.to_string()])?;
     prune::check_all(&value).map_err(|errors| {
         errors
             .iter()

@@ -113,31 +113,11 @@ fn configmap(cm: &Value) -> Found {
             ),
         ));
     }
-    let field = format!("ConfigMap {id}: data.{DATA_KEY}");
-    let document = match cm["data"][DATA_KEY].as_str() {
-        None => {
-            errors.push(PolicyError::invalid(
-                field,
-                "missing (the policy document goes there)",
-            ));
+    let document = match super::objects::configmap_document(cm) {
+        Ok(document) => Some(document),
+        Err(e) => {
+            errors.push(e.under(&format!("ConfigMap {id}")));
             None
-        }
-        Some(text) => {
-            let inner = crate::yaml::YamlDoc {
-                index: 1,
-                line: 1,
-                text: text.to_string(),
-            };
-            match crate::yaml::parse(&inner) {
-                Ok(value) => Some(value),
-                Err(e) => {
-                    errors.push(PolicyError::invalid(
-                        field,
-                        format!("invalid YAML: {e} (of the {DATA_KEY} value)"),
-                    ));
-                    None
-                }
-            }
         }
     };
     Found {
@@ -182,6 +162,17 @@ mod tests {
             ]
         );
         assert_eq!(found[0].document, None);
+
+        // Read as /validate and the cluster source read it: a document that
+        // is not a string is named so, not called missing.
+        let found = unwrap(cm(
+            json!({"knativeha.dev/policy": "true"}),
+            json!({"policy.yaml": 3}),
+        ));
+        assert_eq!(
+            found[0].errors[0].to_string(),
+            "ConfigMap khw/ha: data.policy.yaml: must be a string, got 3"
+        );
     }
 
     #[test]
