@@ -171,13 +171,11 @@ pub enum RestoreConfig {
 }
 
 /// A namespace name (DNS-1123 label), for `--namespace`.
-fn namespace_name(text: &str) -> Result<String, String> {
+fn namespace_name(text: &str) -> Result<String, super::FlagValueError> {
     if crate::policy::validate::is_dns1123_label(text) {
         Ok(text.to_string())
     } else {
-        Err(format!(
-            "{text:?} is not a namespace name (DNS-1123 label: lowercase letters, digits and '-', at most 63 characters)"
-        ))
+        Err(super::FlagValueError::NamespaceName { text: text.into() })
     }
 }
 

@@ -73,16 +73,50 @@ pub fn parse(cli: Cli, env: &dyn Env) -> Result<CommandConfig> {
     })
 }
 
+/// Why a flag's value does not parse. clap prints the whole text after
+/// `invalid value '...' for '--flag'` and never reads a cause, so each
+/// message holds its reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FlagValueError {
+    #[error("invalid duration {text:?}: {reason}")]
+    Duration {
+        text: String,
+        reason: crate::policy::duration::DurationError,
+    },
+    #[error("invalid listen address {text:?}: missing the port ({LISTEN_FORMS})")]
+    ListenNoPort { text: String },
+    #[error("invalid listen address {text:?}: invalid port {port:?} ({LISTEN_FORMS})")]
+    ListenPort { text: String, port: String },
+    #[error(
+        "invalid listen address {text:?}: a host name other than localhost is not looked up; give an IP address ({LISTEN_FORMS})"
+    )]
+    ListenHostName { text: String },
+    #[error("invalid rate {text:?}: expected writes per second, e.g. 5")]
+    RateNotANumber { text: String },
+    #[error("invalid rate {text:?}: must be more than 0")]
+    RateNotPositive { text: String },
+    #[error(
+        "{text:?} is not a namespace name (DNS-1123 label: lowercase letters, digits and '-', at most 63 characters)"
+    )]
+    NamespaceName { text: String },
+}
+
+/// The listen address forms [`parse_listen`] takes, as its errors list them.
+const LISTEN_FORMS: &str = "e.g. 0.0.0.0:8443, 127.0.0.1:8443, [::]:8443, :8443 or localhost:8443";
+
 /// Parses a Go-style duration flag (`10s`, `1m30s`, `1.5s`, `250ms`, `0`;
 /// surrounding blanks ignored) with [`crate::policy::duration`], the one
 /// duration parser. Against the float-based parser the flags had before:
 /// fractions are truncated to whole nanoseconds (as Go does), `μs` (Greek
 /// mu) is accepted beside `µs` and `us`, and more than Go's maximum (about
 /// 292 years) is refused.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, FlagValueError> {
     crate::policy::duration::parse_go_duration(text.trim())
         .map(|nanos| Duration::from_nanos(nanos as u64))
-        .map_err(|e| format!("invalid duration {text:?}: {e}"))
+        .map_err(|reason| FlagValueError::Duration {
+            text: text.to_string(),
+            reason,
+        })
 }
 
 /// `duration` as [`parse_duration`] reads it: whole seconds (`10s`), else
@@ -101,34 +135,27 @@ pub fn duration_text(duration: Duration) -> String {
 /// the forms Go servers and kubectl users write: `:PORT` (every IPv4
 /// address, like the default) and `localhost:PORT` (127.0.0.1). Other host
 /// names are refused rather than looked up.
-pub fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+pub fn parse_listen(text: &str) -> Result<std::net::SocketAddr, FlagValueError> {
     use std::net::{Ipv4Addr, SocketAddr};
-    let forms = "e.g. 0.0.0.0:8443, 127.0.0.1:8443, [::]:8443, :8443 or localhost:8443";
     if let Ok(addr) = text.parse::<SocketAddr>() {
         return Ok(addr);
     }
     let Some((host, port)) = text.rsplit_once(':') else {
-        return Err(format!(
-            "invalid listen address {text:?}: missing the port ({forms})"
-        ));
+        return Err(FlagValueError::ListenNoPort { text: text.into() });
+    };
+    let bad_port = || FlagValueError::ListenPort {
+        text: text.into(),
+        port: port.into(),
     };
     let ip = match host {
         "" => Ipv4Addr::UNSPECIFIED,
         h if h.eq_ignore_ascii_case("localhost") => Ipv4Addr::LOCALHOST,
         _ if host.parse::<std::net::IpAddr>().is_ok() || host.starts_with('[') => {
-            return Err(format!(
-                "invalid listen address {text:?}: invalid port {port:?} ({forms})"
-            ));
+            return Err(bad_port());
         }
-        _ => {
-            return Err(format!(
-                "invalid listen address {text:?}: a host name other than localhost is not looked up; give an IP address ({forms})"
-            ));
-        }
+        _ => return Err(FlagValueError::ListenHostName { text: text.into() }),
     };
-    let port: u16 = port
-        .parse()
-        .map_err(|_| format!("invalid listen address {text:?}: invalid port {port:?} ({forms})"))?;
+    let port: u16 = port.parse().map_err(|_| bad_port())?;
     Ok(SocketAddr::from((ip, port)))
 }
 

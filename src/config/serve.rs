@@ -179,13 +179,13 @@ fn default_shutdown_delay() -> &'static str {
     TEXT.get_or_init(|| super::duration_text(app::DEFAULT_SHUTDOWN_DELAY))
 }
 
-fn parse_rate(text: &str) -> std::result::Result<f64, String> {
+fn parse_rate(text: &str) -> std::result::Result<f64, super::FlagValueError> {
     let rate: f64 = text
         .trim()
         .parse()
-        .map_err(|_| format!("invalid rate {text:?}: expected writes per second, e.g. 5"))?;
+        .map_err(|_| super::FlagValueError::RateNotANumber { text: text.into() })?;
     if !(rate.is_finite() && rate > 0.0) {
-        return Err(format!("invalid rate {text:?}: must be more than 0"));
+        return Err(super::FlagValueError::RateNotPositive { text: text.into() });
     }
     Ok(rate)
 }

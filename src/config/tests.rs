@@ -39,8 +39,24 @@ fn durations() {
     for bad in ["", "10", "s", "10x", "-1s", "1..2s", "9999999999h"] {
         assert!(parse_duration(bad).is_err(), "{bad}");
     }
-    let e = parse_duration("10").unwrap_err();
+    let e = parse_duration("10").unwrap_err().to_string();
     assert!(e.contains("\"10\"") && e.contains("missing unit"), "{e}");
+}
+
+#[test]
+fn a_refused_duration_flag_names_the_text_and_keeps_the_reason_typed() {
+    let e = parse_duration(" 1h2 ").unwrap_err();
+    assert_eq!(
+        e,
+        FlagValueError::Duration {
+            text: " 1h2 ".into(),
+            reason: crate::policy::duration::DurationError::NoUnit,
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "invalid duration \" 1h2 \": missing unit (use ns, us, ms, s, m or h)"
+    );
 }
 
 #[test]
@@ -323,7 +339,7 @@ fn listen_addresses_take_the_forms_users_write() {
         ("127.0.0.1:99999", "invalid port \"99999\""),
     ];
     for (text, want) in bad {
-        let err = parse_listen(text).unwrap_err();
+        let err = parse_listen(text).unwrap_err().to_string();
         assert!(err.contains(want), "{text}: {err}");
         assert!(err.contains(text), "{text}: {err}");
     }

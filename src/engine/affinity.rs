@@ -19,6 +19,18 @@ pub const MARKER_KEY: &str = "knativeha.dev/anti-affinity";
 pub const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";
 pub const PREFERRED: &str = "preferredDuringSchedulingIgnoredDuringExecution";
 
+/// Why the pod anti-affinity is not a shape the engine can rewrite (named
+/// by its path in the Deployment, as both the engine and `restore` report
+/// it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AffinityError {
+    #[error("{} must be an object", ANTI_AFFINITY.join("."))]
+    NotAnObject,
+    /// One of the term lists ([`REQUIRED`], [`PREFERRED`]) is not a list.
+    #[error("{}.{list} must be a list", ANTI_AFFINITY.join("."))]
+    NotAList { list: &'static str },
+}
+
 /// The marker `matchExpressions` entry.
 pub fn marker() -> Value {
     json!({"key": MARKER_KEY, "operator": "DoesNotExist"})
@@ -132,13 +144,13 @@ fn unchanged(
     want: Option<(&PodAntiAffinity, &'static str)>,
     selector: &Map<String, Value>,
     cur: &Map<String, Value>,
-) -> Result<bool, String> {
+) -> Result<bool, AffinityError> {
     let (mut foreign_marked, mut have_ours, mut have_equivalent) = (false, false, false);
     for list in [REQUIRED, PREFERRED] {
         let items = match cur.get(list) {
             None | Some(Value::Null) => continue,
             Some(Value::Array(items)) => items,
-            Some(_) => return Err(format!("podAntiAffinity.{list} must be a list")),
+            Some(_) => return Err(AffinityError::NotAList { list }),
         };
         let wanted_here = want.filter(|(_, l)| *l == list).map(|(aa, _)| aa);
         for (i, item) in items.iter().enumerate() {
@@ -170,12 +182,12 @@ pub fn wanted(
     aa: Option<&PodAntiAffinity>,
     selector: &Map<String, Value>,
     current: Option<&Value>,
-) -> Result<Option<Value>, String> {
+) -> Result<Option<Value>, AffinityError> {
     let empty = Map::new();
     let cur = match current {
         None | Some(Value::Null) => &empty,
         Some(Value::Object(m)) => m,
-        Some(_) => return Err("podAntiAffinity must be an object".into()),
+        Some(_) => return Err(AffinityError::NotAnObject),
     };
     let want = aa
         .filter(|a| a.kind != AntiAffinityType::None && !selector.is_empty())
@@ -203,7 +215,7 @@ pub fn wanted(
                     out.remove(list);
                 }
             }
-            Some(_) => return Err(format!("podAntiAffinity.{list} must be a list")),
+            Some(_) => return Err(AffinityError::NotAList { list }),
         }
     }
     let term = aa

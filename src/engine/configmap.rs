@@ -23,9 +23,8 @@ use serde_json::{Map, Value, json};
 
 use super::patch::Patcher;
 use super::reads::Read::Members;
-use super::{EngineError, Handled, LEADER_ELECTION_CONFIGMAP, Target};
+use super::{EngineError, Fault, Handled, LEADER_ELECTION_CONFIGMAP, Target};
 use crate::policy::duration::parse_go_duration;
-use crate::policy::schema_check::show;
 use crate::policy::validate::broken_timing_rules;
 use crate::policy::{DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD};
 
@@ -54,9 +53,7 @@ fn current<'v>(
     match data.and_then(|d| d.get(key)) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.as_str())),
-        Some(other) => {
-            Err(t.malformed(format!("data.{key} must be a string, got {}", show(other))))
-        }
+        Some(other) => Err(t.malformed(Fault::mistyped(format!("data.{key}"), "a string", other))),
     }
 }
 

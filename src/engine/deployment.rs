@@ -18,7 +18,7 @@ use super::records::{
     self, PRIORITY_CLASS, REPLICAS as RECORDED_REPLICAS, ROLLOUT_MAX_UNAVAILABLE, TOPOLOGY_SPREAD,
 };
 use super::restore;
-use super::{EngineError, Handled, Target, affinity, leader};
+use super::{EngineError, Fault, Handled, Target, affinity, leader};
 use crate::knative;
 use crate::policy::validate::parse_percent;
 use crate::policy::{AntiAffinityType, PodAntiAffinity, TopologySpread};
@@ -105,9 +105,11 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     let match_labels = t.object_at(MATCH_LABELS)?;
     for (k, v) in match_labels.into_iter().flatten() {
         if !v.is_string() {
-            return Err(t.malformed(format!(
-                "spec.selector.matchLabels.{k} must be a string, got {v}"
-            )));
+            return Err(t.malformed(Fault::Mistyped {
+                path: format!("spec.selector.matchLabels.{k}"),
+                want: "a string",
+                got: v.to_string(),
+            }));
         }
     }
     if let Some(ml) = match_labels {
@@ -192,8 +194,7 @@ fn anti_affinity(
     // An empty podAntiAffinity is what removing the engine's own term left
     // when it was the only one: it goes too (with an emptied `affinity`).
     let emptied = current.is_some_and(|v| v.as_object().is_some_and(Map::is_empty));
-    let wanted = affinity::wanted(aa, ml, current)
-        .map_err(|e| t.malformed(format!("spec.template.spec.affinity.{e}")))?;
+    let wanted = affinity::wanted(aa, ml, current).map_err(|e| t.malformed(e))?;
     let Some(value) = wanted.or_else(|| emptied.then(|| Value::Object(Map::new()))) else {
         return Ok(());
     };

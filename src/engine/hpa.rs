@@ -20,7 +20,7 @@ use super::patch::Patcher;
 use super::reads::Read::{self, Members, Whole};
 use super::records::ANNOTATIONS;
 use super::records::{ORIGINAL_MAX, ORIGINAL_MIN, WRITTEN_MAX, WRITTEN_MIN};
-use super::{EngineError, Handled, Target};
+use super::{EngineError, Fault, Handled, Target};
 
 const MIN: &[&str] = &["spec", "minReplicas"];
 const MAX: &[&str] = &["spec", "maxReplicas"];
@@ -114,7 +114,9 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     }
     let current_min = t.int_at(MIN)?;
     let Some(max) = t.int_at(MAX)? else {
-        return Err(t.malformed("spec.maxReplicas is required"));
+        return Err(t.malformed(Fault::Missing {
+            path: MAX.join("."),
+        }));
     };
     let min = current_min.unwrap_or(1);
     let (orig, since) = originals(t, (min, max))?;

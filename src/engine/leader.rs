@@ -13,7 +13,7 @@ use super::change::Change;
 use super::patch::Patcher;
 use super::reads::Read::{self, Each, Whole};
 use super::records::{self, ORIGINAL_DISABLE_HA, ROLLOUT_MAX_SURGE};
-use super::{DISABLE_HA_FLAG, EngineError, Target};
+use super::{DISABLE_HA_FLAG, EngineError, Fault, Target};
 use crate::knative;
 use crate::policy::LeaderElection;
 use crate::policy::duration::parse_go_duration;
@@ -269,14 +269,17 @@ fn check_args(t: &Target<'_>, index: usize, container: &Value) -> Result<(), Eng
     match container.get(ARGS) {
         None | Some(Value::Null) => Ok(()),
         Some(Value::Array(items)) => match items.iter().find(|a| !a.is_string()) {
-            Some(a) => Err(t.malformed(format!(
-                "spec.template.spec.containers[{index}].args must be strings, got {a}"
-            ))),
+            Some(a) => Err(t.malformed(Fault::Mistyped {
+                path: format!("spec.template.spec.containers[{index}].args"),
+                want: "strings",
+                got: a.to_string(),
+            })),
             None => Ok(()),
         },
-        Some(other) => Err(t.malformed(format!(
-            "spec.template.spec.containers[{index}].args must be a list, got {}",
-            crate::policy::schema_check::show(other)
+        Some(other) => Err(t.malformed(Fault::mistyped(
+            format!("spec.template.spec.containers[{index}].args"),
+            "a list",
+            other,
         ))),
     }
 }
@@ -307,9 +310,10 @@ pub(crate) fn flag(
         None => return Ok(()),
         Some(Value::Array(items)) => items,
         Some(other) => {
-            return Err(t.malformed(format!(
-                "spec.template.spec.containers must be a list, got {}",
-                crate::policy::schema_check::show(other)
+            return Err(t.malformed(Fault::mistyped(
+                "spec.template.spec.containers",
+                "a list",
+                other,
             )));
         }
     };
@@ -335,9 +339,10 @@ pub(crate) fn flag(
             return Ok(());
         }
         if !container.is_object() {
-            return Err(t.malformed(format!(
-                "spec.template.spec.containers[{index}] must be an object"
-            )));
+            return Err(t.malformed(Fault::Misshapen {
+                path: format!("spec.template.spec.containers[{index}]"),
+                want: "an object",
+            }));
         }
         let pt = flag_patcher(t, p)?;
         if container.get(ARGS).is_some_and(Value::is_array) {

@@ -20,6 +20,7 @@ pub mod budgets;
 pub mod change;
 pub mod configmap;
 pub mod deployment;
+pub mod fault;
 pub mod hpa;
 pub mod kinds;
 pub mod leader;
@@ -33,6 +34,7 @@ mod target;
 pub mod view;
 
 pub use change::{Cause, Change};
+pub use fault::Fault;
 pub(crate) use target::{Target, check_parents, lookup};
 
 use reads::Read::{self, Members};
@@ -154,12 +156,15 @@ impl Mutation {
 pub enum EngineError {
     #[error("object is not a JSON object")]
     NotAnObject,
-    #[error("{kind} {namespace}/{name}: {message}")]
+    /// `fault` is what is wrong, as data; this message prints it (the
+    /// one place it is printed). Boxed: every engine call returns this
+    /// error type, and the fault is the large part.
+    #[error("{kind} {namespace}/{name}: {fault}")]
     Malformed {
         kind: String,
         namespace: String,
         name: String,
-        message: String,
+        fault: Box<Fault>,
     },
 }
 

@@ -7,6 +7,28 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, RemoveOperation, ReplaceOperation};
 use serde_json::{Map, Value};
 
+/// Why a write cannot be made where the object's shape puts it (paths are
+/// shown as dotted field paths, `spec.template`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PatchError {
+    /// A path walks through a list element that is not there (elements
+    /// are walked through, never created).
+    #[error("{list} has no element {key}")]
+    NoElement { list: String, key: String },
+    /// A parent on the path holds something other than an object.
+    #[error("{path} is not an object")]
+    NotAnObject { path: String },
+    /// A member seen a moment earlier is gone (never, short of a bug).
+    #[error("{path} vanished")]
+    Vanished { path: String },
+    #[error("empty path")]
+    EmptyPath,
+    #[error("{path} is not a list")]
+    NotAList { path: String },
+    #[error("{path}[{index}] does not exist")]
+    NoIndex { path: String, index: usize },
+}
+
 /// A mutable copy of an object plus the operations that produced it.
 #[derive(Debug)]
 pub struct Patcher {
@@ -37,14 +59,17 @@ impl Patcher {
     /// Sets the object member at `path` (all segments are object keys) to
     /// `value`, creating missing parents. Returns whether anything changed.
     /// Errors name the first segment that is not an object.
-    pub fn set(&mut self, path: &[&str], value: Value) -> Result<bool, String> {
+    pub fn set(&mut self, path: &[&str], value: Value) -> Result<bool, PatchError> {
         let mut cur = &mut self.doc;
         for (i, key) in path.iter().enumerate() {
             let last = i + 1 == path.len();
             if let Value::Array(items) = cur {
                 // Existing list elements can be walked through (never created).
                 let Some(item) = key.parse::<usize>().ok().and_then(|n| items.get_mut(n)) else {
-                    return Err(format!("{} has no element {key}", path[..i].join(".")));
+                    return Err(PatchError::NoElement {
+                        list: path[..i].join("."),
+                        key: (*key).to_string(),
+                    });
                 };
                 if last {
                     if *item == value {
@@ -61,7 +86,9 @@ impl Patcher {
                 continue;
             }
             let Value::Object(map) = cur else {
-                return Err(format!("{} is not an object", path[..i].join(".")));
+                return Err(PatchError::NotAnObject {
+                    path: path[..i].join("."),
+                });
             };
             if !map.contains_key(*key) {
                 let v = nested(&path[i + 1..], value);
@@ -73,7 +100,9 @@ impl Patcher {
                 return Ok(true);
             }
             let Some(next) = map.get_mut(*key) else {
-                return Err(format!("{} vanished", path[..=i].join(".")));
+                return Err(PatchError::Vanished {
+                    path: path[..=i].join("."),
+                });
             };
             if !last && next.is_null() {
                 // `affinity: null`, `data: null`: replace the null by the nested value.
@@ -98,7 +127,7 @@ impl Patcher {
             }
             cur = next;
         }
-        Err("empty path".into())
+        Err(PatchError::EmptyPath)
     }
 
     /// Removes the object member at `path` if present (the parents may
@@ -135,9 +164,11 @@ impl Patcher {
 
     /// Appends `value` to the array at `path` (which must exist), using an
     /// explicit index rather than `-`.
-    pub fn push(&mut self, path: &[&str], value: Value) -> Result<(), String> {
+    pub fn push(&mut self, path: &[&str], value: Value) -> Result<(), PatchError> {
         let Some(Value::Array(items)) = self.get_mut(path) else {
-            return Err(format!("{} is not a list", path.join(".")));
+            return Err(PatchError::NotAList {
+                path: path.join("."),
+            });
         };
         let index = items.len().to_string();
         items.push(value.clone());
@@ -151,12 +182,17 @@ impl Patcher {
     }
 
     /// Removes element `index` of the array at `path`.
-    pub fn remove_index(&mut self, path: &[&str], index: usize) -> Result<(), String> {
+    pub fn remove_index(&mut self, path: &[&str], index: usize) -> Result<(), PatchError> {
         let Some(Value::Array(items)) = self.get_mut(path) else {
-            return Err(format!("{} is not a list", path.join(".")));
+            return Err(PatchError::NotAList {
+                path: path.join("."),
+            });
         };
         if index >= items.len() {
-            return Err(format!("{}[{index}] does not exist", path.join(".")));
+            return Err(PatchError::NoIndex {
+                path: path.join("."),
+                index,
+            });
         }
         items.remove(index);
         let idx = index.to_string();
@@ -229,7 +265,50 @@ mod tests {
         assert!(
             p.set(&["spec", "replicas"], json!(1))
                 .unwrap_err()
+                .to_string()
                 .contains("spec")
         );
+    }
+
+    #[test]
+    fn each_refused_write_is_its_own_variant() {
+        let mut p = Patcher::new(&json!({"spec": {"args": ["a"], "n": 1}}));
+        let cases = [
+            (
+                p.set(&["spec", "n", "x"], json!(1)).unwrap_err(),
+                PatchError::NotAnObject {
+                    path: "spec.n".into(),
+                },
+                "spec.n is not an object",
+            ),
+            (
+                p.set(&["spec", "args", "3"], json!("b")).unwrap_err(),
+                PatchError::NoElement {
+                    list: "spec.args".into(),
+                    key: "3".into(),
+                },
+                "spec.args has no element 3",
+            ),
+            (
+                p.push(&["spec", "n"], json!(2)).unwrap_err(),
+                PatchError::NotAList {
+                    path: "spec.n".into(),
+                },
+                "spec.n is not a list",
+            ),
+            (
+                p.remove_index(&["spec", "args"], 1).unwrap_err(),
+                PatchError::NoIndex {
+                    path: "spec.args".into(),
+                    index: 1,
+                },
+                "spec.args[1] does not exist",
+            ),
+        ];
+        for (got, want, text) in cases {
+            assert_eq!(got.to_string(), text);
+            assert_eq!(got, want);
+        }
+        assert!(p.ops.is_empty(), "a refused write records nothing");
     }
 }

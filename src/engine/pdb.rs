@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 use super::patch::Patcher;
 use super::reads::Read::{self, Members};
 use super::records::ANNOTATIONS;
-use super::{EngineError, Handled, Target};
+use super::{EngineError, Fault, Handled, Target};
 use crate::policy::Policy;
 use crate::policy::disruption::{self, Fewest};
 use crate::policy::schema_check::show;
@@ -317,7 +317,7 @@ fn write(
 pub(crate) fn restore_original(
     object: &Value,
     p: &mut Option<Patcher>,
-) -> Result<Option<Vec<String>>, String> {
+) -> Result<Option<Vec<String>>, Fault> {
     let annotations = super::lookup(object, ANNOTATIONS);
     let Some(text) = annotations.and_then(|a| a.get(ORIGINAL)) else {
         return Ok(None);
@@ -325,12 +325,7 @@ pub(crate) fn restore_original(
     let original = text
         .as_str()
         .and_then(|t| serde_json::from_str::<Map<String, Value>>(t).ok())
-        .ok_or_else(|| {
-            format!(
-                "metadata.annotations.{ORIGINAL} must be the JSON text of the recorded budget, got {}",
-                show(text)
-            )
-        })?;
+        .ok_or_else(|| Fault::record(ORIGINAL, "the JSON text of the recorded budget", text))?;
     let current = budget(super::lookup(object, SPEC).and_then(Value::as_object));
     let pt = p.get_or_insert_with(|| Patcher::new(object));
     let mut parts = Vec::new();

@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 use super::change::Change;
 use super::patch::Patcher;
 use super::reads::Read::{self, Members, Whole};
-use super::{EngineError, Target};
+use super::{EngineError, Fault, Target};
 use crate::policy::schema_check::show;
 
 /// PodDisruptionBudget: the budget the engine replaced (its
@@ -215,20 +215,14 @@ pub(crate) fn annotation<'v>(object: &'v Value, key: &str) -> Option<&'v Value> 
 
 /// The recorded value of `r`: `None` when not recorded, `Some(None)` when
 /// the field was unset.
-pub(crate) fn recorded(object: &Value, r: &RecordedField) -> Result<Option<Option<Value>>, String> {
+pub(crate) fn recorded(object: &Value, r: &RecordedField) -> Result<Option<Option<Value>>, Fault> {
     let Some(text) = annotation(object, r.annotation) else {
         return Ok(None);
     };
     let parsed = text
         .as_str()
         .and_then(|t| serde_json::from_str::<Value>(t).ok())
-        .ok_or_else(|| {
-            format!(
-                "metadata.annotations.{} must be the JSON text of the recorded value, got {}",
-                r.annotation,
-                show(text)
-            )
-        })?;
+        .ok_or_else(|| Fault::record(r.annotation, "the JSON text of the recorded value", text))?;
     Ok(Some(Some(parsed).filter(|v| !v.is_null())))
 }
 
@@ -277,7 +271,7 @@ pub(crate) fn note_written(
 pub(crate) fn changed_since_written(
     object: &Value,
     r: &RecordedField,
-) -> Result<Option<Option<Value>>, String> {
+) -> Result<Option<Option<Value>>, Fault> {
     let Some(w) = r.written else {
         return Ok(None);
     };
@@ -287,12 +281,7 @@ pub(crate) fn changed_since_written(
     let last = text
         .as_str()
         .and_then(|t| serde_json::from_str::<Value>(t).ok())
-        .ok_or_else(|| {
-            format!(
-                "metadata.annotations.{w} must be the JSON text of the engine's last write, got {}",
-                show(text)
-            )
-        })?;
+        .ok_or_else(|| Fault::record(w, "the JSON text of the engine's last write", text))?;
     let last = Some(last).filter(|v| !v.is_null());
     let current = super::lookup(object, r.path).filter(|v| !v.is_null());
     Ok((current != last.as_ref()).then_some(last))
@@ -372,7 +361,7 @@ pub(crate) fn put_back(
     object: &Value,
     p: &mut Option<Patcher>,
     r: &RecordedField,
-) -> Result<Option<PutBack>, String> {
+) -> Result<Option<PutBack>, Fault> {
     let Some(original) = recorded(object, r)? else {
         return Ok(None);
     };

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::reads::Read::{self, Whole};
-use super::{Cause, Change, EngineError, Kind, hpa};
+use super::{Cause, Change, EngineError, Fault, Kind, hpa};
 use crate::knative;
 use crate::policy::{Policy, WorkloadOverride};
 
@@ -24,12 +24,12 @@ pub(crate) struct Target<'a> {
 }
 
 impl Target<'_> {
-    pub fn malformed(&self, message: impl Into<String>) -> EngineError {
+    pub fn malformed(&self, fault: impl Into<Fault>) -> EngineError {
         EngineError::Malformed {
             kind: self.kind.as_str().to_string(),
             namespace: self.namespace.to_string(),
             name: self.name.to_string(),
-            message: message.into(),
+            fault: Box::new(fault.into()),
         }
     }
 
@@ -56,13 +56,10 @@ impl Target<'_> {
     pub fn int_at(&self, path: &[&str]) -> Result<Option<i64>, EngineError> {
         match lookup(self.object, path) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => v.as_i64().map(Some).ok_or_else(|| {
-                self.malformed(format!(
-                    "{} must be an integer, got {}",
-                    path.join("."),
-                    crate::policy::schema_check::show(v)
-                ))
-            }),
+            Some(v) => v
+                .as_i64()
+                .map(Some)
+                .ok_or_else(|| self.malformed(Fault::mistyped(path.join("."), "an integer", v))),
         }
     }
 
@@ -74,11 +71,7 @@ impl Target<'_> {
         match lookup(self.object, path) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Object(m)) => Ok(Some(m)),
-            Some(v) => Err(self.malformed(format!(
-                "{} must be an object, got {}",
-                path.join("."),
-                crate::policy::schema_check::show(v)
-            ))),
+            Some(v) => Err(self.malformed(Fault::mistyped(path.join("."), "an object", v))),
         }
     }
 
@@ -87,11 +80,7 @@ impl Target<'_> {
         match lookup(self.object, path) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
-            Some(v) => Err(self.malformed(format!(
-                "{} must be a string, got {}",
-                path.join("."),
-                crate::policy::schema_check::show(v)
-            ))),
+            Some(v) => Err(self.malformed(Fault::mistyped(path.join("."), "a string", v))),
         }
     }
 

@@ -2,14 +2,40 @@
 //! Knative parses `config-leader-election` with Go, so the policy accepts
 //! exactly the syntax Go accepts, without a sign (durations must be positive).
 
-/// Parses a Go duration into nanoseconds. Returns a human-readable reason on
-/// failure.
-pub fn parse_go_duration(text: &str) -> Result<u128, String> {
+/// Why a text is not a Go duration; the text itself is named by whoever
+/// reads it (a policy field, a flag, a ConfigMap key), so the reason alone
+/// is said here.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("empty duration")]
+    Empty,
+    #[error("durations must not carry a sign")]
+    Signed,
+    /// No digits where a number starts (the byte offset in the text).
+    #[error("expected a number at byte {0}")]
+    NoNumber(usize),
+    #[error("missing unit (use {UNITS})")]
+    NoUnit,
+    #[error("unknown unit {0:?} (use {UNITS})")]
+    UnknownUnit(String),
+    /// A number's digits do not fit the parser's integer.
+    #[error("number too large")]
+    NumberTooLarge,
+    /// More than Go's `time.Duration` (an int64 of nanoseconds) holds.
+    #[error("duration too large")]
+    TooLarge,
+}
+
+/// The units Go accepts, as the errors list them.
+const UNITS: &str = "ns, us, ms, s, m or h";
+
+/// Parses a Go duration into nanoseconds.
+pub fn parse_go_duration(text: &str) -> Result<u128, DurationError> {
     if text.is_empty() {
-        return Err("empty duration".into());
+        return Err(DurationError::Empty);
     }
     if text.starts_with('-') || text.starts_with('+') {
-        return Err("durations must not carry a sign".into());
+        return Err(DurationError::Signed);
     }
     if text == "0" {
         return Ok(0);
@@ -34,7 +60,7 @@ pub fn parse_go_duration(text: &str) -> Result<u128, String> {
             frac_part = &text[frac_start..i];
         }
         if int_part.is_empty() && frac_part.is_empty() {
-            return Err(format!("expected a number at byte {int_start}"));
+            return Err(DurationError::NoNumber(int_start));
         }
         let unit_start = i;
         while i < bytes.len() && !bytes[i].is_ascii_digit() && bytes[i] != b'.' {
@@ -48,23 +74,17 @@ pub fn parse_go_duration(text: &str) -> Result<u128, String> {
             "s" => 1_000_000_000,
             "m" => 60 * 1_000_000_000,
             "h" => 3_600 * 1_000_000_000,
-            "" => return Err("missing unit (use ns, us, ms, s, m or h)".into()),
-            other => {
-                return Err(format!(
-                    "unknown unit {other:?} (use ns, us, ms, s, m or h)"
-                ));
-            }
+            "" => return Err(DurationError::NoUnit),
+            other => return Err(DurationError::UnknownUnit(other.to_string())),
         };
         let int: u128 = if int_part.is_empty() {
             0
         } else {
             int_part
                 .parse::<u128>()
-                .map_err(|_| "number too large".to_string())?
+                .map_err(|_| DurationError::NumberTooLarge)?
         };
-        let mut value = int
-            .checked_mul(scale)
-            .ok_or_else(|| "duration too large".to_string())?;
+        let mut value = int.checked_mul(scale).ok_or(DurationError::TooLarge)?;
         // fractional part, truncated to nanoseconds like Go
         let mut frac_scale = scale;
         for digit in frac_part.bytes() {
@@ -74,22 +94,20 @@ pub fn parse_go_duration(text: &str) -> Result<u128, String> {
             }
             value = value
                 .checked_add(u128::from(digit - b'0') * frac_scale)
-                .ok_or_else(|| "duration too large".to_string())?;
+                .ok_or(DurationError::TooLarge)?;
         }
-        total = total
-            .checked_add(value)
-            .ok_or_else(|| "duration too large".to_string())?;
+        total = total.checked_add(value).ok_or(DurationError::TooLarge)?;
     }
     // Go's time.Duration is an int64 of nanoseconds.
     if total > i64::MAX as u128 {
-        return Err("duration too large".into());
+        return Err(DurationError::TooLarge);
     }
     Ok(total)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_go_duration;
+    use super::{DurationError, parse_go_duration};
 
     #[test]
     fn parses_go_durations() {
@@ -129,6 +147,39 @@ mod tests {
                 parse_go_duration(text).is_err(),
                 "{text} should be rejected"
             );
+        }
+    }
+
+    #[test]
+    fn each_refusal_is_its_own_variant_with_the_reason_as_text() {
+        let cases: &[(&str, DurationError, &str)] = &[
+            ("", DurationError::Empty, "empty duration"),
+            (
+                "-5s",
+                DurationError::Signed,
+                "durations must not carry a sign",
+            ),
+            (
+                "1.s.",
+                DurationError::NoNumber(3),
+                "expected a number at byte 3",
+            ),
+            (
+                "60",
+                DurationError::NoUnit,
+                "missing unit (use ns, us, ms, s, m or h)",
+            ),
+            (
+                "5x",
+                DurationError::UnknownUnit("x".into()),
+                "unknown unit \"x\" (use ns, us, ms, s, m or h)",
+            ),
+            ("9999999999h", DurationError::TooLarge, "duration too large"),
+        ];
+        for (text, want, shown) in cases {
+            let got = parse_go_duration(text).unwrap_err();
+            assert_eq!(&got, want, "{text}");
+            assert_eq!(got.to_string(), *shown, "{text}");
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::engine::Fault;
 use crate::engine::affinity::{ANTI_AFFINITY, MATCH_LABELS};
 use crate::engine::leader::{ARGS, CONTAINERS, HASH_PATH as HASH, NAME};
 use crate::engine::patch::Patcher;
@@ -27,7 +28,7 @@ pub(super) const READS: &[Read] = &[
 pub(super) fn engine_owned(
     object: &Value,
     p: &mut Option<Patcher>,
-) -> Result<Vec<(String, bool)>, String> {
+) -> Result<Vec<(String, bool)>, Fault> {
     let mut texts = Vec::new();
     let empty = Map::new();
     let selector = crate::engine::lookup(object, MATCH_LABELS)
@@ -37,8 +38,7 @@ pub(super) fn engine_owned(
     // An empty podAntiAffinity is what removing the engine's own term
     // leaves when it was the only one: removed too.
     let emptied = current.is_some_and(|v| v.as_object().is_some_and(Map::is_empty));
-    let wanted = crate::engine::affinity::wanted(None, selector, current)
-        .map_err(|e| format!("spec.template.spec.affinity.{e}"))?;
+    let wanted = crate::engine::affinity::wanted(None, selector, current)?;
     if let Some(value) = wanted.or_else(|| emptied.then(|| Value::Object(Map::new()))) {
         let pt = p.get_or_insert_with(|| Patcher::new(object));
         if value.as_object().is_some_and(Map::is_empty) {
@@ -71,10 +71,7 @@ pub(super) fn engine_owned(
 /// from every container when the release did not carry it, added to the
 /// Knative container when it did; the record dropped. The change text; None
 /// without a record.
-pub(super) fn disable_ha(
-    object: &Value,
-    p: &mut Option<Patcher>,
-) -> Result<Option<String>, String> {
+pub(super) fn disable_ha(object: &Value, p: &mut Option<Patcher>) -> Result<Option<String>, Fault> {
     let Some(text) = annotation(object, ORIGINAL_DISABLE_HA) else {
         return Ok(None);
     };
@@ -82,9 +79,10 @@ pub(super) fn disable_ha(
         Some("true") => true,
         Some("false") => false,
         _ => {
-            return Err(format!(
-                "metadata.annotations.{ORIGINAL_DISABLE_HA} must be \"true\" or \"false\", got {}",
-                show(text)
+            return Err(Fault::record(
+                ORIGINAL_DISABLE_HA,
+                "\"true\" or \"false\"",
+                text,
             ));
         }
     };

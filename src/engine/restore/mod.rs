@@ -26,7 +26,9 @@ use serde_json::Value;
 use super::patch::Patcher;
 use super::reads::Read::{self, Whole};
 use super::records::{PutBack, annotation, put_back, remove_pruned};
-use super::{Cause, Change, EngineError, Kind, LEADER_ELECTION_CONFIGMAP, Mutated, Mutation};
+use super::{
+    Cause, Change, EngineError, Fault, Kind, LEADER_ELECTION_CONFIGMAP, Mutated, Mutation,
+};
 use crate::policy::schema_check::show;
 
 const NAME_PATH: &[&str] = &["metadata", "name"];
@@ -49,12 +51,12 @@ struct Named<'a> {
 }
 
 impl Named<'_> {
-    fn malformed(&self, message: impl Into<String>) -> EngineError {
+    fn malformed(&self, fault: impl Into<Fault>) -> EngineError {
         EngineError::Malformed {
             kind: self.kind.as_str().to_string(),
             namespace: self.namespace.to_string(),
             name: self.name.to_string(),
-            message: message.into(),
+            fault: Box::new(fault.into()),
         }
     }
 

@@ -54,7 +54,7 @@ pub async fn cluster_policies(
         let mut object = o.object;
         match o.parsed {
             Ok(p) => object.last_valid = Some(Arc::new(p)),
-            Err(e) => object.error = Some(e),
+            Err(e) => object.error = Some(e.to_string()),
         }
         objects.push(object);
     }

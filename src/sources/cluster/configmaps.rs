@@ -13,10 +13,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
-use super::Observed;
 use super::merge::{Origin, PolicyObject};
-use super::policies::NOT_APPLIED;
 use super::status::{LastValid, ObservedStatus};
+use super::{Invalid, Observed};
 use crate::policy::Policy;
 use crate::policy::recorded::recorded;
 
@@ -35,13 +34,13 @@ pub fn key(cm: &ConfigMap) -> String {
 }
 
 /// Parses and validates the policy of one ConfigMap.
-pub fn parse(cm: &ConfigMap) -> Result<Policy, String> {
+pub fn parse(cm: &ConfigMap) -> Result<Policy, Invalid> {
     let text = cm
         .data
         .as_ref()
         .and_then(|d| d.get(DATA_KEY))
-        .ok_or_else(|| format!("data.{DATA_KEY}: missing (the policy document goes there)"))?;
-    let mut policy = Policy::from_yaml(text).map_err(|e| format!("data.{DATA_KEY}: {e}"))?;
+        .ok_or(Invalid::NoDocument)?;
+    let mut policy = Policy::from_yaml(text).map_err(Invalid::Document)?;
     if policy.name.is_empty() {
         policy.name = cm.name_any();
     }
@@ -73,10 +72,11 @@ pub fn observe(cm: &ConfigMap) -> Observed {
         (Err(message), None) => (Err(message), None),
         (Err(message), Some(r)) => match recorded(r.name.as_deref().unwrap_or_default(), &r.spec) {
             Ok(read) => (Err(message), Some(read)),
-            Err(e) => (
-                Err(format!(
-                    "{message} (the last valid version recorded in annotation {LAST_VALID_ANNOTATION} {NOT_APPLIED}: {e})"
-                )),
+            Err(why) => (
+                Err(Invalid::AnnotationRecord {
+                    current: Box::new(message),
+                    why,
+                }),
                 None,
             ),
         },
@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn missing_key_names_the_key() {
-        let err = parse(&cm(json!({"other": "x"}))).unwrap_err();
+        let err = parse(&cm(json!({"other": "x"}))).unwrap_err().to_string();
         assert!(err.starts_with("data.policy.yaml: missing"), "{err}");
     }
 
@@ -176,7 +176,38 @@ mod tests {
 
     #[test]
     fn bad_document_error_names_the_key() {
-        let err = parse(&cm(json!({"policy.yaml": "spec: [unclosed"}))).unwrap_err();
+        let err = parse(&cm(json!({"policy.yaml": "spec: [unclosed"})))
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("data.policy.yaml: "), "{err}");
+    }
+
+    #[test]
+    fn an_unreadable_record_of_a_configmap_without_its_document_says_both() {
+        let mut configmap = cm(json!({"other": "x"}));
+        assert_eq!(parse(&configmap), Err(Invalid::NoDocument));
+        let record = LastValid {
+            generation: None,
+            name: Some("serving".into()),
+            spec: json!({"targetNamespace": "knative-serving", "replicas": "four"}),
+        };
+        configmap.metadata.annotations =
+            Some([(LAST_VALID_ANNOTATION.to_string(), annotation(&record))].into());
+        let o = observe(&configmap);
+        assert!(o.object.last_valid.is_none());
+        let err = o.parsed.unwrap_err();
+        let Invalid::AnnotationRecord { current, why } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(**current, Invalid::NoDocument);
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "data.policy.yaml: missing (the policy document goes there) (the last valid \
+                 version recorded in annotation knativeha.dev/last-valid-policy cannot be \
+                 read back by this release, so it is not applied: {why})"
+            )
+        );
+        assert!(why.to_string().contains("spec.replicas"), "{why}");
     }
 }

@@ -27,7 +27,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use tokio::sync::mpsc;
 
-use crate::policy::Policy;
+use crate::policy::{Policy, PolicyError};
 use crate::rights::Rights;
 use crate::scope::AllowedNamespaces;
 use crate::store::PolicyStore;
@@ -118,9 +118,54 @@ pub struct Observed {
     /// The object (its `last_valid`/`error` are filled in by the state).
     pub object: merge::PolicyObject,
     /// This version, validated (errors name the field).
-    pub parsed: Result<Policy, String>,
+    pub parsed: Result<Policy, Invalid>,
     /// The status the object carries (HighAvailabilityPolicy only).
     pub status: status::ObservedStatus,
+}
+
+/// Why the current version of a policy object is not applied. Its text is
+/// the message of the object's `Ready=False` condition; like
+/// [`PolicyError`]'s, each message names the field it is about and holds
+/// what is wrong there (a condition's message is one text, not a chain).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Invalid {
+    /// The HighAvailabilityPolicy breaks this release's rules.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// A policy ConfigMap without the document.
+    #[error(
+        "data.{}: missing (the policy document goes there)",
+        configmaps::DATA_KEY
+    )]
+    NoDocument,
+    /// The document a policy ConfigMap holds breaks this release's rules.
+    #[error("data.{key}: {0}", key = configmaps::DATA_KEY)]
+    Document(PolicyError),
+    /// The current version is invalid, and the last valid version recorded
+    /// in the object's status (`generation`: its generation, when known)
+    /// cannot be read back by this release either.
+    #[error(
+        "{current} (the last valid version recorded in status, generation {}, {}: {why})",
+        .generation.map_or("unknown".to_string(), |g| g.to_string()),
+        policies::NOT_APPLIED
+    )]
+    StatusRecord {
+        current: Box<Invalid>,
+        generation: Option<i64>,
+        why: PolicyError,
+    },
+    /// The current version is invalid, and the last valid version recorded
+    /// in the ConfigMap's annotation cannot be read back by this release
+    /// either.
+    #[error(
+        "{current} (the last valid version recorded in annotation {} {}: {why})",
+        configmaps::LAST_VALID_ANNOTATION,
+        policies::NOT_APPLIED
+    )]
+    AnnotationRecord {
+        current: Box<Invalid>,
+        why: PolicyError,
+    },
 }
 
 /// An object of one of the sources.

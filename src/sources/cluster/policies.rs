@@ -10,9 +10,9 @@ use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
 
-use super::Observed;
 use super::merge::{Origin, PolicyObject};
 use super::status::ObservedStatus;
+use super::{Invalid, Observed};
 use crate::policy::recorded::recorded;
 use crate::policy::{API_VERSION, HighAvailabilityPolicy, KIND, Policy};
 
@@ -60,7 +60,7 @@ pub fn observe(obj: &DynamicObject) -> Observed {
             }
             p
         })
-        .map_err(|e| e.to_string());
+        .map_err(Invalid::Policy);
     let mut object = PolicyObject {
         origin: Origin::Resource,
         uid: key(obj),
@@ -89,14 +89,13 @@ pub fn observe(obj: &DynamicObject) -> Observed {
                     object.last_valid_refusal = r.refusal;
                     Err(message)
                 }
-                Err(e) => {
+                Err(why) => {
                     object.last_valid_generation = None;
-                    Err(format!(
-                        "{message} (the last valid version recorded in status, generation {}, {NOT_APPLIED}: {e})",
-                        record
-                            .generation
-                            .map_or("unknown".to_string(), |g| g.to_string())
-                    ))
+                    Err(Invalid::StatusRecord {
+                        current: Box::new(message),
+                        generation: record.generation,
+                        why,
+                    })
                 }
             }
         }
@@ -146,7 +145,7 @@ mod tests {
                        "lastValidSpec": {"targetNamespace": "knative-serving", "replicas": 4}}
         });
         let o = observe(&dynamic(value.clone()));
-        assert!(o.parsed.unwrap_err().contains("renewDeadline"));
+        assert!(o.parsed.unwrap_err().to_string().contains("renewDeadline"));
         let kept = o.object.last_valid.expect("the record is read back");
         assert_eq!(
             (kept.name.as_str(), kept.spec.replicas),
@@ -172,13 +171,13 @@ mod tests {
             ["spec.replicas: must be between 1 and 100, got 0"]
         );
         assert_eq!(refusal.left_out, ["spec.replicas"]);
-        assert!(o.parsed.unwrap_err().contains("renewDeadline"));
+        assert!(o.parsed.unwrap_err().to_string().contains("renewDeadline"));
         // A record that does not parse under this release is not taken.
         value["status"]["lastValidSpec"]["replicas"] = json!("four");
         let o = observe(&dynamic(value));
         assert!(o.object.last_valid.is_none());
         assert!(o.object.last_valid_refusal.is_none());
-        let err = o.parsed.unwrap_err();
+        let err = o.parsed.unwrap_err().to_string();
         assert!(
             err.contains("generation 3, cannot be read back by this release, so it is not applied: spec.replicas"),
             "{err}"
@@ -193,7 +192,7 @@ mod tests {
             "spec": {"targetNamespace": "ns", "replicaz": 3}
         }));
         let o = observe(&obj);
-        let err = o.parsed.unwrap_err();
+        let err = o.parsed.unwrap_err().to_string();
         assert!(err.contains("replicaz"), "{err}");
         assert_eq!(o.object.uid, "bad");
     }

@@ -37,7 +37,7 @@ pub(crate) fn fold(prev: Option<&Tracked>, obs: Observed) -> Tracked {
                 object.last_valid_generation = prev.object.last_valid_generation;
                 object.last_valid_refusal = prev.object.last_valid_refusal.clone();
             }
-            object.error = Some(message);
+            object.error = Some(message.to_string());
         }
     }
     Tracked { object, status }
