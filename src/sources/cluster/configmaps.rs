@@ -17,6 +17,7 @@ use super::merge::{Origin, PolicyObject};
 use super::status::{LastValid, ObservedStatus};
 use super::{Invalid, Observed};
 use crate::policy::Policy;
+use crate::policy::objects::configmap_document;
 use crate::policy::recorded::recorded;
 
 /// The annotation holding the last valid version of a policy ConfigMap.
@@ -33,14 +34,11 @@ pub fn key(cm: &ConfigMap) -> String {
         .unwrap_or_else(|| format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any()))
 }
 
-/// Parses and validates the policy of one ConfigMap.
+/// Parses and validates the policy of one ConfigMap, its document read as
+/// `check` and `/validate` read it ([`configmap_document`]).
 pub fn parse(cm: &ConfigMap) -> Result<Policy, Invalid> {
-    let text = cm
-        .data
-        .as_ref()
-        .and_then(|d| d.get(DATA_KEY))
-        .ok_or(Invalid::NoDocument)?;
-    let mut policy = Policy::from_yaml(text).map_err(Invalid::Document)?;
+    let document = configmap_document(&json!({"data": cm.data})).map_err(Invalid::Unreadable)?;
+    let mut policy = Policy::from_json(&document).map_err(Invalid::Document)?;
     if policy.name.is_empty() {
         policy.name = cm.name_any();
     }
@@ -182,10 +180,32 @@ mod tests {
         assert!(err.starts_with("data.policy.yaml: "), "{err}");
     }
 
+    /// The status message of a policy ConfigMap and `/validate`'s refusal
+    /// of it name the same errors (the status in one line): the document
+    /// is read one way.
+    #[test]
+    fn the_status_says_what_validate_says() {
+        for data in [
+            json!({"other": "x"}),
+            json!({"policy.yaml": "spec: [unclosed"}),
+            json!({"policy.yaml": "kind: HighAvailabilityPolicy\nspec: {replicas: 0}\n"}),
+        ] {
+            let status = parse(&cm(data.clone())).unwrap_err().to_string();
+            let refused: Vec<String> =
+                crate::policy::objects::check_configmap_data(&json!({"data": data}))
+                    .unwrap_err()
+                    .iter()
+                    .map(|line| line.replacen("data.policy.yaml: ", "", 1))
+                    .collect();
+            assert_eq!(status, format!("data.policy.yaml: {}", refused.join("; ")));
+        }
+    }
+
     #[test]
     fn an_unreadable_record_of_a_configmap_without_its_document_says_both() {
         let mut configmap = cm(json!({"other": "x"}));
-        assert_eq!(parse(&configmap), Err(Invalid::NoDocument));
+        let missing = parse(&configmap).unwrap_err();
+        assert!(matches!(&missing, Invalid::Unreadable(_)), "{missing:?}");
         let record = LastValid {
             generation: None,
             name: Some("serving".into()),
@@ -199,7 +219,7 @@ mod tests {
         let Invalid::AnnotationRecord { current, why } = &err else {
             panic!("{err:?}");
         };
-        assert_eq!(**current, Invalid::NoDocument);
+        assert_eq!(**current, missing);
         assert_eq!(
             err.to_string(),
             format!(

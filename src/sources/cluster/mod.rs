@@ -132,12 +132,10 @@ pub enum Invalid {
     /// The HighAvailabilityPolicy breaks this release's rules.
     #[error(transparent)]
     Policy(#[from] PolicyError),
-    /// A policy ConfigMap without the document.
-    #[error(
-        "data.{}: missing (the policy document goes there)",
-        configmaps::DATA_KEY
-    )]
-    NoDocument,
+    /// A policy ConfigMap whose document cannot be read (missing, or not
+    /// YAML): the error names `data.policy.yaml`.
+    #[error(transparent)]
+    Unreadable(PolicyError),
     /// The document a policy ConfigMap holds breaks this release's rules.
     #[error("data.{key}: {0}", key = configmaps::DATA_KEY)]
     Document(PolicyError),
