@@ -112,14 +112,8 @@ pub async fn audit(
         };
         for object in &listed.objects {
             report.objects += 1;
-            let drift = plan::plan(policy, ns, object, &ctx, true).map_err(|error| {
-                ReconcileError::Engine {
-                    kind: Kind::of(object).map_or("object", Kind::as_str),
-                    namespace: ns.clone(),
-                    name: object["metadata"]["name"].as_str().unwrap_or("").into(),
-                    source: Box::new(error),
-                }
-            })?;
+            let drift = plan::plan(policy, ns, object, &ctx, true)
+                .map_err(|error| ReconcileError::Engine(Box::new(error)))?;
             if let Some(d) = drift {
                 report.drift.push(ObjectDrift {
                     kind: d.kind.as_str(),

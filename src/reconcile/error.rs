@@ -22,14 +22,10 @@ pub enum ReconcileError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("{kind} {namespace}/{name}")]
-    Engine {
-        kind: &'static str,
-        namespace: String,
-        name: String,
-        #[source]
-        source: Box<crate::engine::EngineError>,
-    },
+    /// The engine's error names the object (a listed object is always a
+    /// JSON object), so this names only the step.
+    #[error("computing the changes")]
+    Engine(#[source] Box<crate::engine::EngineError>),
 }
 
 /// The result of the reconciler's steps.
@@ -98,4 +94,26 @@ pub const MAX_ATTEMPTS: u32 = 4;
 /// `metadata.resourceVersion` failed). Read the object again and retry.
 pub fn is_precondition_failed(e: &kube::Error) -> bool {
     is_conflict(e) || code(e) == Some(422)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{EngineError, Fault};
+
+    #[test]
+    fn an_engine_error_names_the_object_once() {
+        let e = ReconcileError::Engine(Box::new(EngineError::Malformed {
+            kind: "Deployment".into(),
+            namespace: "knative-serving".into(),
+            name: "controller".into(),
+            fault: Box::new(Fault::Missing {
+                path: "spec.template".into(),
+            }),
+        }));
+        assert_eq!(
+            crate::errors::chain(&e),
+            "computing the changes: Deployment knative-serving/controller: spec.template is required"
+        );
+    }
 }
