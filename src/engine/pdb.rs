@@ -156,11 +156,11 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
                         show(&int_or_string(value)),
                         at(&runs)
                     );
-                    write(t, &current, &want, None, Some(note))
+                    write(t, &current, &want, false, Some(note))
                 }
                 None => {
                     let want = Map::from_iter([(field.to_string(), int_or_string(value))]);
-                    write(t, &current, &want, None, None)
+                    write(t, &current, &want, false, None)
                 }
             };
         }
@@ -202,7 +202,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
             shown(&written),
             shown(&theirs)
         );
-        let (p, mut kept) = write(t, &current, &theirs, Some(why), None)?;
+        let (p, mut kept) = write(t, &current, &theirs, true, Some(why))?;
         changes.append(&mut kept);
         return Ok((p, changes));
     }
@@ -221,7 +221,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         // The policy's budget was held back; the engine's earlier one still allows a drain.
         return Ok((None, changes));
     };
-    let (p, mut restored) = write(t, &current, &original, Some(why), None)?;
+    let (p, mut restored) = write(t, &current, &original, true, Some(why))?;
     changes.append(&mut restored);
     Ok((p, changes))
 }
@@ -254,15 +254,15 @@ fn shown(fields: &Map<String, Value>) -> String {
     }
 }
 
-/// Makes the budget fields `want` (removing the others). `restore` is the
-/// reason when `want` is the recorded original: the records go then;
-/// otherwise they are kept up to date.
+/// Makes the budget fields `want` (removing the others), saying why
+/// (`reason`). With `restore`, `want` is the recorded original: the records
+/// go then; otherwise they are kept up to date.
 fn write(
     t: &Target<'_>,
     current: &Map<String, Value>,
     want: &Map<String, Value>,
-    restore: Option<String>,
-    note: Option<String>,
+    restore: bool,
+    reason: Option<String>,
 ) -> Result<Handled, EngineError> {
     if current == want {
         return Ok((None, Vec::new()));
@@ -286,28 +286,23 @@ fn write(
         parts.push(format!("spec.{field} {} -> removed", show(old)));
     }
     super::check_parents(t, &["metadata", "annotations", ORIGINAL])?;
-    let why = match restore {
-        Some(why) => {
-            super::records::remove_pruned(&mut p, &["metadata", "annotations", ORIGINAL]);
-            super::records::remove_pruned(&mut p, &["metadata", "annotations", WRITTEN]);
-            format!(" ({why})")
-        }
-        None => {
-            if recorded(t, ORIGINAL)?.is_none() {
-                let text = Value::Object(current.clone()).to_string();
-                p.set(&["metadata", "annotations", ORIGINAL], json!(text))
-                    .map_err(|e| t.malformed(e))?;
-            }
-            let text = Value::Object(want.clone()).to_string();
-            p.set(&["metadata", "annotations", WRITTEN], json!(text))
+    if restore {
+        super::records::remove_pruned(&mut p, &["metadata", "annotations", ORIGINAL]);
+        super::records::remove_pruned(&mut p, &["metadata", "annotations", WRITTEN]);
+    } else {
+        if recorded(t, ORIGINAL)?.is_none() {
+            let text = Value::Object(current.clone()).to_string();
+            p.set(&["metadata", "annotations", ORIGINAL], json!(text))
                 .map_err(|e| t.malformed(e))?;
-            String::new()
         }
-    };
-    let note = note.map(|n| format!(" ({n})")).unwrap_or_default();
+        let text = Value::Object(want.clone()).to_string();
+        p.set(&["metadata", "annotations", WRITTEN], json!(text))
+            .map_err(|e| t.malformed(e))?;
+    }
+    let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
     Ok((
         Some(p),
-        vec![t.change(format!("{}{note}{why}", parts.join(", ")))],
+        vec![t.change(format!("{}{reason}", parts.join(", ")))],
     ))
 }
 
