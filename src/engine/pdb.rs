@@ -17,6 +17,7 @@
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
+use super::change::{FieldChange, What};
 use super::patch::Patcher;
 use super::reads::Read::{self, Members};
 use super::records::ANNOTATIONS;
@@ -164,21 +165,21 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
                 }
             };
         }
-        changes.push(t.change(format!(
-            "warning: spec.{field} {} not written: {} it allows no voluntary disruption, so every node drain and cluster upgrade would block",
+        changes.push(t.change(What::Warning(format!(
+            "spec.{field} {} not written: {} it allows no voluntary disruption, so every node drain and cluster upgrade would block",
             show(&int_or_string(value)),
             at(&runs)
-        )));
+        ))));
     }
     let (Some(original), Some(written)) = (recorded(t, ORIGINAL)?, recorded(t, WRITTEN)?) else {
         if wanted.is_none() && n > 1 && allowed(&current, n) == Some(0) {
             // The policy raised the replicas, and the budget the release
             // ships still blocks every drain at the new count.
-            changes.push(t.change(format!(
-                "warning: {} allows no voluntary disruption {}, so every node drain and cluster upgrade blocks; set spec.podDisruptionBudget (maxUnavailable: 1 lets a drain take one pod at a time)",
+            changes.push(t.change(What::Warning(format!(
+                "{} allows no voluntary disruption {}, so every node drain and cluster upgrade blocks; set spec.podDisruptionBudget (maxUnavailable: 1 lets a drain take one pod at a time)",
                 shown(&current),
                 at(&runs)
-            )));
+            ))));
         }
         return Ok((None, changes));
     };
@@ -254,6 +255,15 @@ fn shown(fields: &Map<String, Value>) -> String {
     }
 }
 
+/// A budget field's change: `spec.minAvailable unset -> 2`.
+fn field_change(field: &str, before: Option<&Value>, after: &Value) -> FieldChange {
+    FieldChange::new(
+        format!("spec.{field}"),
+        before.map_or("unset".to_string(), show),
+        show(after),
+    )
+}
+
 /// Makes the budget fields `want` (removing the others), saying why
 /// (`reason`). With `restore`, `want` is the recorded original: the records
 /// go then; otherwise they are kept up to date.
@@ -268,22 +278,18 @@ fn write(
         return Ok((None, Vec::new()));
     }
     let mut p = Patcher::new(t.object);
-    let mut parts = Vec::new();
+    let mut fields = Vec::new();
     for (field, value) in want {
         let before = current.get(field);
         if before != Some(value) {
             p.set(&["spec", field], value.clone())
                 .map_err(|e| t.malformed(e))?;
-            parts.push(format!(
-                "spec.{field} {} -> {}",
-                before.map_or("unset".to_string(), show),
-                show(value)
-            ));
+            fields.push(field_change(field, before, value));
         }
     }
     for (field, old) in current.iter().filter(|(f, _)| !want.contains_key(*f)) {
         p.remove(&["spec", field]);
-        parts.push(format!("spec.{field} {} -> removed", show(old)));
+        fields.push(FieldChange::removed(format!("spec.{field}"), show(old)));
     }
     super::check_parents(t, &["metadata", "annotations", ORIGINAL])?;
     if restore {
@@ -299,20 +305,21 @@ fn write(
         p.set(&["metadata", "annotations", WRITTEN], json!(text))
             .map_err(|e| t.malformed(e))?;
     }
-    let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
-    Ok((
-        Some(p),
-        vec![t.change(format!("{}{reason}", parts.join(", ")))],
-    ))
+    let change = t.change(What::Fields(fields));
+    let change = match reason {
+        Some(why) => change.noted(why),
+        None => change,
+    };
+    Ok((Some(p), vec![change]))
 }
 
 /// For `restore`: the budget recorded in [`ORIGINAL`] back, whatever the
 /// policy, and both records dropped. `None` when the PDB carries no record;
-/// else a change text per field (each a release value put back).
+/// else the fields' changes (each a release value put back).
 pub(crate) fn restore_original(
     object: &Value,
     p: &mut Option<Patcher>,
-) -> Result<Option<Vec<String>>, String> {
+) -> Result<Option<Vec<FieldChange>>, String> {
     let annotations = super::lookup(object, ANNOTATIONS);
     let Some(text) = annotations.and_then(|a| a.get(ORIGINAL)) else {
         return Ok(None);
@@ -328,22 +335,18 @@ pub(crate) fn restore_original(
         })?;
     let current = budget(super::lookup(object, SPEC).and_then(Value::as_object));
     let pt = p.get_or_insert_with(|| Patcher::new(object));
-    let mut parts = Vec::new();
+    let mut fields = Vec::new();
     for (field, value) in &original {
         if current.get(field) != Some(value) {
             pt.set(&["spec", field], value.clone())?;
-            parts.push(format!(
-                "spec.{field} {} -> {}",
-                current.get(field).map_or("unset".to_string(), show),
-                show(value)
-            ));
+            fields.push(field_change(field, current.get(field), value));
         }
     }
     for (field, old) in current.iter().filter(|(f, _)| !original.contains_key(*f)) {
         pt.remove(&["spec", field]);
-        parts.push(format!("spec.{field} {} -> removed", show(old)));
+        fields.push(FieldChange::removed(format!("spec.{field}"), show(old)));
     }
     super::records::remove_pruned(pt, &["metadata", "annotations", ORIGINAL]);
     super::records::remove_pruned(pt, &["metadata", "annotations", WRITTEN]);
-    Ok(Some(parts))
+    Ok(Some(fields))
 }
