@@ -26,7 +26,7 @@ use serde_json::{Map, Value, json};
 
 use super::reads::Read::{self, Members};
 use super::records::ANNOTATIONS;
-use super::{Cause, Change, Context, Kind, Target};
+use super::{Cause, Change, Context, Kind, Target, What};
 use crate::policy::Policy;
 use crate::policy::disruption;
 
@@ -245,10 +245,10 @@ pub fn plan(
                 change: Change::new(
                     PDB,
                     &name,
-                    format!(
-                        "created, {}, for deployment/{deployment}, which has none",
-                        describe(pdb)
-                    ),
+                    What::BudgetCreated {
+                        budget: describe(pdb),
+                        deployment: deployment.to_string(),
+                    },
                     cause(),
                 ),
                 name,
@@ -258,7 +258,10 @@ pub fn plan(
                 change: Change::new(
                     PDB,
                     &name,
-                    format!("{} -> {}", describe(current), describe(pdb)),
+                    What::BudgetChanged {
+                        before: describe(current),
+                        after: describe(pdb),
+                    },
                     cause(),
                 ),
                 name,
@@ -277,10 +280,9 @@ pub fn plan(
                 change: Change::new(
                     PDB,
                     &name,
-                    format!(
-                        "deleted, created for deployment/{} and no longer wanted",
-                        created_for(pdb).unwrap_or_default()
-                    ),
+                    What::BudgetDeleted {
+                        deployment: created_for(pdb).unwrap_or_default().to_string(),
+                    },
                     cause(),
                 ),
                 name,

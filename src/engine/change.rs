@@ -1,10 +1,12 @@
-//! What the engine changed, as data: the object, what changed there (the
-//! field, its value before and after, and why, or a warning) and what it
-//! comes from (a policy, `restore`, no policy). The edges render it:
-//! admission warnings, the review log line, Events, `audit`'s table,
-//! `preview` and `restore` print its [`fmt::Display`] line, e.g.
-//! `deployment/controller: spec.replicas 1 -> 3 (policy serving)`; `audit`'s
-//! table puts the object in its own columns ([`Change::detail`]).
+//! What the engine changed, as data: the object, what changed there
+//! ([`What`]: fields with their values before and after, or a warning, or
+//! one of the few changes that are not a field's value), why ([`Reason`])
+//! and what it comes from ([`Cause`]: a policy, `restore`, no policy). The
+//! edges render it: admission warnings, the review log line, Events,
+//! `audit`'s table, `preview` and `restore` print its [`fmt::Display`]
+//! line, e.g. `deployment/controller: spec.replicas 1 -> 3 (policy
+//! serving)`; `audit`'s table puts the object in its own columns
+//! ([`Change::detail`]).
 
 use std::fmt;
 
@@ -24,6 +26,153 @@ pub enum Cause {
     RestoredBecause(String),
 }
 
+/// Why a change was made, as its line says it after what changed.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    /// In parentheses: ` (WHY)`.
+    Noted(String),
+    /// After the way the change came: ` through ROUTE: WHY` (e.g. `the
+    /// scale subresource`).
+    Through { route: &'static str, why: String },
+}
+
+/// One field's value before and after, as change lines show them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FieldChange {
+    /// The field as shown: `spec.replicas`, `data.lease-duration`,
+    /// `pod template annotation knativeha.dev/...`.
+    pub field: String,
+    /// Its value before (`1`, `unset`, `unset (25%)`, `"15s"`); None where
+    /// the line shows only the value written (`spec.minAvailable 2`).
+    pub before: Option<String>,
+    /// Its value after (`removed` where the field goes).
+    pub after: String,
+}
+
+/// What [`FieldChange::after`] shows for a field removed.
+pub const REMOVED: &str = "removed";
+
+impl FieldChange {
+    /// `field before -> after`.
+    pub fn new(
+        field: impl Into<String>,
+        before: impl Into<String>,
+        after: impl Into<String>,
+    ) -> FieldChange {
+        FieldChange {
+            field: field.into(),
+            before: Some(before.into()),
+            after: after.into(),
+        }
+    }
+
+    /// `field before -> removed`.
+    pub fn removed(field: impl Into<String>, before: impl Into<String>) -> FieldChange {
+        FieldChange::new(field, before, REMOVED)
+    }
+}
+
+/// Whose the marked anti-affinity term a change removed is, as its line
+/// says (the engine writes the term for the policy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TermOwner {
+    /// The policy's: it no longer asks for one (the engine).
+    Policy,
+    /// The engine's own (`restore`).
+    Engine,
+}
+
+/// One topology spread constraint as a change line shows it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Spread {
+    pub topology_key: String,
+    pub max_skew: i32,
+    pub when_unsatisfiable: &'static str,
+    pub node_taints_policy: &'static str,
+}
+
+/// What changed on the object (or a warning about it).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum What {
+    /// Fields set or removed, in one line:
+    /// `spec.minReplicas 1 -> 3, spec.maxReplicas 5 -> 7`.
+    Fields(Vec<FieldChange>),
+    /// Not a change: `warning: TEXT`.
+    Warning(String),
+    /// A recorded field already at its release value, the record removed:
+    /// `FIELD VALUE kept (the release value), record RECORD removed`.
+    KeptRelease {
+        field: String,
+        value: String,
+        record: &'static str,
+    },
+    /// A recorded field someone else changed since the engine's last write
+    /// (`written`): theirs stays, the records go:
+    /// `FIELD VALUE kept: changed since the engine wrote WRITTEN; records removed`.
+    KeptTheirs {
+        field: String,
+        value: String,
+        written: String,
+    },
+    /// An argument added to or removed from a container's args:
+    /// `container [NAME ]args +|- ARG` (no name: `restore`'s, in the
+    /// Knative container or every one).
+    ContainerArg {
+        container: Option<String>,
+        arg: &'static str,
+        added: bool,
+    },
+    /// An argument already as recorded (there or absent), the record
+    /// removed: `ARG [absent ]as recorded; record RECORD removed`.
+    ArgKept {
+        arg: &'static str,
+        present: bool,
+        record: &'static str,
+    },
+    /// The engine's pod anti-affinity term set: `pod anti-affinity set to
+    /// STRENGTH[, DOWNGRADED] on KEY`; `strength` is the term's type
+    /// (`Preferred`, `Required`), `downgraded` says why it is not the
+    /// policy's.
+    AntiAffinitySet {
+        strength: &'static str,
+        downgraded: Option<String>,
+        topology_key: String,
+    },
+    /// The engine's marked anti-affinity term removed: `pod anti-affinity:
+    /// the policy's own term removed` (`the engine's` in `restore`).
+    AntiAffinityRemoved(TermOwner),
+    /// `topology spread set to KEY (maxSkew N, WHEN, nodeTaintsPolicy P,
+    /// per ReplicaSet), ...`.
+    SpreadSet(Vec<Spread>),
+    /// A PDB the reconciler created: `created, BUDGET, for
+    /// deployment/DEPLOYMENT, which has none`.
+    BudgetCreated { budget: String, deployment: String },
+    /// A created PDB's budget changed: `BEFORE -> AFTER` (`maxUnavailable 1`).
+    BudgetChanged { before: String, after: String },
+    /// A created PDB deleted: `deleted, created for deployment/DEPLOYMENT
+    /// and no longer wanted`.
+    BudgetDeleted { deployment: String },
+}
+
+impl What {
+    /// One field: `field before -> after`.
+    pub fn field(
+        field: impl Into<String>,
+        before: impl Into<String>,
+        after: impl Into<String>,
+    ) -> What {
+        What::Fields(vec![FieldChange::new(field, before, after)])
+    }
+
+    /// The fields whose values changed (none for the other kinds).
+    pub fn fields(&self) -> &[FieldChange] {
+        match self {
+            What::Fields(fields) => fields,
+            _ => &[],
+        }
+    }
+}
+
 /// One change (or warning) of one object.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Change {
@@ -32,34 +181,47 @@ pub struct Change {
     pub kind: &'static str,
     /// The object's name.
     pub name: String,
-    /// What changed: the field with its value before and after and why, or
-    /// a warning (`warning: ...`).
-    pub what: String,
+    pub what: What,
+    /// Why it was made, where its line says so (after what changed, before
+    /// the cause).
+    pub reason: Option<Reason>,
     pub cause: Cause,
 }
 
 impl Change {
-    pub fn new(kind: &'static str, name: &str, what: impl fmt::Display, cause: Cause) -> Change {
+    pub fn new(kind: &'static str, name: &str, what: What, cause: Cause) -> Change {
         Change {
             kind,
             name: name.to_string(),
-            what: what.to_string(),
+            what,
+            reason: None,
             cause,
+        }
+    }
+
+    /// The same change, saying why in parentheses ([`Reason::Noted`]).
+    pub fn noted(self, why: impl Into<String>) -> Change {
+        Change {
+            reason: Some(Reason::Noted(why.into())),
+            ..self
         }
     }
 
     /// A warning rather than a change.
     pub fn is_warning(&self) -> bool {
-        self.what.starts_with("warning:")
+        matches!(self.what, What::Warning(_))
     }
 
-    /// The line without the object: what changed and its cause.
+    /// The line without the object: what changed, why and its cause.
     pub fn detail(&self) -> String {
-        let what = &self.what;
+        let what = match &self.reason {
+            Some(reason) => format!("{}{reason}", self.what),
+            None => self.what.to_string(),
+        };
         match &self.cause {
             Cause::Policy(name) => format!("{what} (policy {name})"),
             Cause::Restored => format!("{what} (restored)"),
-            Cause::Unstated => what.clone(),
+            Cause::Unstated => what,
             Cause::Because(why) => format!("{what} ({why})"),
             Cause::RestoredBecause(why) => {
                 format!("{what} ({why}: the release value, record removed)")
@@ -75,6 +237,124 @@ impl Change {
             _ => Cause::Because(why.to_string()),
         };
         Change { cause, ..self }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Noted(why) => write!(f, " ({why})"),
+            Reason::Through { route, why } => write!(f, " through {route}: {why}"),
+        }
+    }
+}
+
+impl fmt::Display for FieldChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.before {
+            Some(before) => write!(f, "{} {before} -> {}", self.field, self.after),
+            None => write!(f, "{} {}", self.field, self.after),
+        }
+    }
+}
+
+impl fmt::Display for Spread {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (maxSkew {}, {}, nodeTaintsPolicy {}, per ReplicaSet)",
+            self.topology_key, self.max_skew, self.when_unsatisfiable, self.node_taints_policy
+        )
+    }
+}
+
+/// `a, b, c`.
+fn joined<T: fmt::Display>(f: &mut fmt::Formatter<'_>, items: &[T]) -> fmt::Result {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{item}")?;
+    }
+    Ok(())
+}
+
+impl fmt::Display for What {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            What::Fields(fields) => joined(f, fields),
+            What::Warning(text) => write!(f, "warning: {text}"),
+            What::KeptRelease {
+                field,
+                value,
+                record,
+            } => write!(
+                f,
+                "{field} {value} kept (the release value), record {record} removed"
+            ),
+            What::KeptTheirs {
+                field,
+                value,
+                written,
+            } => write!(
+                f,
+                "{field} {value} kept: changed since the engine wrote {written}; records removed"
+            ),
+            What::ContainerArg {
+                container,
+                arg,
+                added,
+            } => {
+                let name = container
+                    .as_ref()
+                    .map(|c| format!(" {c}"))
+                    .unwrap_or_default();
+                let sign = if *added { '+' } else { '-' };
+                write!(f, "container{name} args {sign} {arg}")
+            }
+            What::ArgKept {
+                arg,
+                present,
+                record,
+            } => {
+                let absent = if *present { "" } else { " absent" };
+                write!(f, "{arg}{absent} as recorded; record {record} removed")
+            }
+            What::AntiAffinitySet {
+                strength,
+                downgraded,
+                topology_key,
+            } => {
+                let why = downgraded
+                    .as_ref()
+                    .map(|d| format!(", {d}"))
+                    .unwrap_or_default();
+                write!(
+                    f,
+                    "pod anti-affinity set to {strength}{why} on {topology_key}"
+                )
+            }
+            What::AntiAffinityRemoved(owner) => {
+                let owner = match owner {
+                    TermOwner::Policy => "policy",
+                    TermOwner::Engine => "engine",
+                };
+                write!(f, "pod anti-affinity: the {owner}'s own term removed")
+            }
+            What::SpreadSet(list) => {
+                f.write_str("topology spread set to ")?;
+                joined(f, list)
+            }
+            What::BudgetCreated { budget, deployment } => write!(
+                f,
+                "created, {budget}, for deployment/{deployment}, which has none"
+            ),
+            What::BudgetChanged { before, after } => write!(f, "{before} -> {after}"),
+            What::BudgetDeleted { deployment } => write!(
+                f,
+                "deleted, created for deployment/{deployment} and no longer wanted"
+            ),
+        }
     }
 }
 
@@ -97,40 +377,4 @@ pub fn lines(changes: &[Change]) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lines_render_the_cause() {
-        let c = Change::new(
-            "deployment",
-            "controller",
-            "spec.replicas 1 -> 3",
-            Cause::Policy("serving".into()),
-        );
-        assert_eq!(
-            c.to_string(),
-            "deployment/controller: spec.replicas 1 -> 3 (policy serving)"
-        );
-        let r = Change::new(
-            "deployment",
-            "controller",
-            "spec.replicas 3 -> 1",
-            Cause::Restored,
-        );
-        assert_eq!(
-            r.clone().undone_because("gone").to_string(),
-            "deployment/controller: spec.replicas 3 -> 1 (gone: the release value, record removed)"
-        );
-        let u = Change::new(
-            "deployment",
-            "c",
-            "x (restored; the pods roll)",
-            Cause::Unstated,
-        );
-        assert_eq!(
-            u.undone_because("gone").detail(),
-            "x (restored; the pods roll) (gone)"
-        );
-    }
-}
+mod tests;

@@ -21,6 +21,7 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value, json};
 
+use super::change::What;
 use super::patch::Patcher;
 use super::reads::Read::Members;
 use super::{EngineError, Fault, Handled, LEADER_ELECTION_CONFIGMAP, Target};
@@ -293,10 +294,9 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         for r in records {
             super::records::note_written(t, pt, r, &json!(want))?;
         }
-        changes.push(t.change(format!(
-            "data.{key} {} -> {want:?}",
-            current.map_or("unset".to_string(), |c| format!("{c:?}"))
-        )));
+        let before = current.map_or("unset".to_string(), |c| format!("{c:?}"));
+        let field = What::field(format!("{DATA}.{key}"), before, format!("{want:?}"));
+        changes.push(t.change(field));
     }
     for r in &unasked {
         // A key someone else changed since the engine wrote it keeps their
@@ -306,14 +306,14 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         }
     }
     if let Some(problem) = undo.problem {
-        changes.push(t.change(format!(
-            "warning: leader election durations not written: {problem}"
-        )));
+        changes.push(t.change(What::Warning(format!(
+            "leader election durations not written: {problem}"
+        ))));
     }
     if let Some(problem) = undo.undo_problem {
-        changes.push(t.change(format!(
-            "warning: the recorded release durations are not put back (records kept): {problem}"
-        )));
+        changes.push(t.change(What::Warning(format!(
+            "the recorded release durations are not put back (records kept): {problem}"
+        ))));
     }
     Ok((p, changes))
 }

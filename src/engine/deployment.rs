@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use serde_json::{Map, Value, json};
 
 use super::affinity::{ANTI_AFFINITY, MATCH_LABELS};
-use super::change::Change;
+use super::change::{Change, Spread, TermOwner, What};
 use super::patch::Patcher;
 use super::reads::Read::{self, Whole};
 use super::records::{
@@ -66,7 +66,8 @@ pub fn spread_value(list: &[TopologySpread], match_labels: &Value) -> Value {
 /// The anti-affinity the engine writes for `deployment`: the policy's,
 /// except that Required becomes Preferred on a Deployment an HPA scales
 /// (its replicas go beyond the number of nodes or zones, and every one
-/// beyond would stay Pending). The second value says why, when it differs.
+/// beyond would stay Pending). The second value says why the type is not
+/// the policy's, when it differs.
 fn effective_anti_affinity<'p>(
     t: &Target<'_>,
     aa: Option<&'p PodAntiAffinity>,
@@ -78,7 +79,7 @@ fn effective_anti_affinity<'p>(
                 topology_key: a.topology_key.clone(),
             };
             let why = format!(
-                "Preferred, not the policy's Required: an HPA scales this Deployment, and its replicas beyond the number of {} domains would stay Pending",
+                "not the policy's Required: an HPA scales this Deployment, and its replicas beyond the number of {} domains would stay Pending",
                 a.topology_key()
             );
             (Some(Cow::Owned(preferred)), Some(why))
@@ -166,17 +167,17 @@ fn replicas(
         let pt = records::patcher(t, p, &[&RECORDED_REPLICAS])?;
         pt.set(REPLICAS, json!(n)).map_err(|e| t.malformed(e))?;
         let before = current.map_or("unset".to_string(), |c| c.to_string());
-        changes.push(t.change(format!("spec.replicas {before} -> {n}")));
+        changes.push(t.change(What::field(REPLICAS.join("."), before, n.to_string())));
     }
     Ok(i64::from(n))
 }
 
 /// The warning of Required anti-affinity over `replicas` replicas.
-pub fn strands(aa: &PodAntiAffinity, replicas: i64) -> String {
+pub fn strands(aa: &PodAntiAffinity, replicas: i64) -> What {
     let key = aa.topology_key();
-    format!(
-        "warning: Required anti-affinity on {key} puts each of the {replicas} replicas in its own {key} domain: with {replicas} domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them)"
-    )
+    What::Warning(format!(
+        "Required anti-affinity on {key} puts each of the {replicas} replicas in its own {key} domain: with {replicas} domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them)"
+    ))
 }
 
 fn anti_affinity(
@@ -207,12 +208,12 @@ fn anti_affinity(
     }
     changes.push(
         t.change(match aa.filter(|a| a.kind != AntiAffinityType::None) {
-            Some(aa) => format!(
-                "pod anti-affinity set to {} on {}",
-                downgraded.unwrap_or(aa.kind.as_str()),
-                aa.topology_key()
-            ),
-            None => "pod anti-affinity: the policy's own term removed".to_string(),
+            Some(aa) => What::AntiAffinitySet {
+                strength: aa.kind.as_str(),
+                downgraded: downgraded.map(str::to_string),
+                topology_key: aa.topology_key().to_string(),
+            },
+            None => What::AntiAffinityRemoved(TermOwner::Policy),
         }),
     );
     Ok(())
@@ -239,19 +240,16 @@ fn spread(
     super::check_parents(t, SPREAD)?;
     let pt = records::patcher(t, p, &[&TOPOLOGY_SPREAD])?;
     pt.set(SPREAD, value).map_err(|e| t.malformed(e))?;
-    let shown: Vec<String> = list
+    let shown = list
         .iter()
-        .map(|c| {
-            format!(
-                "{} (maxSkew {}, {}, nodeTaintsPolicy {}, per ReplicaSet)",
-                c.topology_key,
-                c.max_skew(),
-                c.when_unsatisfiable().as_str(),
-                c.node_taints_policy().as_str()
-            )
+        .map(|c| Spread {
+            topology_key: c.topology_key.clone(),
+            max_skew: c.max_skew(),
+            when_unsatisfiable: c.when_unsatisfiable().as_str(),
+            node_taints_policy: c.node_taints_policy().as_str(),
         })
         .collect();
-    changes.push(t.change(format!("topology spread set to {}", shown.join(", "))));
+    changes.push(t.change(What::SpreadSet(shown)));
     Ok(())
 }
 
@@ -286,9 +284,13 @@ fn rolling_update(
     let pt = records::patcher(t, p, &[&ROLLOUT_MAX_UNAVAILABLE])?;
     pt.set(MAX_UNAVAILABLE, json!(1))
         .map_err(|e| t.malformed(e))?;
-    changes.push(t.change(format!(
-        "spec.strategy.rollingUpdate.maxUnavailable {} -> 1 (Required anti-affinity with {replicas} replicas: a rollout must be able to stop a pod before its replacement can schedule)",
-        records::show_rolling(current)
+    let field = What::field(
+        MAX_UNAVAILABLE.join("."),
+        records::show_rolling(current),
+        "1",
+    );
+    changes.push(t.change(field).noted(format!(
+        "Required anti-affinity with {replicas} replicas: a rollout must be able to stop a pod before its replacement can schedule"
     )));
     Ok(())
 }
@@ -318,9 +320,14 @@ fn priority_class(
     let pt = records::patcher(t, p, &[&PRIORITY_CLASS])?;
     pt.set(PRIORITY_CLASS_PATH, json!(want))
         .map_err(|e| t.malformed(e))?;
-    changes.push(t.change(format!(
-        "spec.template.spec.priorityClassName {} -> {want} (the PriorityClass must exist: pods naming one that does not are refused)",
-        current.unwrap_or("unset")
-    )));
+    let field = What::field(
+        PRIORITY_CLASS_PATH.join("."),
+        current.unwrap_or("unset"),
+        want,
+    );
+    changes.push(
+        t.change(field)
+            .noted("the PriorityClass must exist: pods naming one that does not are refused"),
+    );
     Ok(())
 }

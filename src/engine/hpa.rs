@@ -16,6 +16,7 @@
 
 use serde_json::{Value, json};
 
+use super::change::{FieldChange, What};
 use super::patch::Patcher;
 use super::reads::Read::{self, Members, Whole};
 use super::records::ANNOTATIONS;
@@ -140,27 +141,30 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         p.set(&["metadata", "annotations", key], json!(v.to_string()))
             .map_err(|e| t.malformed(e))?;
     }
-    let mut parts = Vec::new();
+    let mut fields = Vec::new();
     if want_min != min || current_min.is_none() {
         p.set(MIN, json!(want_min)).map_err(|e| t.malformed(e))?;
-        parts.push(format!(
-            "spec.minReplicas {} -> {want_min}",
-            current_min.map_or("unset".to_string(), |m| m.to_string())
+        let before = current_min.map_or("unset".to_string(), |m| m.to_string());
+        fields.push(FieldChange::new(
+            MIN.join("."),
+            before,
+            want_min.to_string(),
         ));
     }
     if want_max != max {
         p.set(MAX, json!(want_max)).map_err(|e| t.malformed(e))?;
-        parts.push(format!("spec.maxReplicas {max} -> {want_max}"));
+        fields.push(FieldChange::new(
+            MAX.join("."),
+            max.to_string(),
+            want_max.to_string(),
+        ));
     }
     let from = if since.is_empty() {
         format!("from the original {}/{}", orig.0, orig.1)
     } else {
         format!("from {}/{}: {since}", orig.0, orig.1)
     };
-    Ok((
-        Some(p),
-        vec![t.change(format!("{} ({from})", parts.join(", ")))],
-    ))
+    Ok((Some(p), vec![t.change(What::Fields(fields)).noted(from)]))
 }
 
 #[cfg(test)]

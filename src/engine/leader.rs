@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 
-use super::change::Change;
+use super::change::{Change, FieldChange, What};
 use super::patch::Patcher;
 use super::reads::Read::{self, Each, Whole};
 use super::records::{self, ORIGINAL_DISABLE_HA, ROLLOUT_MAX_SURGE};
@@ -32,6 +32,11 @@ pub(crate) const HASH_PATH: &[&str] = &[
     "annotations",
     HASH_ANNOTATION,
 ];
+
+/// The hash annotation as change lines name the field.
+pub(crate) fn hash_field() -> String {
+    format!("pod template annotation {HASH_ANNOTATION}")
+}
 
 /// FNV-1a 64 (stable across builds and Rust versions, unlike `DefaultHasher`),
 /// fed through `fmt::Write` so the hashed text is never built.
@@ -140,9 +145,10 @@ fn settings_annotation(
         if let Some(current) = super::lookup(t.object, HASH_PATH) {
             let pt = p.get_or_insert_with(|| Patcher::new(t.object));
             super::records::remove_pruned(pt, HASH_PATH);
-            changes.push(t.change(format!(
-                "pod template annotation {HASH_ANNOTATION} {} -> removed ({why}: the leader-election settings are not written there)",
-                crate::policy::schema_check::show(current)
+            let field =
+                FieldChange::removed(hash_field(), crate::policy::schema_check::show(current));
+            changes.push(t.change(What::Fields(vec![field])).noted(format!(
+                "{why}: the leader-election settings are not written there"
             )));
         }
         return Ok(false);
@@ -159,10 +165,10 @@ fn settings_annotation(
     super::check_parents(t, HASH_PATH)?;
     let pt = p.get_or_insert_with(|| Patcher::new(t.object));
     pt.set(HASH_PATH, json!(want)).map_err(|e| t.malformed(e))?;
-    changes.push(t.change(format!(
-        "pod template annotation {HASH_ANNOTATION} {} -> {want} (hash of the leader-election settings: when they change, the leader-elected Deployments restart together)",
-        current.and_then(Value::as_str).unwrap_or("unset")
-    )));
+    let before = current.and_then(Value::as_str).unwrap_or("unset");
+    changes.push(t.change(What::field(hash_field(), before, want)).noted(
+        "hash of the leader-election settings: when they change, the leader-elected Deployments restart together",
+    ));
     Ok(true)
 }
 
@@ -200,10 +206,14 @@ fn all_at_once(
     let pt = records::patcher(t, p, &[&ROLLOUT_MAX_SURGE])?;
     pt.set(MAX_SURGE, json!(EVERY_POD))
         .map_err(|e| t.malformed(e))?;
-    changes.push(t.change(format!(
-        "spec.strategy.rollingUpdate.maxSurge {} -> {EVERY_POD} (leader-elected: on a restart every new pod starts at once, so old and new settings lead side by side for one pod start)",
-        records::show_rolling(current)
-    )));
+    let field = What::field(
+        MAX_SURGE.join("."),
+        records::show_rolling(current),
+        EVERY_POD,
+    );
+    changes.push(t.change(field).noted(
+        "leader-elected: on a restart every new pod starts at once, so old and new settings lead side by side for one pod start",
+    ));
     Ok(())
 }
 
@@ -354,7 +364,6 @@ pub(crate) fn flag(
             pt.set(&path, json!([DISABLE_HA_FLAG]))
                 .map_err(|e| t.malformed(e))?;
         }
-        changes.push(t.change(format!("container {cname} args + {DISABLE_HA_FLAG}")));
     } else if !present.is_empty() {
         let pt = flag_patcher(t, p)?;
         if present.len() == args.len() {
@@ -367,8 +376,14 @@ pub(crate) fn flag(
                     .map_err(|e| t.malformed(e))?;
             }
         }
-        changes.push(t.change(format!("container {cname} args - {DISABLE_HA_FLAG}")));
+    } else {
+        return Ok(());
     }
+    changes.push(t.change(What::ContainerArg {
+        container: Some(cname.to_string()),
+        arg: DISABLE_HA_FLAG,
+        added: disable,
+    }));
     Ok(())
 }
 

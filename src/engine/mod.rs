@@ -33,7 +33,7 @@ pub mod scale;
 mod target;
 pub mod view;
 
-pub use change::{Cause, Change};
+pub use change::{Cause, Change, FieldChange, Reason, What};
 pub use fault::Fault;
 pub(crate) use target::{Target, check_parents, lookup};
 
@@ -345,9 +345,9 @@ fn mutate_governed(
             if let Some(owner) = operator_owner(metadata)
                 && policy.spec.govern_operator_owned != Some(true)
             {
-                return Ok(warning_only(vec![target.change(format!(
-                    "warning: left unchanged: owned by the Knative Operator's {owner}, which manages its high availability (set spec.governOperatorOwned: true to govern it anyway)"
-                ))]));
+                return Ok(warning_only(vec![target.change(What::Warning(format!(
+                    "left unchanged: owned by the Knative Operator's {owner}, which manages its high availability (set spec.governOperatorOwned: true to govern it anyway)"
+                )))]));
             }
             Ok(Mutated {
                 mutation: Mutation {

@@ -17,6 +17,7 @@
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
+use super::change::{FieldChange, What};
 use super::patch::Patcher;
 use super::reads::Read::{self, Members};
 use super::records::ANNOTATIONS;
@@ -156,29 +157,29 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
                         show(&int_or_string(value)),
                         at(&runs)
                     );
-                    write(t, &current, &want, None, Some(note))
+                    write(t, &current, &want, false, Some(note))
                 }
                 None => {
                     let want = Map::from_iter([(field.to_string(), int_or_string(value))]);
-                    write(t, &current, &want, None, None)
+                    write(t, &current, &want, false, None)
                 }
             };
         }
-        changes.push(t.change(format!(
-            "warning: spec.{field} {} not written: {} it allows no voluntary disruption, so every node drain and cluster upgrade would block",
+        changes.push(t.change(What::Warning(format!(
+            "spec.{field} {} not written: {} it allows no voluntary disruption, so every node drain and cluster upgrade would block",
             show(&int_or_string(value)),
             at(&runs)
-        )));
+        ))));
     }
     let (Some(original), Some(written)) = (recorded(t, ORIGINAL)?, recorded(t, WRITTEN)?) else {
         if wanted.is_none() && n > 1 && allowed(&current, n) == Some(0) {
             // The policy raised the replicas, and the budget the release
             // ships still blocks every drain at the new count.
-            changes.push(t.change(format!(
-                "warning: {} allows no voluntary disruption {}, so every node drain and cluster upgrade blocks; set spec.podDisruptionBudget (maxUnavailable: 1 lets a drain take one pod at a time)",
+            changes.push(t.change(What::Warning(format!(
+                "{} allows no voluntary disruption {}, so every node drain and cluster upgrade blocks; set spec.podDisruptionBudget (maxUnavailable: 1 lets a drain take one pod at a time)",
                 shown(&current),
                 at(&runs)
-            )));
+            ))));
         }
         return Ok((None, changes));
     };
@@ -202,7 +203,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
             shown(&written),
             shown(&theirs)
         );
-        let (p, mut kept) = write(t, &current, &theirs, Some(why), None)?;
+        let (p, mut kept) = write(t, &current, &theirs, true, Some(why))?;
         changes.append(&mut kept);
         return Ok((p, changes));
     }
@@ -221,7 +222,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         // The policy's budget was held back; the engine's earlier one still allows a drain.
         return Ok((None, changes));
     };
-    let (p, mut restored) = write(t, &current, &original, Some(why), None)?;
+    let (p, mut restored) = write(t, &current, &original, true, Some(why))?;
     changes.append(&mut restored);
     Ok((p, changes))
 }
@@ -254,70 +255,71 @@ fn shown(fields: &Map<String, Value>) -> String {
     }
 }
 
-/// Makes the budget fields `want` (removing the others). `restore` is the
-/// reason when `want` is the recorded original: the records go then;
-/// otherwise they are kept up to date.
+/// A budget field's change: `spec.minAvailable unset -> 2`.
+fn field_change(field: &str, before: Option<&Value>, after: &Value) -> FieldChange {
+    FieldChange::new(
+        format!("spec.{field}"),
+        before.map_or("unset".to_string(), show),
+        show(after),
+    )
+}
+
+/// Makes the budget fields `want` (removing the others), saying why
+/// (`reason`). With `restore`, `want` is the recorded original: the records
+/// go then; otherwise they are kept up to date.
 fn write(
     t: &Target<'_>,
     current: &Map<String, Value>,
     want: &Map<String, Value>,
-    restore: Option<String>,
-    note: Option<String>,
+    restore: bool,
+    reason: Option<String>,
 ) -> Result<Handled, EngineError> {
     if current == want {
         return Ok((None, Vec::new()));
     }
     let mut p = Patcher::new(t.object);
-    let mut parts = Vec::new();
+    let mut fields = Vec::new();
     for (field, value) in want {
         let before = current.get(field);
         if before != Some(value) {
             p.set(&["spec", field], value.clone())
                 .map_err(|e| t.malformed(e))?;
-            parts.push(format!(
-                "spec.{field} {} -> {}",
-                before.map_or("unset".to_string(), show),
-                show(value)
-            ));
+            fields.push(field_change(field, before, value));
         }
     }
     for (field, old) in current.iter().filter(|(f, _)| !want.contains_key(*f)) {
         p.remove(&["spec", field]);
-        parts.push(format!("spec.{field} {} -> removed", show(old)));
+        fields.push(FieldChange::removed(format!("spec.{field}"), show(old)));
     }
     super::check_parents(t, &["metadata", "annotations", ORIGINAL])?;
-    let why = match restore {
-        Some(why) => {
-            super::records::remove_pruned(&mut p, &["metadata", "annotations", ORIGINAL]);
-            super::records::remove_pruned(&mut p, &["metadata", "annotations", WRITTEN]);
-            format!(" ({why})")
-        }
-        None => {
-            if recorded(t, ORIGINAL)?.is_none() {
-                let text = Value::Object(current.clone()).to_string();
-                p.set(&["metadata", "annotations", ORIGINAL], json!(text))
-                    .map_err(|e| t.malformed(e))?;
-            }
-            let text = Value::Object(want.clone()).to_string();
-            p.set(&["metadata", "annotations", WRITTEN], json!(text))
+    if restore {
+        super::records::remove_pruned(&mut p, &["metadata", "annotations", ORIGINAL]);
+        super::records::remove_pruned(&mut p, &["metadata", "annotations", WRITTEN]);
+    } else {
+        if recorded(t, ORIGINAL)?.is_none() {
+            let text = Value::Object(current.clone()).to_string();
+            p.set(&["metadata", "annotations", ORIGINAL], json!(text))
                 .map_err(|e| t.malformed(e))?;
-            String::new()
         }
+        let text = Value::Object(want.clone()).to_string();
+        p.set(&["metadata", "annotations", WRITTEN], json!(text))
+            .map_err(|e| t.malformed(e))?;
+    }
+    let change = t.change(What::Fields(fields));
+    let change = match reason {
+        Some(why) => change.noted(why),
+        None => change,
     };
-    let note = note.map(|n| format!(" ({n})")).unwrap_or_default();
-    Ok((
-        Some(p),
-        vec![t.change(format!("{}{note}{why}", parts.join(", ")))],
-    ))
+    Ok((Some(p), vec![change]))
 }
 
 /// For `restore`: the budget recorded in [`ORIGINAL`] back, whatever the
 /// policy, and both records dropped. `None` when the PDB carries no record;
-/// else a change text per field (each a release value put back).
+/// else the fields' changes (each a release value put back).
 pub(crate) fn restore_original(
     object: &Value,
     p: &mut Option<Patcher>,
-) -> Result<Option<Vec<String>>, Fault> {
+) -> Result<Option<Vec<FieldChange>>, Fault> {
     let annotations = super::lookup(object, ANNOTATIONS);
     let Some(text) = annotations.and_then(|a| a.get(ORIGINAL)) else {
         return Ok(None);
@@ -328,22 +330,18 @@ pub(crate) fn restore_original(
         .ok_or_else(|| Fault::record(ORIGINAL, "the JSON text of the recorded budget", text))?;
     let current = budget(super::lookup(object, SPEC).and_then(Value::as_object));
     let pt = p.get_or_insert_with(|| Patcher::new(object));
-    let mut parts = Vec::new();
+    let mut fields = Vec::new();
     for (field, value) in &original {
         if current.get(field) != Some(value) {
             pt.set(&["spec", field], value.clone())?;
-            parts.push(format!(
-                "spec.{field} {} -> {}",
-                current.get(field).map_or("unset".to_string(), show),
-                show(value)
-            ));
+            fields.push(field_change(field, current.get(field), value));
         }
     }
     for (field, old) in current.iter().filter(|(f, _)| !original.contains_key(*f)) {
         pt.remove(&["spec", field]);
-        parts.push(format!("spec.{field} {} -> removed", show(old)));
+        fields.push(FieldChange::removed(format!("spec.{field}"), show(old)));
     }
     super::records::remove_pruned(pt, &["metadata", "annotations", ORIGINAL]);
     super::records::remove_pruned(pt, &["metadata", "annotations", WRITTEN]);
-    Ok(Some(parts))
+    Ok(Some(fields))
 }

@@ -20,7 +20,7 @@
 
 use serde_json::{Map, Value};
 
-use super::change::Change;
+use super::change::{Change, FieldChange, What};
 use super::patch::Patcher;
 use super::reads::Read::{self, Members, Whole};
 use super::{EngineError, Fault, Target};
@@ -313,12 +313,14 @@ pub(crate) fn undo(
         return Ok(());
     }
     match put_back(t.object, p, r).map_err(|e| t.malformed(e))? {
-        Some(PutBack::Restored(text)) => changes.push(t.change(format!(
-            "{text} (the recorded release value: no policy setting asks for it any more)"
-        ))),
-        Some(PutBack::Theirs(text)) => {
-            changes.push(t.change(format!("{text} (no policy setting asks for it any more)")))
-        }
+        Some(PutBack::Restored(what)) => changes.push(
+            t.change(what)
+                .noted("the recorded release value: no policy setting asks for it any more"),
+        ),
+        Some(PutBack::Theirs(what)) => changes.push(
+            t.change(what)
+                .noted("no policy setting asks for it any more"),
+        ),
         None => {}
     }
     Ok(())
@@ -343,13 +345,13 @@ pub(crate) fn remove_pruned(p: &mut Patcher, path: &[&str]) {
     }
 }
 
-/// What [`put_back`] did, as the change text.
+/// What [`put_back`] did, and the change that says it.
 pub(crate) enum PutBack {
     /// The recorded value is back.
-    Restored(String),
+    Restored(What),
     /// The field was changed by someone else since the engine's last write:
-    /// it is kept, only the records go.
-    Theirs(String),
+    /// it is kept, only the records go ([`What::KeptTheirs`]).
+    Theirs(What),
 }
 
 /// Puts the recorded value of `r` back in `p` (a copy of `object`, created
@@ -373,31 +375,25 @@ pub(crate) fn put_back(
     if let Some(last) = theirs {
         remove_pruned(pt, &["metadata", "annotations", r.annotation]);
         let current = super::lookup(object, r.path).map_or("unset".to_string(), show);
-        return Ok(Some(PutBack::Theirs(format!(
-            "{} {current} kept: changed since the engine wrote {}; records removed",
-            r.path.join("."),
-            last.as_ref().map_or("unset".to_string(), show)
-        ))));
+        return Ok(Some(PutBack::Theirs(What::KeptTheirs {
+            field: r.path.join("."),
+            value: current,
+            written: last.as_ref().map_or("unset".to_string(), show),
+        })));
     }
     let current = super::lookup(&pt.doc, r.path)
         .filter(|v| !v.is_null())
         .cloned();
     let field = r.path.join(".");
-    let text = match (&current, &original) {
-        (a, b) if a == b => format!(
-            "{field} {} kept (the release value), record {} removed",
-            original.as_ref().map_or("unset".to_string(), show),
-            r.annotation
-        ),
-        (_, None) => format!(
-            "{field} {} -> removed",
-            current.as_ref().map_or("unset".to_string(), show)
-        ),
-        (_, Some(v)) => format!(
-            "{field} {} -> {}",
-            current.as_ref().map_or("unset".to_string(), show),
-            show(v)
-        ),
+    let shown = |v: Option<&Value>| v.map_or("unset".to_string(), show);
+    let what = match (&current, &original) {
+        (a, b) if a == b => What::KeptRelease {
+            field,
+            value: shown(original.as_ref()),
+            record: r.annotation,
+        },
+        (_, None) => What::Fields(vec![FieldChange::removed(field, shown(current.as_ref()))]),
+        (_, Some(v)) => What::field(field, shown(current.as_ref()), show(v)),
     };
     match original {
         None => remove_pruned(pt, r.path),
@@ -406,5 +402,5 @@ pub(crate) fn put_back(
         }
     }
     remove_pruned(pt, &["metadata", "annotations", r.annotation]);
-    Ok(Some(PutBack::Restored(text)))
+    Ok(Some(PutBack::Restored(what)))
 }

@@ -9,6 +9,7 @@
 
 use serde_json::json;
 
+use super::change::{Change, Reason, What};
 use super::patch::Patcher;
 use super::reads::Read::{self, Whole};
 use super::{Handled, Target, leader};
@@ -34,10 +35,17 @@ pub(crate) fn mutate(t: &Target<'_>) -> super::Result<Handled> {
     }
     let mut p = Patcher::new(t.object);
     p.set(REPLICAS, json!(1)).map_err(|e| t.malformed(e))?;
-    let change = t.change(format!(
-        "spec.replicas {replicas} -> 1 through the scale subresource: it runs {} (leader election disabled by the policy), so more replicas would run without a leader; to run more, give it workloads[].replicas in the policy (the webhook then removes {})",
+    let why = format!(
+        "it runs {} (leader election disabled by the policy), so more replicas would run without a leader; to run more, give it workloads[].replicas in the policy (the webhook then removes {})",
         super::DISABLE_HA_FLAG,
         super::DISABLE_HA_FLAG
-    ));
+    );
+    let change = Change {
+        reason: Some(Reason::Through {
+            route: "the scale subresource",
+            why,
+        }),
+        ..t.change(What::field(REPLICAS.join("."), replicas.to_string(), "1"))
+    };
     Ok((Some(p), vec![change]))
 }

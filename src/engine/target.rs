@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use super::change::What;
 use super::reads::Read::{self, Whole};
 use super::{Cause, Change, EngineError, Fault, Kind, hpa};
 use crate::knative;
@@ -43,7 +44,7 @@ impl Target<'_> {
     }
 
     /// `kind/name: what (policy P)`.
-    pub fn change(&self, what: impl std::fmt::Display) -> Change {
+    pub fn change(&self, what: What) -> Change {
         Change::new(
             self.kind.prefix(),
             self.name,

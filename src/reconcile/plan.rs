@@ -250,6 +250,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::What;
     use crate::policy::Policy;
     use serde_json::json;
 
@@ -294,13 +295,13 @@ mod tests {
         let replicas = d
             .changes
             .iter()
-            .find(|c| c.change.what.contains("spec.replicas 1 -> 3"))
+            .find(|c| c.change.what == What::field("spec.replicas", "1", "3"))
             .expect("replicas line");
         assert!(!replicas.rolls_pods);
         let aa = d
             .changes
             .iter()
-            .find(|c| c.change.what.contains("anti-affinity"))
+            .find(|c| matches!(c.change.what, What::AntiAffinitySet { .. }))
             .expect("anti-affinity line");
         assert!(aa.rolls_pods);
         assert!(

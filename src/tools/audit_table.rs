@@ -78,6 +78,7 @@ pub fn exit_code(report: &AuditReport) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{Cause, Change, What};
     use crate::reconcile::audit::{ObjectDrift, PolicyRef};
     use crate::reconcile::plan::ChangeLine;
 
@@ -103,20 +104,24 @@ mod tests {
             name: "controller".into(),
             changes: vec![
                 ChangeLine {
-                    change: crate::engine::Change::new(
+                    change: Change::new(
                         "deployment",
                         "controller",
-                        "spec.replicas 1 -> 3",
-                        crate::engine::Cause::Policy("serving".into()),
+                        What::field("spec.replicas", "1", "3"),
+                        Cause::Policy("serving".into()),
                     ),
                     rolls_pods: false,
                 },
                 ChangeLine {
-                    change: crate::engine::Change::new(
+                    change: Change::new(
                         "deployment",
                         "controller",
-                        "pod anti-affinity set to Required on kubernetes.io/hostname",
-                        crate::engine::Cause::Policy("serving".into()),
+                        What::AntiAffinitySet {
+                            strength: "Required",
+                            downgraded: None,
+                            topology_key: "kubernetes.io/hostname".into(),
+                        },
+                        Cause::Policy("serving".into()),
                     ),
                     rolls_pods: true,
                 },

@@ -19,6 +19,7 @@ mod cluster_unclaimed;
 mod cluster_watch_logs;
 mod docs_tables;
 mod engine_budgets;
+mod engine_changes;
 mod engine_fixtures;
 mod engine_governed;
 mod engine_knative_ha;

@@ -4,12 +4,14 @@
 
 use serde_json::{Map, Value};
 
-use crate::engine::Fault;
+use super::Named;
 use crate::engine::affinity::{ANTI_AFFINITY, MATCH_LABELS};
+use crate::engine::change::{FieldChange, TermOwner, What};
 use crate::engine::leader::{ARGS, CONTAINERS, HASH_PATH as HASH, NAME};
 use crate::engine::patch::Patcher;
 use crate::engine::reads::Read::{self, Each, Whole};
 use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
+use crate::engine::{Change, Fault};
 use crate::policy::schema_check::show;
 
 /// What this module reads or writes of a Deployment ([`crate::engine::view`]).
@@ -23,13 +25,14 @@ pub(super) const READS: &[Read] = &[
 
 /// Removes what the engine owns outright on a Deployment: its marked
 /// anti-affinity terms (Knative's own terms stay) and the leader-election
-/// hash annotation of the pod template. The change texts, each with whether
-/// it puts a release value back.
+/// hash annotation of the pod template ([`Named`]: the Deployment). The
+/// changes.
 pub(super) fn engine_owned(
+    n: &Named<'_>,
     object: &Value,
     p: &mut Option<Patcher>,
-) -> Result<Vec<(String, bool)>, Fault> {
-    let mut texts = Vec::new();
+) -> Result<Vec<Change>, Fault> {
+    let mut changes = Vec::new();
     let empty = Map::new();
     let selector = crate::engine::lookup(object, MATCH_LABELS)
         .and_then(Value::as_object)
@@ -46,32 +49,28 @@ pub(super) fn engine_owned(
         } else {
             pt.set(ANTI_AFFINITY, value)?;
         }
-        texts.push((
-            "pod anti-affinity: the engine's own term removed".to_string(),
-            true,
-        ));
+        changes.push(n.restored(What::AntiAffinityRemoved(TermOwner::Engine)));
     }
-    if let Some(text) = disable_ha(object, p)? {
-        texts.push((text, true));
+    if let Some(what) = disable_ha(object, p)? {
+        changes.push(n.restored(what));
     }
     if let Some(hash) = crate::engine::lookup(object, HASH) {
         let pt = p.get_or_insert_with(|| Patcher::new(object));
         remove_pruned(pt, HASH);
-        let text = format!(
-            "pod template annotation {} {} -> removed (restored; the pods roll)",
-            crate::engine::leader::HASH_ANNOTATION,
-            show(hash)
+        let field = FieldChange::removed(crate::engine::leader::hash_field(), show(hash));
+        changes.push(
+            n.stated(What::Fields(vec![field]))
+                .noted("restored; the pods roll"),
         );
-        texts.push((text, false));
     }
-    Ok(texts)
+    Ok(changes)
 }
 
 /// Puts `--disable-ha` back as recorded in [`ORIGINAL_DISABLE_HA`]: removed
 /// from every container when the release did not carry it, added to the
-/// Knative container when it did; the record dropped. The change text; None
+/// Knative container when it did; the record dropped. What changed; None
 /// without a record.
-pub(super) fn disable_ha(object: &Value, p: &mut Option<Patcher>) -> Result<Option<String>, Fault> {
+pub(super) fn disable_ha(object: &Value, p: &mut Option<Patcher>) -> Result<Option<What>, Fault> {
     let Some(text) = annotation(object, ORIGINAL_DISABLE_HA) else {
         return Ok(None);
     };
@@ -93,7 +92,7 @@ pub(super) fn disable_ha(object: &Value, p: &mut Option<Patcher>) -> Result<Opti
         .unwrap_or_default();
     let now = crate::engine::leader::carries_disable_ha(&pt.doc);
     let flag = crate::engine::DISABLE_HA_FLAG;
-    let text = if had && !now {
+    let what = if had && !now {
         let name = crate::engine::lookup(object, super::NAME_PATH)
             .and_then(Value::as_str)
             .unwrap_or("");
@@ -107,40 +106,54 @@ pub(super) fn disable_ha(object: &Value, p: &mut Option<Patcher>) -> Result<Opti
         } else {
             pt.set(&args, serde_json::json!([flag]))?;
         }
-        format!("container args + {flag}")
-    } else if !had {
-        // The flag out of every container; an args list left empty (the
-        // engine created it, or removed the flag earlier) goes too.
-        let mut removed = false;
-        for (i, c) in containers.iter().enumerate().rev() {
-            let Some(list) = c.get(ARGS).and_then(Value::as_array) else {
-                continue;
-            };
-            let idx = i.to_string();
-            let args = ["spec", "template", "spec", "containers", &idx, ARGS];
-            let found: Vec<usize> = (0..list.len())
-                .filter(|j| {
-                    list[*j]
-                        .as_str()
-                        .is_some_and(crate::engine::leader::is_disable_ha_arg)
-                })
-                .collect();
-            for j in found.iter().rev() {
-                pt.remove_index(&args, *j)?;
-            }
-            removed |= !found.is_empty();
-            if found.len() == list.len() {
-                pt.remove(&args);
-            }
+        What::ContainerArg {
+            container: None,
+            arg: flag,
+            added: true,
         }
-        if removed {
-            format!("container args - {flag}")
-        } else {
-            format!("{flag} absent as recorded; record {ORIGINAL_DISABLE_HA} removed")
+    } else if !had && remove_everywhere(pt, &containers)? {
+        What::ContainerArg {
+            container: None,
+            arg: flag,
+            added: false,
         }
     } else {
-        format!("{flag} as recorded; record {ORIGINAL_DISABLE_HA} removed")
+        // Already as recorded: there (`had`) or absent.
+        What::ArgKept {
+            arg: flag,
+            present: had,
+            record: ORIGINAL_DISABLE_HA,
+        }
     };
     remove_pruned(pt, &["metadata", "annotations", ORIGINAL_DISABLE_HA]);
-    Ok(Some(text))
+    Ok(Some(what))
+}
+
+/// Removes `--disable-ha` from every container of `containers` (the pod
+/// template's); an args list left empty (the engine created it, or removed
+/// the flag earlier) goes too. Whether one carried it.
+fn remove_everywhere(pt: &mut Patcher, containers: &[Value]) -> Result<bool, Fault> {
+    let mut removed = false;
+    for (i, c) in containers.iter().enumerate().rev() {
+        let Some(list) = c.get(ARGS).and_then(Value::as_array) else {
+            continue;
+        };
+        let idx = i.to_string();
+        let args = ["spec", "template", "spec", "containers", &idx, ARGS];
+        let found: Vec<usize> = (0..list.len())
+            .filter(|j| {
+                list[*j]
+                    .as_str()
+                    .is_some_and(crate::engine::leader::is_disable_ha_arg)
+            })
+            .collect();
+        for j in found.iter().rev() {
+            pt.remove_index(&args, *j)?;
+        }
+        removed |= !found.is_empty();
+        if found.len() == list.len() {
+            pt.remove(&args);
+        }
+    }
+    Ok(removed)
 }

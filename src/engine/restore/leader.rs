@@ -6,8 +6,8 @@
 //! [`crate::engine::leader`] allows it (one replica, no HPA): elsewhere the
 //! flag stays off and the record stays, to be put back when it may be.
 
-use crate::engine::change::Change;
-use crate::engine::leader::{HASH_ANNOTATION, HASH_PATH as HASH};
+use crate::engine::change::{Change, FieldChange, What};
+use crate::engine::leader::{HASH_PATH as HASH, hash_field};
 use crate::engine::patch::Patcher;
 use crate::engine::reads::Read::{self, Whole};
 use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
@@ -31,10 +31,10 @@ pub(crate) fn undo(
     if let Some(hash) = crate::engine::lookup(t.object, HASH) {
         let pt = p.get_or_insert_with(|| Patcher::new(t.object));
         remove_pruned(pt, HASH);
-        changes.push(t.change(format!(
-            "pod template annotation {HASH_ANNOTATION} {} -> removed (no policy setting asks for leader election settings any more: the leader-elected Deployments restart together)",
-            show(hash)
-        )));
+        let field = FieldChange::removed(hash_field(), show(hash));
+        changes.push(t.change(What::Fields(vec![field])).noted(
+            "no policy setting asks for leader election settings any more: the leader-elected Deployments restart together",
+        ));
     }
     Ok(())
 }
@@ -54,10 +54,10 @@ fn flag(
         // key: the flag stays off until the release's one replica is back.
         return Ok(());
     }
-    if let Some(text) = super::deployment::disable_ha(t.object, p).map_err(|e| t.malformed(e))? {
-        changes.push(t.change(format!(
-            "{text} (the recorded release value: no policy setting asks for leader election any more)"
-        )));
+    if let Some(what) = super::deployment::disable_ha(t.object, p).map_err(|e| t.malformed(e))? {
+        changes.push(t.change(what).noted(
+            "the recorded release value: no policy setting asks for leader election any more",
+        ));
     }
     Ok(())
 }

@@ -23,6 +23,7 @@ pub use unclaimed::{WHY, carries_records, undo_unclaimed};
 
 use serde_json::Value;
 
+use super::change::{FieldChange, What};
 use super::patch::Patcher;
 use super::reads::Read::{self, Whole};
 use super::records::{PutBack, annotation, put_back, remove_pruned};
@@ -61,12 +62,12 @@ impl Named<'_> {
     }
 
     /// A release value put back.
-    fn restored(&self, what: impl std::fmt::Display) -> Change {
+    fn restored(&self, what: What) -> Change {
         Change::new(self.kind.prefix(), self.name, what, Cause::Restored)
     }
 
-    /// A change whose text says it all.
-    fn stated(&self, what: impl std::fmt::Display) -> Change {
+    /// A change whose line says it all.
+    fn stated(&self, what: What) -> Change {
         Change::new(self.kind.prefix(), self.name, what, Cause::Unstated)
     }
 }
@@ -100,8 +101,8 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
     let mut changes = Vec::new();
     for r in records {
         match put_back(object, &mut p, r).map_err(|e| n.malformed(e))? {
-            Some(PutBack::Restored(text)) => changes.push(n.restored(text)),
-            Some(PutBack::Theirs(text)) => changes.push(n.stated(text)),
+            Some(PutBack::Restored(what)) => changes.push(n.restored(what)),
+            Some(PutBack::Theirs(what)) => changes.push(n.stated(what)),
             None => {}
         }
     }
@@ -116,20 +117,16 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
     if kind == Kind::PodDisruptionBudget {
         let restored = super::pdb::restore_original(object, &mut p).map_err(|e| n.malformed(e))?;
         match restored {
-            Some(texts) => changes.extend(texts.into_iter().map(|t| n.restored(t))),
-            None => changes.extend(last_applied_pdb(object, &mut p).map(|t| n.stated(t))),
+            Some(fields) => changes.extend(
+                fields
+                    .into_iter()
+                    .map(|f| n.restored(What::Fields(vec![f]))),
+            ),
+            None => changes.extend(last_applied_pdb(&n, object, &mut p)),
         }
     }
     if kind == Kind::Deployment {
-        for (text, restored) in
-            deployment::engine_owned(object, &mut p).map_err(|e| n.malformed(e))?
-        {
-            changes.push(if restored {
-                n.restored(text)
-            } else {
-                n.stated(text)
-            });
-        }
+        changes.extend(deployment::engine_owned(&n, object, &mut p).map_err(|e| n.malformed(e))?);
     }
     Ok(match p {
         Some(p) if !p.ops.is_empty() => Mutated {
@@ -149,8 +146,8 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// A PDB without records (changed by an earlier webhook, which did not
 /// record them) holding the one field of minAvailable/maxUnavailable that
 /// its last client-side apply did not set: that apply's field back, the
-/// other removed (what the next apply needs). The change text.
-fn last_applied_pdb(object: &Value, p: &mut Option<Patcher>) -> Option<String> {
+/// other removed (what the next apply needs). The change that says so.
+fn last_applied_pdb(n: &Named<'_>, object: &Value, p: &mut Option<Patcher>) -> Option<Change> {
     if annotation(object, super::pdb::ORIGINAL).is_some() {
         return None;
     }
@@ -167,11 +164,17 @@ fn last_applied_pdb(object: &Value, p: &mut Option<Patcher>) -> Option<String> {
             let pt = p.get_or_insert_with(|| Patcher::new(object));
             pt.set(&["spec", field], value.clone()).ok()?;
             pt.remove(&["spec", other]);
-            return Some(format!(
-                "spec.{other} {} -> removed, spec.{field} {} (restored from {LAST_APPLIED}: no record of the release value)",
-                show(&current[other]),
-                show(&value)
-            ));
+            let fields = vec![
+                FieldChange::removed(format!("spec.{other}"), show(&current[other])),
+                FieldChange {
+                    field: format!("spec.{field}"),
+                    before: None,
+                    after: show(&value),
+                },
+            ];
+            return Some(n.stated(What::Fields(fields)).noted(format!(
+                "restored from {LAST_APPLIED}: no record of the release value"
+            )));
         }
     }
     None
