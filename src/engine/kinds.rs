@@ -1,11 +1,13 @@
 //! The kinds the engine governs, declared once: how each is recognised
 //! (apiVersion and kind), read and written (its API resource), named in
-//! change lines, mutated, and which of its fields `restore` puts back.
+//! change lines, mutated and viewed, and which of its fields `restore`
+//! puts back.
 //! [`Kind`]'s methods, the engine's dispatch, `restore`, the reconciler's
 //! API resources, the admission metrics' `kind` label and the test kit's
 //! resource table read [`KINDS`]; a test holds the chart's webhook rules and
 //! RBAC to it. Governing a new kind is one entry here and its handler.
 
+use super::reads::Read;
 use super::records::{
     HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, PRIORITY_CLASS, REPLICAS, ROLLOUT_MAX_SURGE,
     ROLLOUT_MAX_UNAVAILABLE, RecordedField, TOPOLOGY_SPREAD,
@@ -38,6 +40,9 @@ pub struct KindSpec {
     pub records: &'static [RecordedField],
     /// The handler.
     pub(crate) mutate: fn(&Target<'_>) -> Result<Handled, EngineError>,
+    /// What the handler reads or writes of an object ([`super::view`]
+    /// keeps it).
+    pub(crate) reads: &'static [Read],
 }
 
 /// Every governed kind.
@@ -60,6 +65,7 @@ pub const KINDS: [KindSpec; 5] = [
             PRIORITY_CLASS,
         ],
         mutate: deployment::mutate,
+        reads: deployment::READS,
     },
     KindSpec {
         kind: Kind::ConfigMap,
@@ -73,6 +79,7 @@ pub const KINDS: [KindSpec; 5] = [
         listed: true,
         records: &LEADER_ELECTION_KEYS,
         mutate: configmap::mutate,
+        reads: configmap::READS,
     },
     KindSpec {
         kind: Kind::HorizontalPodAutoscaler,
@@ -86,6 +93,7 @@ pub const KINDS: [KindSpec; 5] = [
         listed: true,
         records: &[HPA_MIN, HPA_MAX],
         mutate: hpa::mutate,
+        reads: hpa::READS,
     },
     KindSpec {
         kind: Kind::PodDisruptionBudget,
@@ -99,6 +107,7 @@ pub const KINDS: [KindSpec; 5] = [
         listed: true,
         records: &[],
         mutate: pdb::mutate,
+        reads: pdb::READS,
     },
     KindSpec {
         kind: Kind::Scale,
@@ -112,6 +121,7 @@ pub const KINDS: [KindSpec; 5] = [
         listed: false,
         records: &[],
         mutate: scale::mutate,
+        reads: scale::READS,
     },
 ];
 

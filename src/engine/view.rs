@@ -4,9 +4,10 @@
 //! never built), so a large object costs a scan, not a tree.
 //!
 //! The paths are not named here: each engine module that reads an object
-//! lists what it reads or writes (its `READS`, a list of `Read`s) from the
-//! same path constants it reads through, and the view's shape is built
-//! from those lists once, at first use.
+//! lists what it reads or writes (its `READS`, a list of `Read`s; a kind's
+//! handler's is in its `kinds::KINDS` entry) from the same path constants
+//! it reads through, and the view's shape is built from those lists once,
+//! at first use.
 //!
 //! The engine's answer (patch and change lines) on the view equals its
 //! answer on the whole object (`tests/it/engine_view.rs` checks it on every
@@ -37,23 +38,28 @@ use std::sync::OnceLock;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::{budgets, configmap, deployment, hpa, leader, pdb, records, restore, scale, target};
+use super::{budgets, leader, records, restore, target};
 
 use super::reads::{Path, Read};
 
-/// Every module's reads: what the view keeps of any object.
-const ENGINE: &[&[Read]] = &[
+/// The reads of the modules every kind's handler shares; each kind's own
+/// are in its [`super::kinds::KINDS`] entry. Together: what the view keeps
+/// of any object.
+const SHARED: &[&[Read]] = &[
     super::READS,
     target::READS,
-    deployment::READS,
     leader::READS,
-    hpa::READS,
-    pdb::READS,
     budgets::READS,
-    configmap::READS,
-    scale::READS,
     records::READS,
 ];
+
+/// Every module's reads.
+fn engine_reads() -> impl Iterator<Item = &'static [Read]> {
+    SHARED
+        .iter()
+        .copied()
+        .chain(super::kinds::KINDS.iter().map(|k| k.reads))
+}
 
 /// What to keep of a JSON node.
 #[derive(Debug, PartialEq)]
@@ -133,7 +139,7 @@ impl Shape {
 /// The shape of the view: what the engine reads of any object.
 fn object() -> &'static Shape {
     static SHAPE: OnceLock<Shape> = OnceLock::new();
-    SHAPE.get_or_init(|| Shape::of(ENGINE.iter().chain(restore::READS).copied()))
+    SHAPE.get_or_init(|| Shape::of(engine_reads().chain(restore::READS.iter().copied())))
 }
 
 /// What [`records`] reads: what [`restore::carries_records`] looks at.
