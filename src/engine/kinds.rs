@@ -133,6 +133,11 @@ impl Kind {
     }
 }
 
+/// The kinds the reconciler lists and writes, in [`KINDS`]' order.
+pub fn listed() -> impl Iterator<Item = Kind> {
+    KINDS.iter().filter(|k| k.listed).map(|k| k.kind)
+}
+
 /// The governed kind named `name` (as objects carry it).
 pub fn named(name: &str) -> Option<&'static KindSpec> {
     KINDS.iter().find(|k| k.name == name)

@@ -63,13 +63,6 @@ pub struct ReconcileMetrics {
     forbidden_labels: Arc<Mutex<BTreeSet<String>>>,
 }
 
-pub const KINDS: [Kind; 4] = [
-    Kind::Deployment,
-    Kind::HorizontalPodAutoscaler,
-    Kind::PodDisruptionBudget,
-    Kind::ConfigMap,
-];
-
 impl ReconcileMetrics {
     /// Creates the metrics and registers them under their full names.
     pub fn register(registry: &mut Registry) -> ReconcileMetrics {
@@ -99,7 +92,7 @@ impl ReconcileMetrics {
             "1 while the API server refuses the reconciler a request (403 Forbidden) in a governed namespace, by target_namespace",
             m.forbidden.clone(),
         );
-        for kind in KINDS {
+        for kind in crate::engine::kinds::listed() {
             m.drift
                 .get_or_create(&KindLabel {
                     kind: kind.as_str().to_string(),
@@ -129,7 +122,7 @@ impl ReconcileMetrics {
     /// Records the drift left in `namespace` after a run.
     pub fn set_drift(&self, namespace: &str, counts: &BTreeMap<&'static str, i64>) {
         let mut map = self.per_namespace.lock().unwrap_or_else(|e| e.into_inner());
-        for kind in KINDS {
+        for kind in crate::engine::kinds::listed() {
             map.insert(
                 (namespace.to_string(), kind.as_str()),
                 counts.get(kind.as_str()).copied().unwrap_or(0),
@@ -177,7 +170,7 @@ impl ReconcileMetrics {
     }
 
     fn publish(&self, map: &BTreeMap<(String, &'static str), i64>) {
-        for kind in KINDS {
+        for kind in crate::engine::kinds::listed() {
             let total: i64 = map
                 .iter()
                 .filter(|((_, k), _)| *k == kind.as_str())

@@ -96,11 +96,8 @@ pub async fn list_namespace(client: &kube::Client, namespace: &str) -> Result<Li
     listed
         .hpa_targets
         .insert(crate::engine::HPAS_LISTED.to_string());
-    for kind in [
-        Kind::Deployment,
-        Kind::HorizontalPodAutoscaler,
-        Kind::PodDisruptionBudget,
-    ] {
+    // config-leader-election, the one ConfigMap governed, is read above.
+    for kind in crate::engine::kinds::listed().filter(|k| *k != Kind::ConfigMap) {
         for item in &list_all(client, kind, namespace).await? {
             let v = to_value(kind, item)?;
             if kind == Kind::HorizontalPodAutoscaler
