@@ -17,7 +17,7 @@
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
-use super::change::{FieldChange, What};
+use super::change::{Change, FieldChange, What};
 use super::patch::Patcher;
 use super::reads::Read::{self, Members};
 use super::records::ANNOTATIONS;
@@ -115,7 +115,30 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         return Ok((None, Vec::new()));
     }
     let wanted = setting(t.policy, covers);
-    let deployment = app.or(named).unwrap_or(t.name);
+    let runs = judged_replicas(t, app.or(named).unwrap_or(t.name));
+    let current = budget(t.object_at(SPEC)?);
+    let mut changes = Vec::new();
+    if let Some((field, value)) = wanted {
+        let allows = disruption::disruptions_allowed(
+            field == "minAvailable",
+            value,
+            i64::from(runs.replicas),
+        );
+        if let Some(a) = allows.filter(|a| *a > 0) {
+            return write_wanted(t, &current, (field, value), a, &runs);
+        }
+        changes.push(t.change(What::Warning(format!(
+            "spec.{field} {} not written: {} it allows no voluntary disruption, so every node drain and cluster upgrade would block",
+            show(&int_or_string(value)),
+            at(&runs)
+        ))));
+    }
+    put_back(t, &current, wanted.is_none(), &runs, changes)
+}
+
+/// The replicas the budget is judged at: what the policy runs, or the 1
+/// Knative ships where the policy cannot raise the Deployment's HPA.
+fn judged_replicas(t: &Target<'_>, deployment: &str) -> Fewest {
     let unraised = if !t.is_hpa_backed(deployment) {
         None
     } else if t.hpa_skipped(deployment) {
@@ -130,60 +153,76 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     } else {
         None
     };
-    let runs = if let Some(why) = unraised {
-        Fewest {
+    match unraised {
+        Some(why) => Fewest {
             replicas: 1,
             source: format!("{why}: counted as the 1 Knative ships"),
-        }
-    } else {
-        disruption::replicas_of(&t.policy.spec, deployment)
-    };
-    let n = i64::from(runs.replicas);
-    let current = budget(t.object_at(SPEC)?);
-    let mut changes = Vec::new();
-    if let Some((field, value)) = wanted {
-        let allows = disruption::disruptions_allowed(field == "minAvailable", value, n);
-        if let Some(a) = allows.filter(|a| *a > 0) {
-            return match release_field(t, &current)?.filter(|f| f != field) {
-                // The release sets the other field: the policy's budget goes
-                // there, at the replicas judged, so that a write that does
-                // not pass the webhook (the release's own apply while it is
-                // down, a GitOps sync) sets one field, never both.
-                Some(other) => {
-                    let v = if other == "minAvailable" { n - a } else { a };
-                    let want = Map::from_iter([(other.clone(), json!(v))]);
-                    let note = format!(
-                        "the policy's {field} {} {}, in the field the release sets",
-                        show(&int_or_string(value)),
-                        at(&runs)
-                    );
-                    write(t, &current, &want, false, Some(note))
-                }
-                None => {
-                    let want = Map::from_iter([(field.to_string(), int_or_string(value))]);
-                    write(t, &current, &want, false, None)
-                }
-            };
-        }
-        changes.push(t.change(What::Warning(format!(
-            "spec.{field} {} not written: {} it allows no voluntary disruption, so every node drain and cluster upgrade would block",
-            show(&int_or_string(value)),
-            at(&runs)
-        ))));
+        },
+        None => disruption::replicas_of(&t.policy.spec, deployment),
     }
+}
+
+/// Writes the policy's budget (`field: value`, allowing `allows`
+/// disruptions at the replicas judged).
+fn write_wanted(
+    t: &Target<'_>,
+    current: &Map<String, Value>,
+    (field, value): (&str, &IntOrString),
+    allows: i64,
+    runs: &Fewest,
+) -> Result<Handled, EngineError> {
+    match release_field(t, current)?.filter(|f| f != field) {
+        // The release sets the other field: the policy's budget goes
+        // there, at the replicas judged, so that a write that does not
+        // pass the webhook (the release's own apply while it is down, a
+        // GitOps sync) sets one field, never both.
+        Some(other) => {
+            let n = i64::from(runs.replicas);
+            let v = if other == "minAvailable" {
+                n - allows
+            } else {
+                allows
+            };
+            let want = Map::from_iter([(other.clone(), json!(v))]);
+            let note = format!(
+                "the policy's {field} {} {}, in the field the release sets",
+                show(&int_or_string(value)),
+                at(runs)
+            );
+            write(t, current, &want, false, Some(note))
+        }
+        None => {
+            let want = Map::from_iter([(field.to_string(), int_or_string(value))]);
+            write(t, current, &want, false, None)
+        }
+    }
+}
+
+/// Where the engine wrote the budget before: the release's back when the
+/// engine's blocks drains or no policy setting asks for one, the engine's
+/// own field dropped where someone set theirs beside it; `changes` so far
+/// kept in front.
+fn put_back(
+    t: &Target<'_>,
+    current: &Map<String, Value>,
+    unset: bool,
+    runs: &Fewest,
+    mut changes: Vec<Change>,
+) -> Result<Handled, EngineError> {
+    let n = i64::from(runs.replicas);
     let (Some(original), Some(written)) = (recorded(t, ORIGINAL)?, recorded(t, WRITTEN)?) else {
-        if wanted.is_none() && n > 1 && allowed(&current, n) == Some(0) {
+        if unset && n > 1 && allowed(current, n) == Some(0) {
             // The policy raised the replicas, and the budget the release
             // ships still blocks every drain at the new count.
             changes.push(t.change(What::Warning(format!(
                 "{} allows no voluntary disruption {}, so every node drain and cluster upgrade blocks; set spec.podDisruptionBudget (maxUnavailable: 1 lets a drain take one pod at a time)",
-                shown(&current),
-                at(&runs)
+                shown(current),
+                at(runs)
             ))));
         }
         return Ok((None, changes));
     };
-    if written != current {
+    if written != *current {
         // Someone else changed it since: theirs stays. A field set beside
         // the engine's (a release's `kubectl apply` re-adding its
         // minAvailable) is theirs too, and the engine's goes: the API
@@ -203,18 +242,17 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
             shown(&written),
             shown(&theirs)
         );
-        let (p, mut kept) = write(t, &current, &theirs, true, Some(why))?;
+        let (p, mut kept) = write(t, current, &theirs, true, Some(why))?;
         changes.append(&mut kept);
         return Ok((p, changes));
     }
-    let blocks = allowed(&current, n).is_some_and(|a| a <= 0);
-    let why = if blocks {
+    let why = if allowed(current, n).is_some_and(|a| a <= 0) {
         format!(
             "restored: the engine's {} allows no voluntary disruption {}",
-            shown(&current),
-            at(&runs)
+            shown(current),
+            at(runs)
         )
-    } else if wanted.is_none() {
+    } else if unset {
         // The policy dropped its budget setting: the recorded release value comes back.
         "restored: the recorded release value; no policy setting asks for a budget any more"
             .to_string()
@@ -222,7 +260,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         // The policy's budget was held back; the engine's earlier one still allows a drain.
         return Ok((None, changes));
     };
-    let (p, mut restored) = write(t, &current, &original, true, Some(why))?;
+    let (p, mut restored) = write(t, current, &original, true, Some(why))?;
     changes.append(&mut restored);
     Ok((p, changes))
 }
