@@ -28,9 +28,8 @@ const NAMES: &[&str] = &[
     "custom",
 ];
 
-/// The random policies: over both namespaces, every field group but the
-/// per-workload budgets and Operator-owned governance, budgets as integers
-/// and percentages.
+/// The random policies: over both namespaces, every field the engine reads,
+/// globally and per workload, budgets as integers and percentages.
 const SHAPE: Shape = Shape {
     namespaces: NAMESPACES,
     replicas: Some(1..=9),
@@ -55,7 +54,7 @@ const SHAPE: Shape = Shape {
     budgets: Some(Budgets {
         ints: 0..=4,
         percents: Some(0..=100),
-        per_workload: false,
+        per_workload: true,
     }),
     priority_classes: &["knative-control-plane", "system-cluster-critical"],
     workloads: Workloads {
@@ -63,7 +62,7 @@ const SHAPE: Shape = Shape {
         most: 3,
         exclude: 2,
     },
-    operator_owned: false,
+    operator_owned: true,
 };
 
 fn obj(m: Vec<(&str, Value)>) -> Value {

@@ -277,7 +277,7 @@ mod sequences {
     use support::policygen::{self, AntiAffinity, Budgets, LeaderElection, Shape, Spread};
 
     /// The settings whose records `restore` puts back, with
-    /// leader-election durations.
+    /// leader-election durations and a priority class.
     const SHAPE: Shape = Shape {
         namespaces: &[GOVERNED],
         replicas: Some(1..=4),
@@ -302,7 +302,7 @@ mod sequences {
             percents: None,
             per_workload: false,
         }),
-        priority_classes: &[],
+        priority_classes: &["knative-control-plane"],
         workloads: policygen::NO_WORKLOADS,
         operator_owned: false,
     };

@@ -225,8 +225,8 @@ fn arb_object() -> impl Strategy<Value = Value> {
     })
 }
 
-/// The random policies: every field group but priority classes, globally
-/// and per workload, Operator-owned governance too.
+/// The random policies: every field the engine reads, globally and per
+/// workload, Operator-owned governance too.
 const SHAPE: Shape = Shape {
     namespaces: &[corpus::GOVERNED],
     replicas: Some(1..=5),
@@ -252,7 +252,7 @@ const SHAPE: Shape = Shape {
         percents: Some(50..=50),
         per_workload: true,
     }),
-    priority_classes: &[],
+    priority_classes: &["knative-control-plane", "system-cluster-critical"],
     workloads: Workloads {
         names: policygen::DEPLOYMENTS,
         most: 2,
