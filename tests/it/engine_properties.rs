@@ -8,16 +8,12 @@ use crate::support;
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use knative_ha_webhook::engine::{self, Context, Input, Operation};
-use knative_ha_webhook::policy::{
-    AntiAffinityType, HighAvailabilityPolicy, HighAvailabilityPolicySpec, LeaderElection,
-    NodeTaintsPolicy, PodAntiAffinity, PodDisruptionBudgetPolicy, Policy, TopologySpread,
-    WhenUnsatisfiable, WorkloadOverride,
-};
+use knative_ha_webhook::policy::Policy;
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 use support::apply_rfc6902;
+use support::policygen::{self, AntiAffinity, Budgets, LeaderElection, Shape, Spread, Workloads};
 
 const NAMESPACES: &[&str] = &["knative-serving", "kourier-system"];
 const NAMES: &[&str] = &[
@@ -32,167 +28,42 @@ const NAMES: &[&str] = &[
     "custom",
 ];
 
-fn arb_aa() -> impl Strategy<Value = PodAntiAffinity> {
-    (
-        prop::sample::select(vec![
-            AntiAffinityType::Preferred,
-            AntiAffinityType::Required,
-            AntiAffinityType::None,
-        ]),
-        prop::option::of(prop::sample::select(vec![
-            "kubernetes.io/hostname".to_string(),
-            "topology.kubernetes.io/zone".to_string(),
-        ])),
-    )
-        .prop_map(|(kind, topology_key)| PodAntiAffinity { kind, topology_key })
-}
-
-fn arb_spread() -> impl Strategy<Value = Option<Vec<TopologySpread>>> {
-    prop::option::of(prop::sample::select(vec![
-        vec![TopologySpread {
-            topology_key: "topology.kubernetes.io/zone".into(),
-            max_skew: None,
-            when_unsatisfiable: None,
-            node_taints_policy: None,
-        }],
-        vec![
-            TopologySpread {
-                topology_key: "topology.kubernetes.io/zone".into(),
-                max_skew: Some(2),
-                when_unsatisfiable: Some(WhenUnsatisfiable::DoNotSchedule),
-                node_taints_policy: Some(NodeTaintsPolicy::Ignore),
-            },
-            TopologySpread {
-                topology_key: "kubernetes.io/hostname".into(),
-                max_skew: Some(1),
-                when_unsatisfiable: Some(WhenUnsatisfiable::ScheduleAnyway),
-                node_taints_policy: Some(NodeTaintsPolicy::Honor),
-            },
+/// The random policies: over both namespaces, every field the engine reads,
+/// globally and per workload, budgets as integers and percentages.
+const SHAPE: Shape = Shape {
+    namespaces: NAMESPACES,
+    replicas: Some(1..=9),
+    leader_election: Some(LeaderElection {
+        buckets: 1..=10,
+        durations: &[
+            policygen::NO_DURATIONS,
+            (Some("60s"), Some("40s"), Some("10s")),
+            (Some("15s"), Some("10s"), Some("2s")),
+            (Some("2m"), None, None),
+            (None, None, Some("500ms")),
+            (Some("1m30s"), Some("1m"), Some("1.5s")),
         ],
-    ]))
-}
-
-fn arb_priority_class() -> impl Strategy<Value = Option<String>> {
-    prop::option::of(prop::sample::select(vec![
-        "knative-control-plane".to_string(),
-        "system-cluster-critical".to_string(),
-    ]))
-}
-
-fn arb_int_or_percent() -> impl Strategy<Value = IntOrString> {
-    prop_oneof![
-        (0..5i32).prop_map(IntOrString::Int),
-        (0..=100u32).prop_map(|n| IntOrString::String(format!("{n}%"))),
-    ]
-}
-
-fn arb_leader_election() -> impl Strategy<Value = LeaderElection> {
-    let durations = prop::sample::select(vec![
-        (None, None, None),
-        (Some("60s"), Some("40s"), Some("10s")),
-        (Some("15s"), Some("10s"), Some("2s")),
-        (Some("2m"), None, None),
-        (None, None, Some("500ms")),
-        (Some("1m30s"), Some("1m"), Some("1.5s")),
-    ]);
-    (
-        prop::option::of(any::<bool>()),
-        prop::option::of(1..=10i32),
-        durations,
-    )
-        .prop_map(|(enabled, buckets, (l, r, p))| LeaderElection {
-            enabled,
-            buckets: if enabled == Some(false) {
-                buckets.map(|_| 1)
-            } else {
-                buckets
-            },
-            lease_duration: l.map(String::from),
-            renew_deadline: r.map(String::from),
-            retry_period: p.map(String::from),
-        })
-}
-
-/// Random valid policies (checked by `Policy::from_resource`).
-fn arb_policy() -> impl Strategy<Value = Policy> {
-    (
-        prop::sample::select(NAMESPACES.to_vec()),
-        prop::option::of(1..=7i32),
-        prop::option::of(arb_leader_election()),
-        prop::option::of(arb_aa()),
-        prop::option::of(prop_oneof![
-            arb_int_or_percent().prop_map(|v| PodDisruptionBudgetPolicy {
-                min_available: Some(v),
-                max_unavailable: None
-            }),
-            arb_int_or_percent().prop_map(|v| PodDisruptionBudgetPolicy {
-                min_available: None,
-                max_unavailable: Some(v)
-            }),
-        ]),
-        prop::sample::subsequence(NAMES.to_vec(), 0..4),
-        prop::collection::vec(
-            (
-                prop::option::of(1..=9i32),
-                prop::option::of(arb_aa()),
-                arb_spread(),
-                arb_priority_class(),
-            ),
-            4,
-        ),
-        prop::sample::subsequence(NAMES.to_vec(), 0..3),
-        arb_spread(),
-        arb_priority_class(),
-    )
-        .prop_map(
-            |(ns, replicas, le, aa, pdb, wl_names, wl_fields, exclude, spread, priority)| {
-                let disabled = le.as_ref().is_some_and(|l| l.enabled == Some(false));
-                let cap = |r: Option<i32>| if disabled { r.map(|_| 1) } else { r };
-                let workloads: Vec<WorkloadOverride> = wl_names
-                    .iter()
-                    .zip(wl_fields)
-                    .map(|(n, (r, a, t, pc))| WorkloadOverride {
-                        name: n.to_string(),
-                        replicas: cap(r),
-                        pod_anti_affinity: a,
-                        topology_spread_constraints: t,
-                        pod_disruption_budget: None,
-                        priority_class_name: pc,
-                    })
-                    .collect();
-                let exclude: Vec<String> = exclude
-                    .into_iter()
-                    .filter(|e| !wl_names.contains(e))
-                    .map(String::from)
-                    .collect();
-                let mut res = HighAvailabilityPolicy::new(
-                    "p",
-                    HighAvailabilityPolicySpec {
-                        target_namespace: ns.to_string(),
-                        replicas: cap(replicas),
-                        leader_election: le,
-                        pod_anti_affinity: aa,
-                        topology_spread_constraints: spread,
-                        pod_disruption_budget: pdb,
-                        workloads,
-                        exclude,
-                        govern_operator_owned: None,
-                        priority_class_name: priority,
-                    },
-                );
-                res.metadata.name = Some("p".into());
-                // A budget that allows no disruption with the replicas the
-                // policy sets is rejected (it would block every drain): drop
-                // it then.
-                Policy::from_resource(&res)
-                    .or_else(|_| {
-                        res.spec.pod_disruption_budget = None;
-                        Policy::from_resource(&res)
-                    })
-                    .expect("generated policy is valid")
-            },
-        )
-}
+    }),
+    anti_affinity: Some(AntiAffinity {
+        keys: &[policygen::HOSTNAME, policygen::ZONE],
+    }),
+    spread: Some(Spread {
+        keys: &[policygen::ZONE, policygen::HOSTNAME],
+        max_skew: 1..=2,
+    }),
+    budgets: Some(Budgets {
+        ints: 0..=4,
+        percents: Some(0..=100),
+        per_workload: true,
+    }),
+    priority_classes: &["knative-control-plane", "system-cluster-critical"],
+    workloads: Workloads {
+        names: NAMES,
+        most: 3,
+        exclude: 2,
+    },
+    operator_owned: true,
+};
 
 fn obj(m: Vec<(&str, Value)>) -> Value {
     Value::Object(
@@ -441,7 +312,7 @@ proptest! {
 
     #[test]
     fn patch_applies_independently_matches_and_is_idempotent(
-        policy in arb_policy(),
+        policy in policygen::arb_policy(&SHAPE),
         (object, ns) in arb_object(),
         ctx in arb_ctx(),
     ) {
@@ -473,7 +344,7 @@ proptest! {
 
     #[test]
     fn objects_outside_the_target_namespace_are_never_patched(
-        policy in arb_policy(),
+        policy in policygen::arb_policy(&SHAPE),
         (object, _) in arb_object(),
         ctx in arb_ctx(),
         other in "[a-z]{1,10}",
@@ -493,7 +364,7 @@ proptest! {
 
     #[test]
     fn excluded_deployments_are_untouched(
-        policy in arb_policy(),
+        policy in policygen::arb_policy(&SHAPE),
         (object, _) in arb_deployment(),
         ctx in arb_ctx(),
     ) {
@@ -507,7 +378,7 @@ proptest! {
 
     #[test]
     fn hpas_are_never_lowered(
-        policy in arb_policy(),
+        policy in policygen::arb_policy(&SHAPE),
         (object, _) in arb_hpa(),
         ctx in arb_ctx(),
     ) {

@@ -274,40 +274,45 @@ mod sequences {
 
     use super::*;
     use proptest::prelude::*;
+    use support::policygen::{self, AntiAffinity, Budgets, LeaderElection, Shape, Spread};
 
-    fn arb_policy() -> impl Strategy<Value = Policy> {
-        (
-            prop::option::of(1..=4i32),
-            prop::option::of(any::<bool>()),
-            prop::option::of(prop::sample::select(vec!["Preferred", "Required", "None"])),
-            prop::option::of(prop::sample::select(vec!["maxUnavailable: 1", "minAvailable: 1"])),
-            any::<bool>(),
-            prop::sample::select(vec![
-                "",
-                ", retryPeriod: 5s",
-                ", leaseDuration: 30s, renewDeadline: 20s",
-                ", leaseDuration: 30s, renewDeadline: 20s, retryPeriod: 5s",
-            ]),
-        )
-            .prop_filter_map("valid policies", |(replicas, enabled, aa, pdb, spread, durations)| {
-                let aa = aa.map(|kind| (kind, "topology.kubernetes.io/zone"));
-                let mut spec = support::generated_spec(enabled, durations, replicas, aa);
-                if let Some(pdb) = pdb {
-                    spec.push_str(&format!("  podDisruptionBudget: {{{pdb}}}\n"));
-                }
-                if spread {
-                    spec.push_str("  topologySpreadConstraints: [{topologyKey: topology.kubernetes.io/zone}]\n");
-                }
-                Policy::from_yaml(&support::serving_policy_yaml(&spec)).ok()
-            })
-    }
+    /// The settings whose records `restore` puts back, with
+    /// leader-election durations and a priority class.
+    const SHAPE: Shape = Shape {
+        namespaces: &[GOVERNED],
+        replicas: Some(1..=4),
+        leader_election: Some(LeaderElection {
+            buckets: 2..=2,
+            durations: &[
+                policygen::NO_DURATIONS,
+                (None, None, Some("5s")),
+                (Some("30s"), Some("20s"), None),
+                (Some("30s"), Some("20s"), Some("5s")),
+            ],
+        }),
+        anti_affinity: Some(AntiAffinity {
+            keys: &[policygen::ZONE],
+        }),
+        spread: Some(Spread {
+            keys: &[policygen::ZONE],
+            max_skew: 1..=1,
+        }),
+        budgets: Some(Budgets {
+            ints: 1..=1,
+            percents: None,
+            per_workload: false,
+        }),
+        priority_classes: &["knative-control-plane"],
+        workloads: policygen::NO_WORKLOADS,
+        operator_owned: false,
+    };
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
         #[test]
         fn restore_after_any_sequence_gives_back_the_release(
-            seq in prop::collection::vec(arb_policy(), 1..=3)
+            seq in prop::collection::vec(policygen::arb_policy(&SHAPE), 1..=3)
         ) {
             for (label, release) in governed_objects() {
                 let after = seq.iter().fold(release.clone(), |o, p| mutated(p, &o));
@@ -318,7 +323,7 @@ mod sequences {
 
         #[test]
         fn a_last_policy_without_the_settings_undoes_them(
-            seq in prop::collection::vec(arb_policy(), 1..=3)
+            seq in prop::collection::vec(policygen::arb_policy(&SHAPE), 1..=3)
         ) {
             let bare = policy("");
             for (label, release) in governed_objects() {
@@ -357,7 +362,7 @@ mod sequences {
         /// puts every recorded key of config-leader-election back.
         #[test]
         fn a_last_leader_election_without_the_keys_undoes_them(
-            seq in prop::collection::vec(arb_policy(), 1..=3)
+            seq in prop::collection::vec(policygen::arb_policy(&SHAPE), 1..=3)
         ) {
             let keyless = policy("  leaderElection: {enabled: true}\n");
             let release = object("configmap/config-leader-election");

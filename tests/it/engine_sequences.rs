@@ -10,34 +10,28 @@ use knative_ha_webhook::engine::{self, Input, Operation, affinity};
 use knative_ha_webhook::policy::Policy;
 use proptest::prelude::*;
 use serde_json::Value;
+use support::policygen::{self, AntiAffinity, Budgets, LeaderElection, Shape, Workloads};
 
 const NS: &str = "knative-serving";
-const DEPLOYMENTS: &[&str] = &[
-    "activator",
-    "autoscaler",
-    "controller",
-    "webhook",
-    "autoscaler-hpa",
-    "net-kourier-controller",
-];
 const HPA_BACKED: &[&str] = &["activator", "webhook"];
 
-fn arb_policy() -> impl Strategy<Value = Policy> {
-    (
-        prop::option::of(1..=4i32),
-        prop::option::of(any::<bool>()),
-        prop::option::of((
-            prop::sample::select(vec!["Preferred", "Required", "None"]),
-            prop::sample::select(vec![
-                "kubernetes.io/hostname",
-                "topology.kubernetes.io/zone",
-            ]),
-        )),
-    )
-        .prop_map(|(replicas, enabled, aa)| {
-            support::serving_policy(&support::generated_spec(enabled, "", replicas, aa))
-        })
-}
+/// The settings that decide `--disable-ha` and anti-affinity.
+const SHAPE: Shape = Shape {
+    namespaces: &[NS],
+    replicas: Some(1..=4),
+    leader_election: Some(LeaderElection {
+        buckets: 2..=2,
+        durations: &[policygen::NO_DURATIONS],
+    }),
+    anti_affinity: Some(AntiAffinity {
+        keys: &[policygen::HOSTNAME, policygen::ZONE],
+    }),
+    spread: None,
+    budgets: None,
+    priority_classes: &[],
+    workloads: policygen::NO_WORKLOADS,
+    operator_owned: false,
+};
 
 fn mutate(policy: &Policy, object: &Value) -> Value {
     let ctx = support::corpus::hpa_context();
@@ -86,8 +80,8 @@ proptest! {
 
     #[test]
     fn disable_ha_only_on_one_non_hpa_replica_and_foreign_terms_stay(
-        policies in prop::collection::vec(arb_policy(), 2..=3),
-        name in prop::sample::select(DEPLOYMENTS.to_vec()),
+        policies in prop::collection::vec(policygen::arb_policy(&SHAPE), 2..=3),
+        name in prop::sample::select(policygen::DEPLOYMENTS.to_vec()),
         start_with_flag in any::<bool>(),
     ) {
         let mut d = support::fixture("Deployment", NS, name);
@@ -109,55 +103,27 @@ proptest! {
     }
 }
 
-/// A budget setting as policy YAML.
-fn arb_budget() -> impl Strategy<Value = Option<String>> {
-    prop::option::of(prop::sample::select(vec![
-        "{minAvailable: 0}",
-        "{minAvailable: 1}",
-        "{minAvailable: 2}",
-        "{minAvailable: 3}",
-        "{minAvailable: \"50%\"}",
-        "{minAvailable: \"80%\"}",
-        "{maxUnavailable: 1}",
-        "{maxUnavailable: \"25%\"}",
-    ]))
-    .prop_map(|b| b.map(String::from))
-}
-
 /// Policies that raise the HPA-backed Deployments or not, with budgets
-/// globally and for the activator; a policy `check` refuses loses its
-/// budgets (as a user would have to).
-fn arb_budget_policy() -> impl Strategy<Value = Policy> {
-    (
-        prop::option::of(1..=4i32),
-        arb_budget(),
-        prop::option::of((prop::option::of(1..=4i32), arb_budget())),
-    )
-        .prop_map(|(replicas, global, activator)| {
-            let text = |with_budgets: bool| {
-                let mut spec = String::new();
-                if let Some(r) = replicas {
-                    spec.push_str(&format!("  replicas: {r}\n"));
-                }
-                if let Some(b) = global.as_ref().filter(|_| with_budgets) {
-                    spec.push_str(&format!("  podDisruptionBudget: {b}\n"));
-                }
-                if let Some((r, b)) = &activator {
-                    spec.push_str("  workloads:\n  - name: activator\n");
-                    if let Some(r) = r {
-                        spec.push_str(&format!("    replicas: {r}\n"));
-                    }
-                    if let Some(b) = b.as_ref().filter(|_| with_budgets) {
-                        spec.push_str(&format!("    podDisruptionBudget: {b}\n"));
-                    }
-                }
-                support::serving_policy_yaml(&spec)
-            };
-            Policy::from_yaml(&text(true))
-                .or_else(|_| Policy::from_yaml(&text(false)))
-                .expect("generated policy is valid")
-        })
-}
+/// globally and for the activator.
+const BUDGET_SHAPE: Shape = Shape {
+    namespaces: &[NS],
+    replicas: Some(1..=4),
+    leader_election: None,
+    anti_affinity: None,
+    spread: None,
+    budgets: Some(Budgets {
+        ints: 0..=3,
+        percents: Some(25..=80),
+        per_workload: true,
+    }),
+    priority_classes: &[],
+    workloads: Workloads {
+        names: &["activator"],
+        most: 1,
+        exclude: 0,
+    },
+    operator_owned: false,
+};
 
 /// The budget fields of a PDB.
 fn budget(pdb: &Value) -> Vec<(String, Value)> {
@@ -193,7 +159,7 @@ proptest! {
     /// run (the HPA's minReplicas, through the same sequence).
     #[test]
     fn no_budget_the_engine_wrote_blocks_drains_at_what_runs(
-        policies in prop::collection::vec(arb_budget_policy(), 2..=4),
+        policies in prop::collection::vec(policygen::arb_policy(&BUDGET_SHAPE), 2..=4),
         name in prop::sample::select(HPA_BACKED.to_vec()),
     ) {
         let mut hpa = support::fixture("HorizontalPodAutoscaler", NS, name);

@@ -17,7 +17,9 @@ use serde_json::Value;
 
 use crate::support::corpus;
 use crate::support::fuzzgen;
-use crate::support::policygen;
+use crate::support::policygen::{
+    self, AntiAffinity, Budgets, LeaderElection, Shape, Spread, Workloads,
+};
 
 /// Policies that take the engine down different branches: the example,
 /// leader election off, Required anti-affinity with spread constraints and
@@ -223,13 +225,49 @@ fn arb_object() -> impl Strategy<Value = Value> {
     })
 }
 
+/// The random policies: every field the engine reads, globally and per
+/// workload, Operator-owned governance too.
+const SHAPE: Shape = Shape {
+    namespaces: &[corpus::GOVERNED],
+    replicas: Some(1..=5),
+    leader_election: Some(LeaderElection {
+        buckets: 1..=10,
+        durations: &[
+            policygen::NO_DURATIONS,
+            (Some("15s"), Some("10s"), Some("2s")),
+            (None, Some("20s"), None),
+            (Some("1m30s"), None, None),
+            (None, None, Some("5s")),
+        ],
+    }),
+    anti_affinity: Some(AntiAffinity {
+        keys: &[policygen::HOSTNAME, policygen::ZONE],
+    }),
+    spread: Some(Spread {
+        keys: &[policygen::ZONE],
+        max_skew: 1..=3,
+    }),
+    budgets: Some(Budgets {
+        ints: 1..=2,
+        percents: Some(50..=50),
+        per_workload: true,
+    }),
+    priority_classes: &["knative-control-plane", "system-cluster-critical"],
+    workloads: Workloads {
+        names: policygen::DEPLOYMENTS,
+        most: 2,
+        exclude: 1,
+    },
+    operator_owned: true,
+};
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     /// Every fixture object, as it comes and patched, under a random policy.
     #[test]
     fn fixture_objects_under_random_policies(
-        policy in policygen::arb_policy(corpus::GOVERNED),
+        policy in policygen::arb_policy(&SHAPE),
         index in 0..1000usize,
     ) {
         let object = &OBJECTS[index % OBJECTS.len()];

@@ -14,7 +14,9 @@
 //! - [`fakeapi`]: the fake API server, and [`cluster`]: the cluster source
 //!   running against it;
 //! - [`fuzzgen`] and [`oracle`]: input generators and reply properties
-//!   (robustness tests, fuzz targets).
+//!   (robustness tests, fuzz targets);
+//! - [`policygen`]: the one generator of random valid policies for the
+//!   property tests, shaped by each test's `Shape`.
 //!
 //! `corpus`, `fuzzgen`, `oracle` and `fakeapi` live in the `testkit` crate
 //! (`testkit/`), which the engine benchmark, the fuzz targets and
@@ -63,46 +65,11 @@ pub fn load_policy(rel: &str) -> Policy {
 /// A policy `p` for `knative-serving` ([`corpus::GOVERNED`]) whose spec is
 /// `spec` (YAML lines indented by two spaces).
 pub fn serving_policy(spec: &str) -> Policy {
-    Policy::from_yaml(&serving_policy_yaml(spec)).unwrap_or_else(|e| panic!("{spec}: {e}"))
-}
-
-/// The policy file of [`serving_policy`].
-pub fn serving_policy_yaml(spec: &str) -> String {
-    format!(
+    let text = format!(
         "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: {}\n{spec}",
         corpus::GOVERNED
-    )
-}
-
-/// The spec lines the property tests' generated policies share: leader
-/// election on (two buckets) or off, with `durations` (e.g.
-/// `", retryPeriod: 5s"`), `replicas` (left out when leader election is
-/// off) and pod anti-affinity (type, topologyKey).
-pub fn generated_spec(
-    leader_election: Option<bool>,
-    durations: &str,
-    replicas: Option<i32>,
-    anti_affinity: Option<(&str, &str)>,
-) -> String {
-    let mut spec = String::new();
-    match leader_election {
-        Some(false) => spec.push_str(&format!(
-            "  leaderElection: {{enabled: false{durations}}}\n"
-        )),
-        Some(true) => spec.push_str(&format!(
-            "  leaderElection: {{enabled: true, buckets: 2{durations}}}\n"
-        )),
-        None => {}
-    }
-    if let Some(r) = replicas.filter(|_| leader_election != Some(false)) {
-        spec.push_str(&format!("  replicas: {r}\n"));
-    }
-    if let Some((kind, key)) = anti_affinity {
-        spec.push_str(&format!(
-            "  podAntiAffinity: {{type: {kind}, topologyKey: {key}}}\n"
-        ));
-    }
-    spec
+    );
+    Policy::from_yaml(&text).unwrap_or_else(|e| panic!("{spec}: {e}"))
 }
 
 /// The object after the engine's patch (CREATE in [`corpus::GOVERNED`], as
