@@ -93,6 +93,60 @@ fn warning(place: &str, u: &Unmatched) -> Line {
     ))
 }
 
+/// The warnings of a valid policy: what it would do that the user may not
+/// mean (stranding anti-affinity, an excluded leader-elected Deployment,
+/// raised replicas under Knative's blocking budgets, names that are not
+/// Knative's Deployments or live in another namespace).
+fn warnings(found: &Valid) -> Vec<Line> {
+    let mut out = Vec::new();
+    for (path, who, n, key) in crate::policy::placement::stranding(&found.policy.spec) {
+        out.push(Line::Warning(format!(
+            "{}: warning: {path}: Required anti-affinity on {key} with {n} replicas puts each replica of {who} in its own {key} domain: with {n} domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them)",
+            found.place
+        )));
+    }
+    if found.policy.spec.leader_election.is_some() {
+        out.extend(
+            found
+                .policy
+                .spec
+                .exclude
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| crate::knative::is_leader_elected(n))
+                .map(|(i, n)| {
+                    Line::Warning(format!(
+                        "{}: warning: spec.exclude[{i}]: {n:?} runs Knative's leader election but is excluded, so it is not restarted when spec.leaderElection changes: it keeps reading the old settings until it restarts, and while its bucket count differs every key it reconciles has two leaders",
+                        found.place
+                    ))
+                }),
+        );
+    }
+    if let Some(n) = found.policy.spec.replicas.filter(|n| *n > 1)
+        && found.policy.spec.pod_disruption_budget.is_none()
+        && n < 5
+    {
+        out.push(Line::Warning(format!(
+            "{}: warning: spec.replicas {n} without spec.podDisruptionBudget: the PodDisruptionBudgets Knative ships (minAvailable \"80%\") allow no voluntary disruption below 5 replicas, so every node drain would block; set spec.podDisruptionBudget (maxUnavailable: 1)",
+            found.place
+        )));
+    }
+    out.extend(names::misplaced(&found.policy.spec).iter().map(|m| {
+        Line::Warning(format!(
+            "{}: warning: {}",
+            found.place,
+            m.message(&found.policy.spec.target_namespace)
+        ))
+    }));
+    let known = names::knative_deployments();
+    out.extend(
+        names::unmatched(&found.policy.spec, &known)
+            .iter()
+            .map(|u| warning(&found.place, u)),
+    );
+    out
+}
+
 /// Checks every document of every file (`-`: standard input), in order,
 /// across files too (one policy per target namespace). The files are
 /// valid when no line is an error.
@@ -127,6 +181,7 @@ pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
             governed.insert(ns.clone(), (found.policy.name.clone(), found.place.clone()));
             let from = found
                 .configmap
+                .as_ref()
                 .map(|id| format!(", ConfigMap {id}"))
                 .unwrap_or_default();
             let shown = if found.item { &found.place } else { &name };
@@ -134,51 +189,7 @@ pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
                 "{shown}: valid (policy {} for namespace {ns}{from})",
                 found.policy.name
             )));
-            for (path, who, n, key) in crate::policy::placement::stranding(&found.policy.spec) {
-                out.push(Line::Warning(format!(
-                    "{}: warning: {path}: Required anti-affinity on {key} with {n} replicas puts each replica of {who} in its own {key} domain: with {n} domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them)",
-                    found.place
-                )));
-            }
-            if found.policy.spec.leader_election.is_some() {
-                out.extend(
-                    found
-                        .policy
-                        .spec
-                        .exclude
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, n)| crate::knative::is_leader_elected(n))
-                        .map(|(i, n)| {
-                            Line::Warning(format!(
-                                "{}: warning: spec.exclude[{i}]: {n:?} runs Knative's leader election but is excluded, so it is not restarted when spec.leaderElection changes: it keeps reading the old settings until it restarts, and while its bucket count differs every key it reconciles has two leaders",
-                                found.place
-                            ))
-                        }),
-                );
-            }
-            if let Some(n) = found.policy.spec.replicas.filter(|n| *n > 1)
-                && found.policy.spec.pod_disruption_budget.is_none()
-                && n < 5
-            {
-                out.push(Line::Warning(format!(
-                    "{}: warning: spec.replicas {n} without spec.podDisruptionBudget: the PodDisruptionBudgets Knative ships (minAvailable \"80%\") allow no voluntary disruption below 5 replicas, so every node drain would block; set spec.podDisruptionBudget (maxUnavailable: 1)",
-                    found.place
-                )));
-            }
-            out.extend(names::misplaced(&found.policy.spec).iter().map(|m| {
-                Line::Warning(format!(
-                    "{}: warning: {}",
-                    found.place,
-                    m.message(&found.policy.spec.target_namespace)
-                ))
-            }));
-            let known = names::knative_deployments();
-            out.extend(
-                names::unmatched(&found.policy.spec, &known)
-                    .iter()
-                    .map(|u| warning(&found.place, u)),
-            );
+            out.extend(warnings(&found));
         }
     }
     out
