@@ -1,11 +1,19 @@
 //! The kinds the engine governs, declared once: how each is recognised
 //! (apiVersion and kind), read and written (its API resource), named in
 //! change lines, mutated and viewed, and which of its fields `restore`
-//! puts back.
-//! [`Kind`]'s methods, the engine's dispatch, `restore`, the reconciler's
-//! API resources, the admission metrics' `kind` label and the test kit's
-//! resource table read [`KINDS`]; a test holds the chart's webhook rules and
-//! RBAC to it. Governing a new kind is one entry here and its handler.
+//! puts back. [`Kind`]'s methods, the engine's dispatch and view,
+//! `restore`, the reconciler's listing, API resources and drift metrics,
+//! the admission metrics' `kind` label and the test kit's resource table
+//! read [`KINDS`].
+//!
+//! Governing a new kind (say `apps/v1` StatefulSets) takes:
+//! - a [`Kind`] variant and one entry here, naming its handler module
+//!   (`mutate` and `READS`, the paths it reads);
+//! - the arm of [`Target::governs_object`] the compiler asks for;
+//! - the chart's webhook rule and RBAC, which
+//!   `engine_governed::the_chart_names_every_governed_kind` asks for;
+//! - for the reconciler's tests, the resource in the fake API server
+//!   (`testkit/src/fakeapi`), which serves what a real one would.
 
 use super::reads::Read;
 use super::records::{
