@@ -9,7 +9,7 @@
 //! Governing a new kind (say `apps/v1` StatefulSets) takes:
 //! - a [`Kind`] variant and one entry here, naming its handler module
 //!   (`mutate` and `READS`, the paths it reads);
-//! - the arm of [`Target::governs_object`] the compiler asks for;
+//! - the arm of `Target::governs_object` the compiler asks for;
 //! - the chart's webhook rule and RBAC, which
 //!   `engine_governed::the_chart_names_every_governed_kind` asks for;
 //! - for the reconciler's tests, the resource in the fake API server
