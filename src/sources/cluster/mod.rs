@@ -262,6 +262,29 @@ pub async fn run(
         tx.clone(),
         metrics.clone(),
     );
+    let policies = watch_policies(crs, cms, &config.namespace, tx, metrics);
+    tracing::info!(
+        namespace = %config.namespace,
+        governed_namespaces = %config.governed.display(),
+        "cluster policy source starting"
+    );
+    tokio::select! {
+        r = state => r,
+        r = writer => r,
+        r = policies => r,
+    }
+}
+
+/// Watches the policy objects until one watcher ends: the
+/// HighAvailabilityPolicies of the cluster and the labelled ConfigMaps of
+/// `namespace`.
+async fn watch_policies(
+    crs: Api<DynamicObject>,
+    cms: Api<ConfigMap>,
+    namespace: &str,
+    tx: mpsc::UnboundedSender<Msg>,
+    metrics: ClusterMetrics,
+) -> Result<()> {
     let watch_crs = watch::Watch {
         source: Source::Policies,
         scope: "cluster",
@@ -280,7 +303,7 @@ pub async fn run(
     .run();
     let watch_cms = watch::Watch {
         source: Source::ConfigMaps,
-        scope: &config.namespace,
+        scope: namespace,
         api: cms,
         config: watcher::Config::default().labels(configmaps::LABEL_SELECTOR),
         tx: tx.clone(),
@@ -294,14 +317,7 @@ pub async fn run(
         to_msg: |change| Some(Msg::Watch(Source::ConfigMaps, change)),
     }
     .run();
-    tracing::info!(
-        namespace = %config.namespace,
-        governed_namespaces = %config.governed.display(),
-        "cluster policy source starting"
-    );
     tokio::select! {
-        r = state => r,
-        r = writer => r,
         r = watch_crs => r,
         r = watch_cms => r,
     }
