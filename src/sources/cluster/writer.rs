@@ -97,19 +97,8 @@ pub(crate) async fn run(
                 }
             }
             WriteReq::Event { reference, desired } => {
-                let event = Event {
-                    type_: if desired.status == "True" {
-                        EventType::Normal
-                    } else {
-                        EventType::Warning
-                    },
-                    reason: desired.reason.to_string(),
-                    note: Some(clip(&desired.message, NOTE_BYTES - 32)),
-                    action: "ValidatePolicy".to_string(),
-                    secondary: None,
-                };
                 let name = reference.name.clone().unwrap_or_default();
-                if let Err(err) = recorder.publish(&event, &reference).await {
+                if let Err(err) = recorder.publish(&event(&desired), &reference).await {
                     metrics.write_errors.inc();
                     tracing::warn!(configmap = %name, error = %crate::errors::Chain(&err), "event write failed");
                 }
@@ -117,6 +106,21 @@ pub(crate) async fn run(
         }
     }
     Err(ClusterError::ChannelClosed("write"))
+}
+
+/// The Event saying what the `Ready` condition says.
+fn event(desired: &ReadyStatus) -> Event {
+    Event {
+        type_: if desired.status == "True" {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        },
+        reason: desired.reason.to_string(),
+        note: Some(clip(&desired.message, NOTE_BYTES - 32)),
+        action: "ValidatePolicy".to_string(),
+        secondary: None,
+    }
 }
 
 /// Events carry at most 1 kB of note; [`clip`] leaves room for its note
