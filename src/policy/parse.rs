@@ -47,11 +47,6 @@ pub fn written_target(doc: &serde_json::Value) -> Option<String> {
     (!target.is_empty()).then(|| target.to_string())
 }
 
-/// [`written_target`] of a YAML (or JSON) document.
-pub fn written_target_yaml(text: &str) -> Option<String> {
-    written_target(&serde_saphyr::from_str::<serde_json::Value>(text).ok()?)
-}
-
 /// Splits multi-document YAML into `(1-based index, text)` pairs, skipping
 /// documents that hold only comments and blank lines. The index counts every
 /// document, skipped or not, so it matches what a reader counts in the file.

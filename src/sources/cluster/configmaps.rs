@@ -37,8 +37,17 @@ pub fn key(cm: &ConfigMap) -> String {
 /// Parses and validates the policy of one ConfigMap, its document read as
 /// `check` and `/validate` read it ([`configmap_document`]).
 pub fn parse(cm: &ConfigMap) -> Result<Policy, Invalid> {
-    let document = configmap_document(&json!({"data": cm.data})).map_err(Invalid::Unreadable)?;
-    let mut policy = Policy::from_json(&document).map_err(Invalid::Document)?;
+    policy_of(cm, &document(cm)?)
+}
+
+/// The policy document of `cm` ([`configmap_document`]).
+fn document(cm: &ConfigMap) -> Result<Value, Invalid> {
+    configmap_document(&json!({"data": cm.data})).map_err(Invalid::Unreadable)
+}
+
+/// The policy of `cm`'s `document`, named after `cm` when it names none.
+fn policy_of(cm: &ConfigMap, document: &Value) -> Result<Policy, Invalid> {
+    let mut policy = Policy::from_json(document).map_err(Invalid::Document)?;
     if policy.name.is_empty() {
         policy.name = cm.name_any();
     }
@@ -65,7 +74,13 @@ pub fn annotation(record: &LastValid) -> String {
 /// is invalid, the recorded last valid version is read back.
 pub fn observe(cm: &ConfigMap) -> Observed {
     let record = recorded_annotation(cm);
-    let (parsed, last_valid) = match (parse(cm), &record) {
+    let document = document(cm);
+    let target = document
+        .as_ref()
+        .ok()
+        .and_then(crate::policy::written_target);
+    let parsed = document.and_then(|d| policy_of(cm, &d));
+    let (parsed, last_valid) = match (parsed, &record) {
         (Ok(policy), _) => (Ok(policy), None),
         (Err(message), None) => (Err(message), None),
         (Err(message), Some(r)) => match recorded(r.name.as_deref().unwrap_or_default(), &r.spec) {
@@ -96,11 +111,7 @@ pub fn observe(cm: &ConfigMap) -> Observed {
             last_valid_generation: None,
             last_valid_refusal,
             error: None,
-            target: cm
-                .data
-                .as_ref()
-                .and_then(|d| d.get(DATA_KEY))
-                .and_then(|text| crate::policy::written_target_yaml(text)),
+            target,
         },
         parsed,
         status: ObservedStatus {
@@ -178,6 +189,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("data.policy.yaml: "), "{err}");
+    }
+
+    /// An invalid document still claims the namespace it names (the
+    /// document is read once for both); one that cannot be read claims none.
+    #[test]
+    fn an_invalid_document_claims_its_target_namespace() {
+        let o = observe(&cm(json!({"policy.yaml":
+            "kind: HighAvailabilityPolicy\nspec: {targetNamespace: knative-serving, replicas: 0}\n"})));
+        assert!(o.parsed.is_err());
+        assert_eq!(o.object.target.as_deref(), Some("knative-serving"));
+        let o = observe(&cm(json!({"policy.yaml": "spec: [unclosed"})));
+        assert_eq!(o.object.target, None);
     }
 
     /// The status message of a policy ConfigMap and `/validate`'s refusal
