@@ -27,7 +27,9 @@ mod timing;
 pub mod validate;
 pub mod wrapped;
 
-pub use parse::{DocumentRead, parse_policies, read_documents, split_documents, written_target};
+pub use parse::{
+    DocumentRead, Documents, parse_policies, read_documents, split_documents, written_target,
+};
 pub use spec::{
     AntiAffinityType, HighAvailabilityPolicy, HighAvailabilityPolicySpec,
     HighAvailabilityPolicyStatus, LeaderElection, NodeTaintsPolicy, PodAntiAffinity,

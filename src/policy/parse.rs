@@ -89,17 +89,26 @@ impl DocumentRead {
     }
 }
 
+/// The policy documents of a file, read.
+#[derive(Debug, Default)]
+pub struct Documents {
+    pub reads: Vec<DocumentRead>,
+    /// The first YAML document that is an empty List (`kubectl get` of
+    /// nothing), which holds no policy document.
+    pub empty_list: Option<usize>,
+}
+
 /// Every policy document of a multi-document file, in order: a policy, a
 /// policy ConfigMap or a list of them (see [`wrapped`]), each checked with
 /// every error [`prune::check_all`] finds. A document that is not YAML is
 /// one read with that error.
-pub fn read_documents(text: &str) -> Vec<DocumentRead> {
-    let mut out = Vec::new();
+pub fn read_documents(text: &str) -> Documents {
+    let mut out = Documents::default();
     for doc in crate::yaml::documents(text) {
         let value = match crate::yaml::parse(&doc) {
             Ok(value) => value,
             Err(e) => {
-                out.push(DocumentRead {
+                out.reads.push(DocumentRead {
                     index: doc.index,
                     item: None,
                     configmap: None,
@@ -108,23 +117,27 @@ pub fn read_documents(text: &str) -> Vec<DocumentRead> {
                 continue;
             }
         };
-        out.extend(wrapped::unwrap(value).into_iter().map(|found| {
-            let mut errors = found.errors.clone();
-            let outcome = match found.document.as_ref().map(prune::check_all) {
-                Some(Ok(policy)) if errors.is_empty() => Ok(policy),
-                Some(Err(e)) => {
-                    errors.extend(e.into_iter().map(|e| found.in_configmap(e)));
-                    Err(errors)
+        if wrapped::is_empty_list(&value) {
+            out.empty_list.get_or_insert(doc.index);
+        }
+        out.reads
+            .extend(wrapped::unwrap(value).into_iter().map(|found| {
+                let mut errors = found.errors.clone();
+                let outcome = match found.document.as_ref().map(prune::check_all) {
+                    Some(Ok(policy)) if errors.is_empty() => Ok(policy),
+                    Some(Err(e)) => {
+                        errors.extend(e.into_iter().map(|e| found.in_configmap(e)));
+                        Err(errors)
+                    }
+                    _ => Err(errors),
+                };
+                DocumentRead {
+                    index: doc.index,
+                    item: found.item,
+                    configmap: found.configmap,
+                    outcome,
                 }
-                _ => Err(errors),
-            };
-            DocumentRead {
-                index: doc.index,
-                item: found.item,
-                configmap: found.configmap,
-                outcome,
-            }
-        }));
+            }));
     }
     out
 }
@@ -136,7 +149,7 @@ pub fn read_documents(text: &str) -> Vec<DocumentRead> {
 pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
     let mut policies: Vec<Policy> = Vec::new();
     let mut errors = Vec::new();
-    for read in read_documents(text) {
+    for read in read_documents(text).reads {
         let policy = match &read.outcome {
             Ok(policy) => policy,
             Err(e) => {

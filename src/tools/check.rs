@@ -11,8 +11,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::policy::names::{self, Unmatched};
-use crate::policy::{DocumentRead, Policy, PolicyError, wrapped};
-use crate::yaml;
+use crate::policy::{DocumentRead, Policy, PolicyError};
 
 /// A valid policy and where it came from.
 struct Valid {
@@ -64,16 +63,15 @@ fn check_read(file: &str, read: DocumentRead) -> Checked {
 
 /// Every policy document of one file.
 fn check_text(file: &str, text: &str) -> Vec<Checked> {
-    let mut out: Vec<Checked> = crate::policy::read_documents(text)
+    let documents = crate::policy::read_documents(text);
+    let mut out: Vec<Checked> = documents
+        .reads
         .into_iter()
         .map(|read| check_read(file, read))
         .collect();
     if out.is_empty() {
-        let empty_list = yaml::documents(text)
-            .iter()
-            .find(|doc| yaml::parse(doc).is_ok_and(|v| wrapped::is_empty_list(&v)))
-            .map(|doc| doc.index);
-        let why = empty_list
+        let why = documents
+            .empty_list
             .map(|i| format!(" (document {i} is an empty List)"))
             .unwrap_or_default();
         out.push(Err(vec![format!("{file}: no policy document found{why}")]));
