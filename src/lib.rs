@@ -14,7 +14,7 @@
 //!   and `reconcile` (bringing running objects in line, `audit`, `restore`)
 //! - `admission` (the AdmissionReview wire protocol) and `sources` (policy
 //!   file and cluster watchers that publish snapshots)
-//! - `store` (the snapshot the request path reads) and `rights` (what
+//! - `store` (the snapshot the request path reads) and `findings` (what
 //!   the reconciler's passes found it may do per namespace, for the
 //!   cluster source to report)
 //! - `engine`: the pure mutation, policy + object -> patch + changes as
@@ -38,12 +38,13 @@ pub mod cmd;
 pub mod config;
 pub mod engine;
 pub mod errors;
+pub mod findings;
 pub mod knative;
+pub mod knative_operator;
 pub mod kubeclient;
 pub mod manifest;
 pub mod policy;
 pub mod reconcile;
-pub mod rights;
 pub mod scope;
 pub mod server;
 pub mod sources;

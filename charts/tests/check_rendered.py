@@ -60,6 +60,8 @@ def expected_reconcile_rules(dry_run: bool) -> list[dict]:
          "verbs": verbs if dry_run else verbs + ["create", "delete"]},
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["config-leader-election"],
          "verbs": ["get"] if dry_run else ["get", "patch"]},
+        # the KnativeServing/KnativeEventing, read for the fields the policy overrides (status.operatorOverrides)
+        {"apiGroups": ["operator.knative.dev"], "resources": ["knativeservings", "knativeeventings"], "verbs": ["list"]},
     ] + ([] if dry_run else [
         # an Event of its own on each write (src/reconcile/events.rs): created, never patched
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
@@ -280,7 +282,7 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
     v = r.values
     ns = r.namespace
 
-    cluster_rbac = v.get("rbac", {}).get("scope", "namespaced") == "cluster"
+    cluster_rbac = v.get("rbac", {}).get("scope", "namespaced") == "cluster" or bool(v.get("knativeOperator"))
 
     def namespaces():
         for d in r.docs:
@@ -971,6 +973,9 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
         ("cluster-rbac", "khw", "khw-system",
          {"rbac": {"scope": "cluster"}, "governedNamespaces": ["knative-serving", "knative-eventing"],
           "reconcile": {"dryRun": False}}),
+        # An Operator install: an Operator reinstall deletes the namespace, so nothing goes there.
+        ("knative-operator", "khw", "khw-system",
+         {"knativeOperator": True, "governedNamespaces": ["knative-serving", "knative-eventing"]}),
         ("cluster-rbac-dry-run", "khw", "khw-system", {"rbac": {"scope": "cluster"}, "reconcile": {"dryRun": True}}),
         ("cluster-rbac-reconcile-off", "khw", "khw-system",
          {"rbac": {"scope": "cluster"}, "reconcile": {"enabled": False}}),

@@ -153,7 +153,7 @@ pub struct App {
     reconciler: Option<crate::reconcile::Reconciler>,
     /// What the reconciler finds it may do per namespace, for the cluster
     /// source's `Ready` conditions (the one link between the two).
-    rights: crate::rights::Rights,
+    findings: crate::findings::Board,
 }
 
 impl App {
@@ -171,13 +171,13 @@ impl App {
         let metrics = Metrics::register(&mut registry);
         let (store, file_source, cluster) =
             policy_source(&config, client.as_ref(), &metrics, &mut registry)?;
-        let rights = crate::rights::Rights::default();
+        let findings = crate::findings::Board::default();
         let reconciler = match (&config.reconcile, client) {
             (None, _) => None,
             (Some(_), None) => return Err(AppError::NoClient("the reconciler")),
             (Some(rc), Some(client)) => Some(
                 crate::reconcile::Reconciler::prepare(rc.clone(), client, &store, &mut registry)
-                    .with_rights(rights.clone()),
+                    .with_findings(findings.clone()),
             ),
         };
         let tls = TlsReloader::new(config.tls.clone(), metrics.clone())?;
@@ -192,7 +192,7 @@ impl App {
             file_source,
             cluster,
             reconciler,
-            rights,
+            findings,
         })
     }
 

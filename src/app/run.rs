@@ -60,9 +60,9 @@ impl App {
             file_source,
             cluster,
             reconciler,
-            rights,
+            findings,
         } = self;
-        let cluster = cluster.map(|parts| (parts, rights));
+        let cluster = cluster.map(|parts| (parts, findings));
         let (background, cluster_ended) =
             spawn_background(&config, &tls, file_source, cluster, &store);
         let reconciler = reconciler.map(crate::reconcile::Reconciler::spawn);
@@ -98,7 +98,7 @@ fn spawn_background(
     config: &Config,
     tls: &Arc<TlsReloader>,
     file_source: Option<FileSource>,
-    cluster: Option<(ClusterParts, crate::rights::Rights)>,
+    cluster: Option<(ClusterParts, crate::findings::Board)>,
     store: &PolicyStore,
 ) -> (JoinSet<()>, mpsc::Receiver<AppError>) {
     let mut background = JoinSet::new();
@@ -109,12 +109,12 @@ fn spawn_background(
         background.spawn(src.watch(config.policy_poll_interval));
     }
     let (cluster_tx, cluster_ended) = mpsc::channel(1);
-    if let Some(((client, cm, namespace), rights)) = cluster {
+    if let Some(((client, cm, namespace), findings)) = cluster {
         let cfg = ClusterSourceConfig {
             namespace,
             governed: config.governed.clone(),
             instance: config.pod_name.clone(),
-            rights,
+            findings,
         };
         let store = store.clone();
         background.spawn(async move {

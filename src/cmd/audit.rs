@@ -1,4 +1,4 @@
-//! `knative-ha-webhook audit`: exit 0 in line, 1 drift, 2 on errors.
+//! `knative-ha-webhook audit`: exit 0 in line, 1 drift (or a policy that governs nothing), 2 on errors.
 
 use std::process::ExitCode;
 use std::sync::Arc;

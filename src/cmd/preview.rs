@@ -24,6 +24,11 @@ pub fn preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
         let (name, text) = crate::manifest::read_input(path)?;
         docs.extend(parse_manifests(&name, &text)?);
     }
+    if let Some((kind, name)) = &args.operator_owner {
+        for doc in &mut docs {
+            owned_by_operator(&mut doc.value, kind, name);
+        }
+    }
     for warning in name_warnings(&policies, &docs) {
         eprintln!("warning: {warning}");
     }
@@ -42,6 +47,31 @@ pub fn preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Gives `object` an ownerReference to the Knative Operator's `kind/name`,
+/// as the Operator's objects carry, unless it has owners of its own.
+fn owned_by_operator(object: &mut Value, kind: &str, name: &str) {
+    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if metadata
+        .get("ownerReferences")
+        .is_some_and(|o| !o.is_null())
+    {
+        return;
+    }
+    metadata.insert(
+        "ownerReferences".into(),
+        json!([{
+            "apiVersion": format!("{}/{}", crate::knative_operator::GROUP, crate::knative_operator::VERSION),
+            "kind": kind,
+            "name": name,
+            "uid": "",
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }]),
+    );
 }
 
 /// The output in `format`.

@@ -69,6 +69,12 @@ pub struct PreviewArgs {
     /// What to print.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
+    /// Preview what happens on a Knative Operator install: every input
+    /// object without an owner gets an ownerReference to this
+    /// KnativeServing or KnativeEventing (KIND/NAME, e.g.
+    /// KnativeServing/knative-serving), as the Operator's objects carry.
+    #[arg(long = "operator-owner", value_name = "KIND/NAME", value_parser = super::parse_operator_owner)]
+    pub operator_owner: Option<(String, String)>,
     /// Manifests (multi-document YAML; `kind: List` and typed lists are
     /// expanded); stdin when none or `-`.
     pub manifests: Vec<PathBuf>,

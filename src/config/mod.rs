@@ -96,6 +96,10 @@ pub enum FlagValueError {
     #[error("invalid rate {text:?}: must be more than 0")]
     RateNotPositive { text: String },
     #[error(
+        "invalid owner {text:?}: expected KIND/NAME with KIND KnativeServing or KnativeEventing, e.g. KnativeServing/knative-serving"
+    )]
+    OperatorOwner { text: String },
+    #[error(
         "{text:?} is not a namespace name (DNS-1123 label: lowercase letters, digits and '-', at most 63 characters)"
     )]
     NamespaceName { text: String },
@@ -129,6 +133,20 @@ pub fn duration_text(duration: Duration) -> String {
     } else {
         format!("{}ns", duration.as_nanos())
     }
+}
+
+/// Parses `--operator-owner`: `KnativeServing/NAME` or
+/// `KnativeEventing/NAME` (the Knative Operator's resources).
+pub fn parse_operator_owner(text: &str) -> Result<(String, String), FlagValueError> {
+    let refused = || FlagValueError::OperatorOwner { text: text.into() };
+    let (kind, name) = text.split_once('/').ok_or_else(refused)?;
+    let known = crate::knative_operator::RESOURCES
+        .iter()
+        .any(|(k, _)| *k == kind);
+    if !known || name.is_empty() || name.contains('/') {
+        return Err(refused());
+    }
+    Ok((kind.to_string(), name.to_string()))
 }
 
 /// Parses a listen address: `IP:PORT` (`0.0.0.0:8443`, `[::]:8443`), and

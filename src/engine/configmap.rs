@@ -215,7 +215,7 @@ pub(crate) fn left_unchanged(t: &Target<'_>, data: &Map<String, Value>) -> Optio
         ));
     }
     let owner = data.get(OPERATOR_OWNER_MARK)?.as_str()?;
-    (t.policy.spec.govern_operator_owned != Some(true))
+    (!t.policy.spec.governs_operator_owned())
         .then(|| format!("{LEADER_ELECTION_CONFIGMAP} is owned by the Knative Operator's {owner}"))
 }
 

@@ -30,6 +30,7 @@ pub mod reads;
 pub mod records;
 pub mod restore;
 pub mod scale;
+pub mod standing;
 mod target;
 pub mod view;
 
@@ -293,61 +294,29 @@ fn mutate_governed(
     object: &Value,
     facts: Facts<'_>,
 ) -> Result<Mutated> {
-    let Facts {
-        hpa_targets,
-        leader_election,
-    } = facts;
-    let Some(obj) = object.as_object() else {
-        return Err(EngineError::NotAnObject);
-    };
-    if namespace != policy.spec.target_namespace {
-        return Ok(Mutated::default());
-    }
-    let Some(kind) = Kind::of(object) else {
+    let Some(target) = standing::aimed(policy, namespace, object, facts)? else {
         return Ok(Mutated::default());
     };
-    let metadata = obj.get(METADATA).and_then(Value::as_object);
-    if let Some(ns) = metadata
-        .and_then(|m| m.get(NAMESPACE))
-        .and_then(Value::as_str)
-        && !ns.is_empty()
-        && ns != namespace
-    {
-        return Ok(Mutated::default());
-    }
+    let metadata = object.get(METADATA).and_then(Value::as_object);
     if skipped(metadata) {
         return Ok(Mutated::default());
     }
-    let name = metadata
-        .and_then(|m| m.get(NAME).or_else(|| m.get(GENERATE_NAME)))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let target = Target {
-        policy,
-        hpa_targets,
-        leader_election,
-        kind,
-        namespace,
-        name,
-        object,
-    };
     if !target.governs_object()? {
         // A user's own object: left alone, unless an earlier version that
         // governed it left records, which are put back (as where no policy
         // exists).
         return restore::undo_because(namespace, object, UNGOVERNED_WHY);
     }
-    let (patcher, changes) = (kind.spec().mutate)(&target)?;
+    let (patcher, changes) = (target.kind.spec().mutate)(&target)?;
     match patcher {
         Some(p) if !p.ops.is_empty() => {
             // Checked only when there is something to change: the Operator's
             // objects are left alone, with a warning naming the owner.
-            if let Some(owner) = operator_owner(metadata)
-                && policy.spec.govern_operator_owned != Some(true)
-            {
-                return Ok(warning_only(vec![target.change(What::Warning(format!(
-                    "left unchanged: owned by the Knative Operator's {owner}, which manages its high availability (set spec.governOperatorOwned: true to govern it anyway)"
-                )))]));
+            if let Some(owner) = standing::operator_left_alone(policy, metadata) {
+                let why = standing::LeftAlone::OperatorOwned(owner);
+                return Ok(warning_only(vec![
+                    target.change(What::Warning(format!("left unchanged: {why}"))),
+                ]));
             }
             Ok(Mutated {
                 mutation: Mutation {

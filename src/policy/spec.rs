@@ -67,12 +67,22 @@ pub struct HighAvailabilityPolicySpec {
     /// Deployment names this policy leaves alone (and the HPAs scaling them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude: Vec<String>,
-    /// true: also change objects owned by the Knative Operator (an
-    /// ownerReference with apiVersion operator.knative.dev/*). Default false:
-    /// they are left unchanged with a warning, as the Operator's own
-    /// spec.high-availability governs them.
+    /// Whether objects owned by the Knative Operator (an ownerReference with
+    /// apiVersion operator.knative.dev/*) are governed too. Default true: the
+    /// policy's values win over the KnativeServing's and KnativeEventing's own
+    /// (the policy's status names the fields it overrides). false: they are
+    /// left unchanged with a warning, and the Operator's spec.high-availability
+    /// alone governs them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub govern_operator_owned: Option<bool>,
+}
+
+impl HighAvailabilityPolicySpec {
+    /// Whether the policy governs objects the Knative Operator owns
+    /// (`governOperatorOwned`, true unless set false).
+    pub fn governs_operator_owned(&self) -> bool {
+        self.govern_operator_owned != Some(false)
+    }
 }
 
 /// Leader election (Knative's `config-leader-election`).
@@ -298,4 +308,26 @@ pub struct HighAvailabilityPolicyStatus {
     /// `metadata.generation` of `lastValidSpec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_valid_generation: Option<i64>,
+    /// The policy's targets in its namespace (governed and left alone), as
+    /// the reconciler's last pass found them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub governed_objects: Option<i64>,
+    /// The targets the policy leaves unchanged, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_alone: Option<Vec<LeftAloneStatus>>,
+    /// The Knative Operator's fields (of a KnativeServing or KnativeEventing
+    /// in the namespace) that the policy's values override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_overrides: Option<Vec<String>>,
+}
+
+/// One target a policy leaves unchanged.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftAloneStatus {
+    pub kind: String,
+    pub name: String,
+    /// Why: the opt-out label, the policy's exclude, or the Knative
+    /// Operator's ownership with governOperatorOwned false.
+    pub reason: String,
 }

@@ -80,6 +80,23 @@ pub struct AuditReport {
     pub drift: Vec<ObjectDrift>,
     /// Policy objects that are invalid or in conflict (not applied).
     pub warnings: Vec<String>,
+    /// Targets their policy leaves unchanged, and why.
+    pub left_alone: Vec<ObjectLeftAlone>,
+    /// Namespaces whose policy changes nothing it targets (every target
+    /// left alone): not in line, whatever the drift.
+    pub governs_nothing: Vec<String>,
+    /// The Knative Operator's fields the policies override.
+    pub operator_overrides: Vec<String>,
+}
+
+/// One target its policy leaves unchanged.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectLeftAlone {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub reason: String,
 }
 
 /// Audits the governed objects of `policies` (optionally one namespace).
@@ -123,6 +140,22 @@ pub async fn audit(
                 });
             }
         }
+        let operator = super::coverage::list_operator(client, ns).await;
+        let coverage = super::coverage::coverage(policy, ns, &listed, &ctx, &operator);
+        if coverage.governs_nothing() {
+            report.governs_nothing.push(ns.clone());
+        }
+        report
+            .left_alone
+            .extend(coverage.left_alone.iter().map(|u| ObjectLeftAlone {
+                kind: u.kind,
+                namespace: ns.clone(),
+                name: u.name.clone(),
+                reason: u.why.to_string(),
+            }));
+        report
+            .operator_overrides
+            .extend(coverage.overrides.iter().map(ToString::to_string));
         for change in crate::engine::budgets::plan(Some(policy), ns, &listed.objects, &ctx) {
             report.drift.push(ObjectDrift {
                 kind: Kind::PodDisruptionBudget.as_str(),
@@ -135,6 +168,6 @@ pub async fn audit(
             });
         }
     }
-    report.in_line = report.drift.is_empty();
+    report.in_line = report.drift.is_empty() && report.governs_nothing.is_empty();
     Ok(report)
 }

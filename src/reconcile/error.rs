@@ -2,7 +2,7 @@
 //! refusal means to them.
 
 use crate::engine::Kind;
-use crate::rights::Forbidden;
+use crate::findings::Forbidden;
 
 /// Errors of the reconciler and of `audit`.
 #[derive(Debug, thiserror::Error)]

@@ -73,6 +73,18 @@ pub fn name(object_name: &str, at: Timestamp) -> String {
 /// The Event of one write to `regarding`, made at `at` by `instance`, whose
 /// changes are `changes` (the log line's text), clipped to what a note holds.
 pub fn event(regarding: ObjectReference, changes: &str, instance: &str, at: Timestamp) -> Event {
+    Event {
+        reason: Some(REASON.into()),
+        ..noted(regarding, changes, instance, at)
+    }
+}
+
+/// The reason of the Event on a KnativeServing or KnativeEventing whose
+/// fields the policy overrides: where a user describing it looks.
+pub const OVERRIDDEN: &str = "OverriddenByPolicy";
+
+/// An Event regarding `regarding` with `note`, without a reason.
+fn noted(regarding: ObjectReference, changes: &str, instance: &str, at: Timestamp) -> Event {
     let object_name = regarding.name.clone().unwrap_or_else(|| CONTROLLER.into());
     Event {
         metadata: ObjectMeta {
@@ -81,7 +93,6 @@ pub fn event(regarding: ObjectReference, changes: &str, instance: &str, at: Time
             ..ObjectMeta::default()
         },
         type_: Some("Normal".into()),
-        reason: Some(REASON.into()),
         action: Some(ACTION.into()),
         note: Some(crate::telemetry::clip(changes, NOTE_BYTES - 32)),
         event_time: Some(MicroTime(at)),
@@ -97,14 +108,57 @@ impl EventWriter {
     pub async fn written(&self, object: &Value, changes: &str) {
         let regarding = reference(object);
         let namespace = regarding.namespace.clone().unwrap_or_default();
-        let (kind, name) = (regarding.kind.clone(), regarding.name.clone());
         let event = event(regarding, changes, &self.instance, Timestamp::now());
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        self.create(&namespace, event).await;
+    }
+
+    /// One Event per Knative Operator resource named in `overrides`, on
+    /// that resource, listing its fields the policy overrides.
+    pub async fn overridden(
+        &self,
+        namespace: &str,
+        overrides: &[crate::knative_operator::Override],
+    ) {
+        let mut owners: Vec<&str> = overrides.iter().map(|o| o.owner.as_str()).collect();
+        owners.dedup();
+        for owner in owners {
+            let (kind, name) = owner.split_once('/').unwrap_or((owner, ""));
+            let lines: Vec<String> = overrides
+                .iter()
+                .filter(|o| o.owner == owner)
+                .map(|o| format!("{}: {}; the policy's {} wins", o.field, o.theirs, o.ours))
+                .collect();
+            let note = format!(
+                "the HighAvailabilityPolicy of namespace {namespace} overrides {}",
+                lines.join("; ")
+            );
+            let regarding = ObjectReference {
+                api_version: Some(format!(
+                    "{}/{}",
+                    crate::knative_operator::GROUP,
+                    crate::knative_operator::VERSION
+                )),
+                kind: Some(kind.to_string()),
+                namespace: Some(namespace.to_string()),
+                name: Some(name.to_string()),
+                ..ObjectReference::default()
+            };
+            let event = Event {
+                reason: Some(OVERRIDDEN.into()),
+                ..noted(regarding, &note, &self.instance, Timestamp::now())
+            };
+            self.create(namespace, event).await;
+        }
+    }
+
+    async fn create(&self, namespace: &str, event: Event) {
+        let regarding = event.regarding.clone().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         if let Err(err) = api.create(&PostParams::default(), &event).await {
             tracing::warn!(
-                kind = kind.as_deref().unwrap_or(""),
+                kind = regarding.kind.as_deref().unwrap_or(""),
                 namespace = %namespace,
-                name = name.as_deref().unwrap_or(""),
+                name = regarding.name.as_deref().unwrap_or(""),
                 error = %crate::errors::Chain(&err), "reconcile: event write failed"
             );
         }

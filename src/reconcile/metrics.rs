@@ -32,6 +32,15 @@ pub struct NamespaceLabel {
     pub target_namespace: String,
 }
 
+/// A governed namespace and why its policy leaves objects alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeftAloneLabels {
+    pub target_namespace: String,
+    /// `opted-out`, `excluded` or `operator-owned`
+    /// ([`crate::engine::standing::LeftAlone::label`]).
+    pub reason: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RunLabel {
     /// `success` or `error`.
@@ -56,10 +65,16 @@ pub struct ReconcileMetrics {
     /// server refuses the reconciler a request in the namespace (its last
     /// pass there met a 403 Forbidden), 0 once a pass goes through.
     pub forbidden: Family<NamespaceLabel, Gauge>,
+    /// `knative_ha_webhook_reconcile_left_alone_objects{target_namespace,reason}`:
+    /// the policy's targets its last pass found it leaves unchanged.
+    pub left_alone: Family<LeftAloneLabels, Gauge>,
+    /// `knative_ha_webhook_reconcile_governed_objects{target_namespace}`:
+    /// the policy's targets its last pass found (governed and left alone).
+    pub targets: Family<NamespaceLabel, Gauge>,
     /// Drift per (namespace, kind) from the last run of each namespace; the
     /// gauge is the sum over namespaces.
     per_namespace: Arc<Mutex<BTreeMap<(String, &'static str), i64>>>,
-    /// The namespaces `forbidden` has a line for.
+    /// The namespaces `forbidden`, `left_alone` and `targets` have lines for.
     forbidden_labels: Arc<Mutex<BTreeSet<String>>>,
 }
 
@@ -91,6 +106,16 @@ impl ReconcileMetrics {
             "knative_ha_webhook_reconcile_forbidden",
             "1 while the API server refuses the reconciler a request (403 Forbidden) in a governed namespace, by target_namespace",
             m.forbidden.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_reconcile_left_alone_objects",
+            "Targets of a governed namespace's policy that it leaves unchanged (opted out, excluded, owned by the Knative Operator with governOperatorOwned false), by target_namespace and reason, from the last reconcile pass",
+            m.left_alone.clone(),
+        );
+        registry.register(
+            "knative_ha_webhook_reconcile_governed_objects",
+            "Targets of a governed namespace's policy (governed and left alone), by target_namespace, from the last reconcile pass",
+            m.targets.clone(),
         );
         for kind in crate::engine::kinds::listed() {
             m.drift
@@ -144,26 +169,63 @@ impl ReconcileMetrics {
             .set(i64::from(refused));
     }
 
+    /// Records what the policy of `namespace` governs and leaves alone.
+    pub fn set_left_alone(&self, namespace: &str, coverage: &crate::findings::Coverage) {
+        self.forbidden_labels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(namespace.to_string());
+        let count = |reason: &str| {
+            coverage
+                .left_alone
+                .iter()
+                .filter(|u| u.why.label() == reason)
+                .count()
+        };
+        for reason in crate::engine::standing::LeftAlone::LABELS {
+            self.left_alone
+                .get_or_create(&LeftAloneLabels {
+                    target_namespace: namespace.to_string(),
+                    reason: reason.to_string(),
+                })
+                .set(i64::try_from(count(reason)).unwrap_or(i64::MAX));
+        }
+        self.targets
+            .get_or_create(&NamespaceLabel {
+                target_namespace: namespace.to_string(),
+            })
+            .set(i64::try_from(coverage.targets).unwrap_or(i64::MAX));
+    }
+
     /// Forgets namespaces that are no longer governed.
     pub fn retain_namespaces(&self, keep: &dyn Fn(&str) -> bool) {
         let mut map = self.per_namespace.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|(ns, _), _| keep(ns));
         self.publish(&map);
-        self.retain_forbidden(keep);
+        self.retain_findings(keep);
     }
 
-    /// Drops the `forbidden` line of the namespaces `keep` refuses (all of
-    /// them when this replica stops reconciling: it no longer knows).
-    pub fn retain_forbidden(&self, keep: &dyn Fn(&str) -> bool) {
+    /// Drops the `forbidden`, `left_alone` and `targets` lines of the
+    /// namespaces `keep` refuses (all of them when this replica stops
+    /// reconciling: it no longer knows).
+    pub fn retain_findings(&self, keep: &dyn Fn(&str) -> bool) {
         let mut labelled = self
             .forbidden_labels
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         labelled.retain(|ns| {
             keep(ns) || {
-                self.forbidden.remove(&NamespaceLabel {
+                let label = NamespaceLabel {
                     target_namespace: ns.clone(),
-                });
+                };
+                self.forbidden.remove(&label);
+                self.targets.remove(&label);
+                for reason in crate::engine::standing::LeftAlone::LABELS {
+                    self.left_alone.remove(&LeftAloneLabels {
+                        target_namespace: ns.clone(),
+                        reason: reason.to_string(),
+                    });
+                }
                 false
             }
         });

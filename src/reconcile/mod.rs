@@ -29,6 +29,7 @@
 
 pub mod audit;
 pub mod budgets;
+pub mod coverage;
 mod error;
 pub mod events;
 pub mod lease;

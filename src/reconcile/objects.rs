@@ -157,23 +157,69 @@ pub async fn patch(
     let namespace = before["metadata"]["namespace"].as_str().unwrap_or_default();
     let name = before["metadata"]["name"].as_str().unwrap_or_default();
     let written = patch_as(client, kind, namespace, name, patch, manager).await?;
-    let Some(entries) = super::ownership::handed_back(before, &written, manager) else {
-        return Ok(written);
-    };
-    let hand_back: Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": "/metadata/resourceVersion",
-         "value": written["metadata"]["resourceVersion"]},
-        {"op": "replace", "path": "/metadata/managedFields", "value": entries},
-    ]))
-    .map_err(kube::Error::SerdeError)?;
-    match patch_as(client, kind, namespace, name, &hand_back, manager).await {
-        Ok(stored) => Ok(stored),
-        Err(e) => {
-            tracing::warn!(kind = kind.as_str(), namespace, name, error = %crate::errors::Chain(&e),
-                "reconcile: written, but the fields it took from the release's manager stay with the reconciler");
-            Ok(written)
+    hand_back(client, kind, before, written, manager).await
+}
+
+/// How often the hand-back is tried on a fresh read after another writer
+/// (the Knative Operator's pass, a GitOps sync) changed the object between
+/// the write and the hand-back.
+const HAND_BACK_ATTEMPTS: u32 = 3;
+
+/// The hand-back of [`patch`]: `managedFields` rewritten with a `test` of
+/// the resourceVersion read. When another writer changed the object in
+/// between (the `test` fails: 422, or 409), the object is read again and
+/// the fields still with `manager` are handed back on that version.
+async fn hand_back(
+    client: &kube::Client,
+    kind: Kind,
+    before: &Value,
+    written: Value,
+    manager: &str,
+) -> Result<Value, kube::Error> {
+    let namespace = before["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = before["metadata"]["name"].as_str().unwrap_or_default();
+    let mut current = written.clone();
+    for attempt in 1..=HAND_BACK_ATTEMPTS {
+        let Some(entries) = super::ownership::handed_back(before, &current, manager) else {
+            return Ok(current);
+        };
+        let body: Patch = serde_json::from_value(serde_json::json!([
+            {"op": "test", "path": "/metadata/resourceVersion",
+             "value": current["metadata"]["resourceVersion"]},
+            {"op": "replace", "path": "/metadata/managedFields", "value": entries},
+        ]))
+        .map_err(kube::Error::SerdeError)?;
+        let error = match patch_as(client, kind, namespace, name, &body, manager).await {
+            Ok(stored) => return Ok(stored),
+            Err(e) => e,
+        };
+        let raced = matches!(&error, kube::Error::Api(s) if s.code == 422 || s.code == 409);
+        if raced && attempt < HAND_BACK_ATTEMPTS {
+            tracing::debug!(
+                kind = kind.as_str(),
+                namespace,
+                name,
+                attempt,
+                "reconcile: the object changed before its fields were handed back; reading it again"
+            );
+            match api(client, kind, namespace).get_opt(name).await {
+                Ok(Some(fresh)) => {
+                    current = to_value(kind, &fresh).map_err(|_| error)?;
+                    continue;
+                }
+                Ok(None) => return Ok(written),
+                Err(e) => {
+                    tracing::warn!(kind = kind.as_str(), namespace, name, error = %crate::errors::Chain(&e),
+                        "reconcile: written, but reading it again for the hand-back failed; the fields it took from the release's manager stay with the reconciler");
+                    return Ok(written);
+                }
+            }
         }
+        tracing::warn!(kind = kind.as_str(), namespace, name, attempts = attempt, error = %crate::errors::Chain(&error),
+            "reconcile: written, but the fields it took from the release's manager stay with the reconciler");
+        return Ok(written);
     }
+    Ok(written)
 }
 
 /// Sends a JSON patch (RFC 6902) to one object as `field_manager`; the

@@ -13,7 +13,7 @@ use super::metrics::ReconcileMetrics;
 use super::rate::RateLimiter;
 use super::run::{MayWrite, Pass, RunOptions};
 use super::schedule::{self, Schedule};
-use crate::rights::Rights;
+use crate::findings::Board;
 use crate::store::{PolicyStore, Snapshot};
 
 /// The running reconciler.
@@ -26,7 +26,7 @@ pub struct Reconciler {
     events: super::events::EventWriter,
     /// Where each pass's verdict per namespace goes (what the API server
     /// refused there, if anything).
-    rights: Rights,
+    findings: Board,
 }
 
 /// A reconciler running in the background (see [`Reconciler::spawn`]).
@@ -57,14 +57,14 @@ impl Reconciler {
             store,
             metrics,
             events,
-            rights: Rights::default(),
+            findings: Board::default(),
         }
     }
 
     /// Publishes what each pass found the reconciler may do per namespace
-    /// on `rights` (for the policies' `Ready` condition).
-    pub fn with_rights(mut self, rights: Rights) -> Reconciler {
-        self.rights = rights;
+    /// on `findings` (for the policies' `Ready` condition).
+    pub fn with_findings(mut self, findings: Board) -> Reconciler {
+        self.findings = findings;
         self
     }
 
@@ -111,7 +111,7 @@ impl Reconciler {
                     // longer knows what the API server refuses.
                     schedule.restart();
                     if !*leader_rx.borrow() {
-                        self.forget_rights();
+                        self.forget_findings();
                     }
                     continue;
                 }
@@ -135,14 +135,14 @@ impl Reconciler {
             }
         }
         let _ = election.await;
-        self.forget_rights();
+        self.forget_findings();
         tracing::info!("reconciler stopped");
     }
 
     /// Not reconciling: no verdict per namespace is known here any more.
-    fn forget_rights(&self) {
-        self.rights.retain(&|_| false);
-        self.metrics.retain_forbidden(&|_| false);
+    fn forget_findings(&self) {
+        self.findings.retain(&|_| false);
+        self.metrics.retain_findings(&|_| false);
     }
 
     fn log_start(&self) {
@@ -219,7 +219,7 @@ impl Reconciler {
         now.retain(|ns, _| self.config.governed.allows(ns));
         let due = schedule.due(&now);
         self.metrics.retain_namespaces(&|ns| now.contains_key(ns));
-        self.rights.retain(&|ns| now.contains_key(ns));
+        self.findings.retain(&|ns| now.contains_key(ns));
         if due.namespaces.is_empty() {
             schedule.done(now, due.full, true);
             return;
@@ -239,8 +239,16 @@ impl Reconciler {
             ok = report.ok(),
             "reconcile run done"
         );
-        for (namespace, verdict) in &report.access {
-            self.rights.set(namespace, verdict.clone());
+        let before = self.findings.current();
+        for (namespace, verdict) in &report.found {
+            let was = before.get(namespace).and_then(|f| f.coverage.as_ref());
+            if let Some(now) = &verdict.coverage
+                && was.is_none_or(|w| w.overrides != now.overrides)
+                && !self.config.dry_run
+            {
+                self.events.overridden(namespace, &now.overrides).await;
+            }
+            self.findings.set(namespace, verdict.clone());
         }
         schedule.done(now, due.full, report.ok());
     }

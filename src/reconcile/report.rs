@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::rights::Verdicts;
+use crate::findings::Findings;
 
 /// What happened to one object in a run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,8 +32,8 @@ pub struct RunReport {
     /// Namespaces that could not be listed, with the error.
     pub errors: Vec<String>,
     /// Per namespace the run went over: the first request the API server
-    /// refused there with 403 Forbidden, or `None`.
-    pub access: Verdicts,
+    /// refused there with 403 Forbidden, and what its policy governs.
+    pub found: Findings,
 }
 
 impl RunReport {

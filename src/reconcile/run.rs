@@ -16,8 +16,8 @@ use super::outcome::context_for;
 use super::rate::RateLimiter;
 use super::report::RunReport;
 use crate::engine::{Context, Kind};
+use crate::findings::{Forbidden, Found};
 use crate::policy::Policy;
-use crate::rights::Forbidden;
 use crate::store::Snapshot;
 
 pub use super::error::MAX_ATTEMPTS;
@@ -157,7 +157,9 @@ impl Run<'_> {
             if !self.pass.may_write.may_write() && !self.pass.options.dry_run {
                 break;
             }
-            self.report.access.insert(namespace.to_string(), None);
+            self.report
+                .found
+                .insert(namespace.to_string(), Found::default());
             let span = namespace_span(namespace, policy);
             let done = self.namespace(policy, namespace, targets).instrument(span);
             if let Err(e) = done.await {
@@ -169,9 +171,9 @@ impl Run<'_> {
             }
             let refused = self
                 .report
-                .access
+                .found
                 .get(namespace)
-                .is_some_and(Option::is_some);
+                .is_some_and(|f| f.forbidden.is_some());
             self.pass.metrics.set_forbidden(namespace, refused);
         }
         self.pass.metrics.run(self.report.ok());
@@ -181,11 +183,11 @@ impl Run<'_> {
     /// Records a request the API server refused in `namespace` (the first
     /// one is the namespace's verdict).
     fn refused(&mut self, namespace: &str, forbidden: Forbidden) {
-        let verdict = self.report.access.entry(namespace.to_string()).or_default();
-        if verdict.is_none() {
+        let verdict = self.report.found.entry(namespace.to_string()).or_default();
+        if verdict.forbidden.is_none() {
             tracing::warn!(namespace, verb = %forbidden.verb, resource = %forbidden.resource,
                 "reconcile: the API server refuses the reconciler here (403 Forbidden); the policy's Ready condition says so");
-            *verdict = Some(forbidden);
+            verdict.forbidden = Some(forbidden);
         }
     }
 
@@ -231,6 +233,16 @@ impl Run<'_> {
             self.report.objects.insert(key, outcome.result);
         }
         self.pass.metrics.set_drift(namespace, &drift);
+        if let Some(policy) = policy {
+            let operator = super::coverage::list_operator(self.pass.client, namespace).await;
+            let coverage = super::coverage::coverage(policy, namespace, &listed, &ctx, &operator);
+            self.pass.metrics.set_left_alone(namespace, &coverage);
+            self.report
+                .found
+                .entry(namespace.to_string())
+                .or_default()
+                .coverage = Some(coverage);
+        }
         Ok(())
     }
 }

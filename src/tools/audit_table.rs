@@ -34,11 +34,31 @@ pub fn render_table(report: &AuditReport) -> String {
     for w in &report.warnings {
         out.push_str(&format!("warning: {w}\n"));
     }
-    if report.drift.is_empty() {
+    for o in &report.operator_overrides {
+        out.push_str(&format!("overrides the Knative Operator: {o}\n"));
+    }
+    for l in &report.left_alone {
         out.push_str(&format!(
-            "in line: all {} governed objects match their policy\n",
-            report.objects
+            "left alone: {} {}/{}: {}\n",
+            l.kind, l.namespace, l.name, l.reason
         ));
+    }
+    for ns in &report.governs_nothing {
+        out.push_str(&format!(
+            "not in force: the policy of namespace {ns} changes nothing there: every object it targets is left alone\n"
+        ));
+    }
+    let governed = report.objects.saturating_sub(report.left_alone.len());
+    let alone = match report.left_alone.len() {
+        0 => String::new(),
+        n => format!(" ({n} left alone)"),
+    };
+    if report.drift.is_empty() {
+        if report.governs_nothing.is_empty() {
+            out.push_str(&format!(
+                "in line: all {governed} governed objects match their policy{alone}\n"
+            ));
+        }
         return out;
     }
     let widths: Vec<usize> = (0..3)
@@ -62,15 +82,14 @@ pub fn render_table(report: &AuditReport) -> String {
         .filter(|d| d.changes.iter().any(|c| c.rolls_pods))
         .count();
     out.push_str(&format!(
-        "drift: {} of {} governed objects differ from their policy ({} would roll pods)\n",
+        "drift: {} of {governed} governed objects differ from their policy ({rolling} would roll pods){alone}\n",
         report.drift.len(),
-        report.objects,
-        rolling
     ));
     out
 }
 
-/// The exit code for a report: 0 in line, 1 drift.
+/// The exit code for a report: 0 in line, 1 drift (or a policy that
+/// changes nothing it targets).
 pub fn exit_code(report: &AuditReport) -> u8 {
     if report.in_line { 0 } else { 1 }
 }
@@ -93,6 +112,7 @@ mod tests {
             objects: 3,
             drift,
             warnings: Vec::new(),
+            ..AuditReport::default()
         }
     }
 
@@ -154,5 +174,40 @@ mod tests {
         );
         assert!(!t.contains("NAMESPACE"), "{t}");
         assert_eq!(exit_code(&r), 0);
+    }
+
+    #[test]
+    fn a_policy_that_leaves_every_target_alone_is_not_in_line() {
+        let alone = |name: &str| {
+            crate::reconcile::audit::ObjectLeftAlone {
+            kind: "Deployment",
+            namespace: "knative-serving".into(),
+            name: name.into(),
+            reason: "owned by the Knative Operator's KnativeServing/ks (the policy sets spec.governOperatorOwned: false)".into(),
+        }
+        };
+        let mut r = report(Vec::new());
+        r.left_alone = vec![alone("controller")];
+        let t = render_table(&r);
+        assert!(
+            t.contains("left alone: Deployment knative-serving/controller: owned by the Knative Operator's KnativeServing/ks"),
+            "{t}"
+        );
+        assert!(
+            t.contains("in line: all 2 governed objects match their policy (1 left alone)"),
+            "{t}"
+        );
+        r.left_alone = vec![alone("a"), alone("b"), alone("c")];
+        r.governs_nothing = vec!["knative-serving".into()];
+        r.in_line = false;
+        let t = render_table(&r);
+        assert!(!t.contains("in line"), "{t}");
+        assert!(
+            t.contains(
+                "not in force: the policy of namespace knative-serving changes nothing there"
+            ),
+            "{t}"
+        );
+        assert_eq!(exit_code(&r), 1);
     }
 }

@@ -463,7 +463,7 @@ fn preview_shows_warning_only_outcomes() {
     let policy_path = dir.path().join("p.yaml");
     std::fs::write(
         &policy_path,
-        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: p}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n  leaderElection: {buckets: 5, renewDeadline: 20s}\n",
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: p}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n  leaderElection: {buckets: 5, renewDeadline: 20s}\n  governOperatorOwned: false\n",
     )
     .unwrap();
     let p = policy_path.to_str().unwrap();
@@ -491,4 +491,87 @@ fn preview_shows_warning_only_outcomes() {
             "{line}"
         );
     }
+}
+
+/// `preview --operator-owner` shows what an Operator install gets: the
+/// recommended policy changes the Operator's objects as it changes the
+/// release's (the only difference is the ownerReference), and a policy
+/// with `governOperatorOwned: false` changes none of them, saying why.
+#[test]
+fn preview_as_the_knative_operator_installs() {
+    let policy = support::example_policy_path();
+    let policy = policy.to_str().unwrap();
+    let core = FIXTURES[0];
+    let plain = run(&["preview", "--policy", policy, "-o", "json", core]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let owned = run(&[
+        "preview",
+        "--policy",
+        policy,
+        "--operator-owner",
+        "KnativeServing/knative-serving",
+        "-o",
+        "json",
+        core,
+    ]);
+    assert!(owned.status.success(), "{}", stderr(&owned));
+    let items = |out: &std::process::Output| -> Vec<Value> {
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["items"].as_array().unwrap().clone()
+    };
+    let (plain, owned) = (items(&plain), items(&owned));
+    assert_eq!(plain.len(), owned.len());
+    for (mut p, o) in plain.into_iter().zip(owned) {
+        if !o["metadata"]["annotations"]["knativeha.dev/created-for"].is_null() {
+            // A budget the reconciler creates: its own, not the Operator's.
+            assert_eq!(p, o);
+            continue;
+        }
+        assert_eq!(
+            o["metadata"]["ownerReferences"][0]["kind"], "KnativeServing",
+            "{o}"
+        );
+        p["metadata"]["ownerReferences"] = o["metadata"]["ownerReferences"].clone();
+        assert_eq!(p, o);
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let hands_off = dir.path().join("p.yaml");
+    let text = std::fs::read_to_string(support::example_policy_path()).unwrap();
+    std::fs::write(&hands_off, format!("{text}  governOperatorOwned: false\n")).unwrap();
+    let out = run(&[
+        "preview",
+        "--policy",
+        hands_off.to_str().unwrap(),
+        "--operator-owner",
+        "KnativeServing/knative-serving",
+        "-o",
+        "patches",
+        core,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("deployment/controller: warning: left unchanged: owned by the Knative Operator's KnativeServing/knative-serving"),
+        "{}",
+        stderr(&out)
+    );
+    for line in stdout(&out).lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["patch"], serde_json::json!([]), "{line}");
+    }
+
+    let bad = run(&[
+        "preview",
+        "--policy",
+        policy,
+        "--operator-owner",
+        "Deployment/x",
+        core,
+    ]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("expected KIND/NAME with KIND KnativeServing or KnativeEventing"),
+        "{}",
+        stderr(&bad)
+    );
 }

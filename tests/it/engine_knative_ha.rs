@@ -269,27 +269,58 @@ fn a_workloads_own_budget_is_written_in_the_releases_field() {
     assert_eq!(w["spec"]["minAvailable"], 1);
 }
 
-#[test]
-fn operator_owned_objects_are_left_alone_with_a_warning() {
-    let mut d = deployment("controller");
-    d["metadata"]["ownerReferences"] = json!([{
+fn operator_owned(mut object: Value) -> Value {
+    object["metadata"]["ownerReferences"] = json!([{
         "apiVersion": "operator.knative.dev/v1beta1", "kind": "KnativeServing",
         "name": "knative-serving", "uid": "1", "controller": true
     }]);
-    let p = policy("  replicas: 3\n");
+    object
+}
+
+/// The README's recommended policy, unchanged, makes an Operator install
+/// highly available: every object the Knative Operator creates carries its
+/// ownerReference, and the policy governs them by default.
+#[test]
+fn the_recommended_policy_governs_operator_owned_objects() {
+    let p = Policy::from_yaml(support::corpus::POLICY_YAML).unwrap();
+    for object in support::corpus::governed_objects()
+        .into_iter()
+        .map(|(_, o)| o)
+    {
+        let owned = operator_owned(object.clone());
+        let (out, changes) = run(&p, &owned);
+        let (plain, _) = run(&p, &object);
+        assert!(
+            !changes.iter().any(|c| c.contains("left unchanged")),
+            "{}: {changes:?}",
+            support::corpus::label(&object)
+        );
+        // The same changes as without the owner: only the ownerReference differs.
+        let mut expected = plain.clone();
+        expected["metadata"]["ownerReferences"] = owned["metadata"]["ownerReferences"].clone();
+        assert_eq!(out, expected, "{}", support::corpus::label(&object));
+    }
+}
+
+#[test]
+fn operator_owned_objects_are_left_alone_when_the_policy_says_so() {
+    let d = operator_owned(deployment("controller"));
+    let p = policy("  replicas: 3\n  governOperatorOwned: false\n");
     let (out, changes) = run(&p, &d);
     assert_eq!(out, d);
     assert_eq!(
         changes,
         vec![
             "deployment/controller: warning: left unchanged: owned by the Knative Operator's \
-              KnativeServing/knative-serving, which manages its high availability \
-              (set spec.governOperatorOwned: true to govern it anyway) (policy p)"
+              KnativeServing/knative-serving (the policy sets spec.governOperatorOwned: false) \
+               (policy p)"
                 .to_string()
         ]
     );
-    let opt_in = policy("  replicas: 3\n  governOperatorOwned: true\n");
-    assert_eq!(run(&opt_in, &d).0["spec"]["replicas"], 3);
+    for unset_or_true in ["", "  governOperatorOwned: true\n"] {
+        let p = policy(&format!("  replicas: 3\n{unset_or_true}"));
+        assert_eq!(run(&p, &d).0["spec"]["replicas"], 3, "{unset_or_true:?}");
+    }
 }
 
 /// `kubectl scale` goes through the `deployments/scale` subresource, which

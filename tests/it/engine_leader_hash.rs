@@ -118,7 +118,7 @@ fn preview_hashes_what_the_manifests_configmap_lets_through() {
 }
 
 /// `config-leader-election` left unchanged (the opt-out label, or owned by
-/// the Knative Operator while the policy does not govern its objects) never
+/// the Knative Operator while the policy sets `governOperatorOwned: false`) never
 /// gets the policy's settings: a hash of them would restart the
 /// leader-elected Deployments for settings Knative does not read. `preview`
 /// sees the ConfigMap in the manifests and writes no hash then.
@@ -138,7 +138,18 @@ fn no_hash_when_config_leader_election_is_left_unchanged() {
     let mut owned = cm.clone();
     owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "operator.knative.dev/v1beta1",
         "kind": "KnativeServing", "name": "knative-serving", "uid": "u"}]);
-    assert_eq!(hash_of(&owned), Value::Null, "Operator-owned ConfigMap");
+    assert!(
+        hash_of(&owned).is_string(),
+        "Operator-owned ConfigMap, governed by default"
+    );
+    let policy =
+        support::serving_policy("  leaderElection: {buckets: 3}\n  governOperatorOwned: false\n");
+    let out = support::preview_objects(&policy, NS, &[owned, controller.clone()]);
+    assert_eq!(
+        out[1].object["spec"]["template"]["metadata"]["annotations"][HASH_ANNOTATION],
+        Value::Null,
+        "Operator-owned ConfigMap, governOperatorOwned: false"
+    );
 }
 
 const MAX_SURGE: &str = "/spec/strategy/rollingUpdate/maxSurge";

@@ -35,6 +35,7 @@ mod policy_ha_rules;
 mod policy_validation;
 mod reconcile_cluster;
 mod reconcile_env;
+mod reconcile_operator;
 mod reconcile_paging;
 mod reconcile_rights;
 mod reconcile_serve;

@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use fakeapi::FakeApi;
 use knative_ha_webhook::engine::{self, Context, Input, Operation};
+use knative_ha_webhook::findings::Board;
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::reconcile::metrics::{KindLabel, RunLabel, WriteLabels};
 use knative_ha_webhook::reconcile::{ReconcileConfig, ReconcileMetrics, Reconciler};
-use knative_ha_webhook::rights::Rights;
 use knative_ha_webhook::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
 use knative_ha_webhook::store::PolicyStore;
 use serde_json::{Value, json};
@@ -147,7 +147,7 @@ pub(crate) struct Env {
     pub(crate) api: Arc<FakeApi>,
     pub(crate) keys: Vec<Key>,
     pub(crate) store: PolicyStore,
-    rights: Rights,
+    findings: Board,
     source: JoinHandle<cluster::Result<()>>,
     pub(crate) reconcilers: Vec<Running>,
 }
@@ -175,11 +175,11 @@ impl Env {
         let keys = load_control_plane(&api);
         let store = PolicyStore::default();
         let mut registry = prometheus_client::registry::Registry::default();
-        let rights = Rights::default();
+        let findings = Board::default();
         let source = tokio::spawn(cluster::run(
             api.client().await,
             ClusterSourceConfig {
-                rights: rights.clone(),
+                findings: findings.clone(),
                 ..ClusterSourceConfig::new(OWN_NS)
             },
             store.clone(),
@@ -194,7 +194,7 @@ impl Env {
             api,
             keys,
             store,
-            rights,
+            findings,
             source,
             reconcilers: Vec::new(),
         }
@@ -216,7 +216,7 @@ impl Env {
             self.store.clone(),
             metrics.clone(),
         )
-        .with_rights(self.rights.clone());
+        .with_findings(self.findings.clone());
         let task = tokio::spawn(r.run(stop_rx));
         self.reconcilers.push(Running {
             metrics,

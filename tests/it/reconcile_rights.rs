@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use knative_ha_webhook::reconcile::ReconcileMetrics;
 use knative_ha_webhook::reconcile::metrics::NamespaceLabel;
-use knative_ha_webhook::sources::cluster::forbidden::RECONCILER_FORBIDDEN;
+use knative_ha_webhook::sources::cluster::verdict::RECONCILER_FORBIDDEN;
 use serde_json::Value;
 use support::wait_until;
 

@@ -253,3 +253,11 @@ Runbook of every alert: the troubleshooting section of docs/operations.md.
 {{- define "knative-ha-webhook.runbookURL" -}}
 {{- printf "%s/blob/main/docs/operations.md#troubleshooting" (.Chart.Home | trimSuffix "/") }}
 {{- end }}
+
+{{/*
+"true" when the rights in the governed namespaces are granted cluster-wide: rbac.scope=cluster, or
+knativeOperator (an Operator reinstall deletes the namespace, and a Role with it).
+*/}}
+{{- define "knative-ha-webhook.clusterScope" -}}
+{{- if or (eq .Values.rbac.scope "cluster") .Values.knativeOperator }}true{{ end }}
+{{- end }}

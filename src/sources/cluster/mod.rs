@@ -16,7 +16,7 @@
 //!   decision what to report; `observe`: the log lines and gauges of each
 //!   merge.
 //! - `merge`: the pure precedence rules. `status`: `Ready` conditions;
-//!   `forbidden`: the reconciler's verdict in them ([`crate::rights`]).
+//!   `verdict`: the reconciler's verdict in them ([`crate::findings`]).
 //! - `writer`: status patches, Events and last-valid annotations (off the
 //!   watch path); `sent`: what was asked of it.
 
@@ -27,13 +27,12 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use tokio::sync::mpsc;
 
+use crate::findings::Board;
 use crate::policy::{Policy, PolicyError};
-use crate::rights::Rights;
 use crate::scope::AllowedNamespaces;
 use crate::store::PolicyStore;
 
 pub mod configmaps;
-pub mod forbidden;
 mod hpa_watches;
 pub mod hpas;
 mod leader_election;
@@ -46,6 +45,7 @@ mod sent;
 mod source_state;
 mod state;
 pub mod status;
+pub mod verdict;
 mod watch;
 mod writer;
 
@@ -63,8 +63,8 @@ pub struct ClusterSourceConfig {
     pub instance: Option<String>,
     /// What the reconciler of this process found it may do per namespace:
     /// a policy whose namespace refuses it is not `Ready`
-    /// ([`forbidden`]). A board nobody writes changes nothing.
-    pub rights: Rights,
+    /// ([`verdict`]). A board nobody writes changes nothing.
+    pub findings: Board,
 }
 
 impl ClusterSourceConfig {
@@ -74,7 +74,7 @@ impl ClusterSourceConfig {
             namespace: namespace.into(),
             governed: AllowedNamespaces::all(),
             instance: None,
-            rights: Rights::default(),
+            findings: Board::default(),
         }
     }
 }
@@ -252,7 +252,7 @@ pub async fn run(
         metrics.clone(),
         spawners,
         config.governed.clone(),
-        config.rights.subscribe(),
+        config.findings.subscribe(),
     );
     let writer = writer::run(
         crs.clone(),

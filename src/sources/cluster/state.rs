@@ -15,10 +15,10 @@ use super::namespace_watches::Spawn;
 use super::observe::{count_policies, log_verdict, log_winners};
 use super::sent::Sent;
 use super::source_state::{SourceState, Tracked, fold};
+use super::status;
 use super::writer::WriteReq;
 use super::{ClusterError, ClusterMetrics, Item, Msg, Source};
-use super::{forbidden, status};
-use crate::rights::Verdicts;
+use crate::findings::Findings;
 use crate::scope::AllowedNamespaces;
 use crate::store::{PolicyStore, Snapshot, Unclaimed};
 
@@ -46,8 +46,8 @@ struct State {
     /// The last verdict logged per object.
     logged: HashMap<(Origin, String), Verdict>,
     /// What the reconciler found it may do per namespace
-    /// ([`crate::rights`]; empty where this replica does not reconcile).
-    rights: watch::Receiver<Verdicts>,
+    /// ([`crate::findings`]; empty where this replica does not reconcile).
+    findings: watch::Receiver<Findings>,
 }
 
 /// How the per-namespace watchers are started.
@@ -60,7 +60,7 @@ impl State {
     fn new(
         spawners: Spawners,
         governed: AllowedNamespaces,
-        rights: watch::Receiver<Verdicts>,
+        findings: watch::Receiver<Findings>,
     ) -> State {
         State {
             policies: SourceState::default(),
@@ -76,7 +76,7 @@ impl State {
             merged: Merged::default(),
             sent: Sent::default(),
             logged: HashMap::new(),
-            rights,
+            findings,
         }
     }
 
@@ -199,7 +199,7 @@ impl State {
         if retry {
             self.sent.failed.clear();
         }
-        let access = self.rights.borrow_and_update().clone();
+        let found = self.findings.borrow_and_update().clone();
         for t in self
             .policies
             .live
@@ -216,12 +216,15 @@ impl State {
                 self.logged.insert(key.clone(), verdict.clone());
             }
             let desired = status::desired(verdict, obj.origin, obj.generation);
-            let mut desired = forbidden::with_access(desired, verdict, &access, &t.status);
+            let mut desired = super::verdict::with_findings(desired, verdict, &found, &t.status);
             desired.record = status::record(obj);
             let write = match obj.origin {
                 Origin::Resource => [self.sent.status_write(t, desired), None],
                 Origin::ConfigMap => {
                     let record = desired.record.take();
+                    // A ConfigMap has no status: its Event says the verdict,
+                    // and a new count of its targets is no news.
+                    desired.coverage = None;
                     [
                         self.sent.annotation_write(t, record),
                         self.sent.event_write(obj, desired),
@@ -275,10 +278,10 @@ pub(crate) async fn run(
     metrics: ClusterMetrics,
     spawners: Spawners,
     governed: AllowedNamespaces,
-    rights: watch::Receiver<Verdicts>,
+    findings: watch::Receiver<Findings>,
 ) -> Result<(), ClusterError> {
-    let mut rights_changed = rights.clone();
-    let mut state = State::new(spawners, governed, rights);
+    let mut findings_changed = findings.clone();
+    let mut state = State::new(spawners, governed, findings);
     let mut retry = tokio::time::interval(RETRY_INTERVAL);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut logged_synced = false;
@@ -309,8 +312,8 @@ pub(crate) async fn run(
             }
             _ = retry.tick() => state.report(&writes, true)?,
             // What the reconciler found changed: the Ready conditions it
-            // decides ([`forbidden`]). Never ends (the board outlives it).
-            Ok(()) = rights_changed.changed() => state.report(&writes, false)?,
+            // decides ([`verdict`]). Never ends (the board outlives it).
+            Ok(()) = findings_changed.changed() => state.report(&writes, false)?,
         }
     }
 }

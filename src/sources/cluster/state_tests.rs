@@ -32,7 +32,7 @@ fn state_with_policy(store: &PolicyStore, metrics: &ClusterMetrics) -> State {
     let mut state = State::new(
         spawners,
         AllowedNamespaces::all(),
-        crate::rights::Rights::default().subscribe(),
+        crate::findings::Board::default().subscribe(),
     );
     let policy = format!(
         "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: {NS}\n  leaderElection: {{renewDeadline: 20s}}\n"

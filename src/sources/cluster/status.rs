@@ -17,6 +17,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::merge::{Origin, PolicyObject, Verdict};
+use crate::findings::Coverage;
 
 /// The `Ready` condition type.
 pub const READY: &str = "Ready";
@@ -32,8 +33,9 @@ pub const LAST_VALID_REFUSED: &str = "LastValidRefusedByThisRelease";
 pub struct ReadyStatus {
     /// `True` or `False`.
     pub status: &'static str,
-    /// `Valid`, `Invalid`, [`LAST_VALID_REFUSED`], `Conflict`, `NotGoverned`
-    /// or [`super::forbidden::RECONCILER_FORBIDDEN`].
+    /// `Valid`, `Invalid`, [`LAST_VALID_REFUSED`], `Conflict`, `NotGoverned`,
+    /// [`super::verdict::RECONCILER_FORBIDDEN`] or
+    /// [`super::verdict::NOTHING_GOVERNED`].
     pub reason: &'static str,
     pub message: String,
     pub observed_generation: Option<i64>,
@@ -41,6 +43,41 @@ pub struct ReadyStatus {
     /// (the current generation, when it is valid); `None` leaves the
     /// object's record as it is.
     pub record: Option<LastValid>,
+    /// What the policy governs, leaves alone and overrides, as the
+    /// reconciler found it (`status.governedObjects`, `status.leftAlone`,
+    /// `status.operatorOverrides`); `None` leaves them as they are (this
+    /// replica does not know).
+    pub coverage: Option<Coverage>,
+}
+
+/// The status fields of a [`Coverage`], as written and as read back.
+pub fn coverage_fields(c: &Coverage) -> Value {
+    let left: Vec<Value> = c
+        .left_alone
+        .iter()
+        .map(|u| json!({"kind": u.kind, "name": u.name, "reason": u.why.to_string()}))
+        .collect();
+    let overrides: Vec<String> = c.overrides.iter().map(ToString::to_string).collect();
+    json!({
+        "governedObjects": c.targets,
+        "leftAlone": left,
+        "operatorOverrides": overrides,
+    })
+}
+
+/// The status fields [`coverage_fields`] writes, as `status` holds them.
+fn observed_coverage(status: Option<&Value>) -> Value {
+    let field = |k: &str| {
+        status
+            .and_then(|s| s.get(k))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    json!({
+        "governedObjects": field("governedObjects"),
+        "leftAlone": field("leftAlone"),
+        "operatorOverrides": field("operatorOverrides"),
+    })
 }
 
 /// The record of the last valid version: `status.lastValidSpec` and
@@ -63,6 +100,8 @@ pub struct ObservedStatus {
     pub ready: Option<Condition>,
     /// The record of the last valid version, if any.
     pub last_valid: Option<LastValid>,
+    /// The fields [`coverage_fields`] writes, as the object holds them.
+    pub coverage: Value,
 }
 
 impl ObservedStatus {
@@ -96,6 +135,7 @@ impl ObservedStatus {
             observed_generation,
             ready,
             last_valid,
+            coverage: observed_coverage(status),
         }
     }
 
@@ -110,6 +150,10 @@ impl ObservedStatus {
             && ready.reason == desired.reason
             && ready.message == desired.message
             && (desired.record.is_none() || self.last_valid == desired.record)
+            && desired
+                .coverage
+                .as_ref()
+                .is_none_or(|c| self.coverage == coverage_fields(c))
     }
 }
 
@@ -181,6 +225,7 @@ pub fn desired(verdict: &Verdict, kind: Origin, generation: Option<i64>) -> Read
         message,
         observed_generation: generation,
         record: None,
+        coverage: None,
     }
 }
 
@@ -226,6 +271,12 @@ pub fn status_patch(desired: &ReadyStatus, observed: &ObservedStatus, now: Times
         let old = observed.last_valid.as_ref().map(|l| &l.spec);
         patch["status"]["lastValidSpec"] = replacing(old.unwrap_or(&Value::Null), &record.spec);
         patch["status"]["lastValidGeneration"] = json!(record.generation);
+    }
+    if let Some(c) = &desired.coverage
+        && let (Some(out), Value::Object(fields)) =
+            (patch["status"].as_object_mut(), coverage_fields(c))
+    {
+        out.extend(fields);
     }
     patch
 }

@@ -1,0 +1,84 @@
+//! What a policy does with what a namespace holds ([`Coverage`]): the
+//! targets it governs, those it leaves alone and why, and the Knative
+//! Operator's fields it overrides. A pass publishes it for the policy's
+//! status and its metric; `audit` prints it.
+
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use serde_json::Value;
+
+use super::error::is_not_found;
+use super::objects::Listed;
+use crate::engine::standing::{Standing, standing};
+use crate::engine::{Context, Kind};
+use crate::findings::{Coverage, Untouched};
+use crate::knative_operator;
+use crate::policy::Policy;
+
+/// The coverage of `policy` over what was listed in `namespace`, with the
+/// Knative Operator's resources there (`operator`). A malformed object
+/// counts as governed: the engine's error is reported where it writes.
+pub fn coverage(
+    policy: &Policy,
+    namespace: &str,
+    listed: &Listed,
+    ctx: &Context,
+    operator: &[Value],
+) -> Coverage {
+    let mut out = Coverage::default();
+    for object in &listed.objects {
+        let Some(kind) = Kind::of(object) else {
+            continue;
+        };
+        match standing(policy, namespace, object, ctx.facts()) {
+            Ok(Standing::Untargeted) => {}
+            Ok(Standing::Governed) | Err(_) => out.targets += 1,
+            Ok(Standing::LeftAlone(why)) => {
+                out.targets += 1;
+                out.left_alone.push(Untouched {
+                    kind: kind.as_str(),
+                    name: object["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    why,
+                });
+            }
+        }
+    }
+    out.overrides = operator
+        .iter()
+        .flat_map(|r| knative_operator::overrides(policy, r))
+        .collect();
+    out
+}
+
+/// The Knative Operator's resources (KnativeServing, KnativeEventing) in
+/// `namespace`. None listed where the Operator's CRDs are not installed
+/// (404) or the chart did not grant the list (403): the policy's status
+/// then names no override.
+pub async fn list_operator(client: &kube::Client, namespace: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (kind, plural) in knative_operator::RESOURCES {
+        let resource = ApiResource {
+            group: knative_operator::GROUP.into(),
+            version: knative_operator::VERSION.into(),
+            api_version: format!("{}/{}", knative_operator::GROUP, knative_operator::VERSION),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        match api.list(&ListParams::default()).await {
+            Ok(list) => out.extend(list.items.iter().filter_map(|o| {
+                let mut v = serde_json::to_value(o).ok()?;
+                v["kind"] = Value::String(kind.into());
+                Some(v)
+            })),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => {
+                tracing::debug!(namespace, kind, error = %crate::errors::Chain(&e),
+                    "reconcile: the Knative Operator's resources could not be listed; no override is named");
+            }
+        }
+    }
+    out
+}
