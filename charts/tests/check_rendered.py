@@ -759,7 +759,8 @@ APISERVER_ALERT_METRICS = {FAIL_OPEN_ALERT: "apiserver_admission_webhook_fail_op
                            REJECTED_ALERT: "apiserver_admission_webhook_rejection_count"}
 EXPECTED_ALERTS = {"KnativeHAWebhookNotReady", "KnativeHAWebhookCertificateExpiring",
                    "KnativeHAWebhookPolicyInvalid", "KnativeHAWebhookSourceDown", "KnativeHAWebhookReconcileFailing",
-                   FAIL_OPEN_ALERT, REJECTED_ALERT, WRITE_ERRORS_ALERT, FORBIDDEN_ALERT}
+                   FAIL_OPEN_ALERT, REJECTED_ALERT, WRITE_ERRORS_ALERT, FORBIDDEN_ALERT,
+                   "KnativeHAWebhookPolicyGovernsNothing"}
 # Wherever the drift gauge means something to act on: a dry run reports every drifting object (what
 # an operator must hear about), a writing reconciler reports what it could not fix. Not rendered
 # when the reconciler writes but leaves pod templates out: their drift persists by design.
