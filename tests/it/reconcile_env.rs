@@ -11,6 +11,7 @@ use crate::support::fakeapi;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use fakeapi::FakeApi;
 use knative_ha_webhook::engine::{self, Context, Input, Operation};
@@ -224,6 +225,15 @@ impl Env {
             task: Some(task),
         });
         self.reconcilers.len() - 1
+    }
+
+    /// A reconciler that runs every 200 ms, holding the Lease.
+    pub(crate) async fn reconciling(&mut self) -> usize {
+        let r = self
+            .reconciler("pod-a", |c| c.interval = Duration::from_millis(200))
+            .await;
+        self.wait_leader(r).await;
+        r
     }
 
     pub(crate) async fn wait_leader(&self, i: usize) {

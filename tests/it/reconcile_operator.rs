@@ -12,8 +12,6 @@ use crate::reconcile_env::*;
 use crate::support;
 use crate::support::fakeapi::ResourceDef;
 
-use std::time::Duration;
-
 use knative_ha_webhook::reconcile::metrics::LeftAloneLabels;
 use knative_ha_webhook::sources::cluster::verdict::NOTHING_GOVERNED;
 use serde_json::{Value, json};
@@ -53,19 +51,11 @@ fn ready_reason(obj: &Value) -> Option<&str> {
         .as_str()
 }
 
-async fn reconciling(env: &mut Env) -> usize {
-    let r = env
-        .reconciler("pod-a", |c| c.interval = Duration::from_millis(200))
-        .await;
-    env.wait_leader(r).await;
-    r
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_that_leaves_every_operator_owned_object_alone_says_so() {
     let mut env = Env::start().await;
     operator_owned(&env);
-    let r = reconciling(&mut env).await;
+    let r = env.reconciling().await;
     let mut value = example_policy_value();
     value["spec"]["governOperatorOwned"] = json!(false);
     env.create_policy(value);
@@ -152,7 +142,7 @@ async fn the_operator_fields_the_policy_overrides_are_named_in_status_and_an_eve
                         "workloads": [{"name": "activator", "replicas": 4}]}}),
     );
     operator_owned(&env);
-    reconciling(&mut env).await;
+    env.reconciling().await;
     env.create_policy(example_policy_value());
     let obj = wait_status(&env, "status.operatorOverrides", |o| {
         o["status"]["operatorOverrides"]

@@ -12,8 +12,6 @@ use crate::reconcile_env::*;
 use crate::support;
 use crate::support::cluster::{policy_configmap, policy_yaml};
 
-use std::time::Duration;
-
 use knative_ha_webhook::reconcile::ReconcileMetrics;
 use knative_ha_webhook::reconcile::metrics::NamespaceLabel;
 use knative_ha_webhook::sources::cluster::verdict::RECONCILER_FORBIDDEN;
@@ -46,19 +44,10 @@ async fn wait_ready(env: &Env, status: &str, reason: &str) -> Value {
     .await
 }
 
-/// A reconciler that runs every 200 ms, holding the Lease.
-async fn reconciling(env: &mut Env) -> usize {
-    let r = env
-        .reconciler("pod-a", |c| c.interval = Duration::from_millis(200))
-        .await;
-    env.wait_leader(r).await;
-    r
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_list_makes_the_policy_not_ready_until_a_pass_goes_through() {
     let mut env = Env::start().await;
-    let r = reconciling(&mut env).await;
+    let r = env.reconciling().await;
     let value = example_policy_value();
     let exp = expectations(&env.api, &env.serving_keys(), &policy_of(&value));
     env.create_policy(value);
@@ -89,7 +78,7 @@ async fn a_refused_list_makes_the_policy_not_ready_until_a_pass_goes_through() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_patch_names_the_verb_and_the_resource() {
     let mut env = Env::start().await;
-    let r = reconciling(&mut env).await;
+    let r = env.reconciling().await;
     env.api.forbid(SERVING, &["patch"]);
     let value = example_policy_value();
     let exp = expectations(&env.api, &env.serving_keys(), &policy_of(&value));
@@ -112,7 +101,7 @@ async fn a_refused_patch_names_the_verb_and_the_resource() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_configmap_gets_a_warning_event_instead() {
     let mut env = Env::start().await;
-    let r = reconciling(&mut env).await;
+    let r = env.reconciling().await;
     env.api.create(
         "",
         "configmaps",
