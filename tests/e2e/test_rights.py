@@ -1,9 +1,12 @@
-"""A governed namespace deleted and re-created under the chart's rbac.scope=namespaced, on a real API server.
+"""A governed namespace deleted and re-created, on a real API server: under the chart's rbac.scope=namespaced,
+and under knativeOperator=true (what an Operator reinstall does to the namespace).
 
 The chart's Role and RoleBinding live in the governed namespace, so deleting the namespace deletes them:
 the reconciler's requests there are refused (403). The policy must say so (Ready=False, reason
 ReconcilerForbidden, the fix in the message), the gauge knative_ha_webhook_reconcile_forbidden must be 1,
-and both must come back by themselves once `helm upgrade` re-creates the Roles.
+and both must come back by themselves once `helm upgrade` re-creates the Roles. With knativeOperator=true the
+rights are cluster-wide: the re-created namespace's objects come back in line, the created budgets with them,
+without a `helm upgrade`.
 """
 
 from __future__ import annotations
@@ -65,6 +68,34 @@ class Rights(ClusterCase):
               f"Ready=False/ReconcilerForbidden at {not_ready:.1f}s after the delete started; "
               f"after helm upgrade: Ready=True in {ready:.1f}s, {FORBIDDEN}=0 in {metric_back:.1f}s\n"
               f"  message: {message}")
+
+    def test_with_knative_operator_a_recreated_namespace_gets_its_budgets_back_by_itself(self):
+        self.install_chart("knativeOperator=true", "reconcile.interval=3s")
+        self.assertEqual(self.chart_roles(), [], "nothing rendered into the governed namespace")
+        server = self.start_server()
+        self.apply_policy()
+        self.wait_policy("serving", "True", "Valid")
+        self.apply_knative(SERVING_CORE)
+        created = ("autoscaler-pdb", "controller-pdb")
+
+        def budgets() -> list[str]:
+            names = [i["metadata"]["name"] for i in self.kubectl.json("-n", GOVERNED, "pdb")["items"]]
+            return sorted(n for n in names if n in created)
+
+        wait_for(lambda: budgets() == sorted(created), "the created budgets", 60)
+        wait_for(lambda: self.audit().returncode == 0, "Knative Serving in line", 60)
+
+        start = time.monotonic()
+        self.kubectl.run("delete", "namespace", GOVERNED, "--wait=true", "--timeout=120s", timeout=150)
+        self.assertEqual(budgets(), [], "the budgets went with the namespace")
+        self.apply_knative(SERVING_CORE)
+        wait_for(lambda: budgets() == sorted(created), "the created budgets, back without helm upgrade", 60)
+        back = time.monotonic() - start
+        wait_for(lambda: self.audit().returncode == 0, "the re-created objects in line", 60)
+        self.assertEqual(self.forbidden(server), 0)
+        cond = self.wait_policy("serving", "True", "Valid")
+        print(f"\n  knativeOperator=true: namespace deleted and re-created; created budgets back {back:.1f}s "
+              f"after the delete started, no helm upgrade; Ready={cond['status']}/{cond['reason']}")
 
 
 if __name__ == "__main__":
