@@ -221,12 +221,18 @@ impl Reconciler {
         self.metrics.retain_namespaces(&|ns| now.contains_key(ns));
         self.findings.retain(&|ns| now.contains_key(ns));
         if due.namespaces.is_empty() {
-            schedule.done(now, due.full, true);
+            schedule.done(now, &due, true);
             return;
         }
         tracing::info!(
             namespaces = %due.namespaces.iter().cloned().collect::<Vec<_>>().join(","),
-            reason = if due.full { "full" } else { "policy changed" },
+            reason = if due.full {
+                "full"
+            } else if due.changed.is_empty() {
+                "settle after a change"
+            } else {
+                "policy changed"
+            },
             "reconcile run starting"
         );
         let report = self
@@ -250,7 +256,7 @@ impl Reconciler {
             }
             self.findings.set(namespace, verdict.clone());
         }
-        schedule.done(now, due.full, report.ok());
+        schedule.done(now, &due, report.ok());
     }
 }
 

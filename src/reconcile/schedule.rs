@@ -14,6 +14,9 @@ use tokio::time::Instant;
 use crate::policy::Policy;
 use crate::store::Snapshot;
 
+/// After a run for a change: when the changed namespaces are run once more.
+pub const SETTLE: Duration = Duration::from_secs(10);
+
 /// After a failed run: when to try again (instead of the full interval).
 pub const RETRY_AFTER_ERROR: Duration = Duration::from_secs(30);
 
@@ -59,6 +62,8 @@ pub(super) struct Due {
     pub namespaces: BTreeSet<String>,
     /// Every governed namespace (not only the changed ones).
     pub full: bool,
+    /// Of `namespaces`, those due for a change (not to settle).
+    pub changed: BTreeSet<String>,
 }
 
 /// The leader's memory between runs.
@@ -67,6 +72,10 @@ pub(super) struct Schedule {
     /// What the last run was against; `None` before the first run.
     last: Option<Seen>,
     next_full: Instant,
+    /// Namespaces run for a change, and when they are run once more.
+    settle: Option<(Instant, BTreeSet<String>)>,
+    /// [`SETTLE`] (shorter in tests).
+    settle_after: Duration,
 }
 
 impl Schedule {
@@ -75,6 +84,8 @@ impl Schedule {
             interval,
             last: None,
             next_full: Instant::now(),
+            settle: None,
+            settle_after: SETTLE,
         }
     }
 
@@ -85,19 +96,48 @@ impl Schedule {
 
     /// The namespaces of `now` a run is due for now (maybe none).
     pub fn due(&self, now: &Seen) -> Due {
-        let full = self.last.is_none() || Instant::now() >= self.next_full;
-        let namespaces = match (&self.last, full) {
-            (Some(before), false) => changed(before, now),
-            _ => now.keys().cloned().collect(),
+        let at = Instant::now();
+        let full = self.last.is_none() || at >= self.next_full;
+        let Some(before) = self.last.as_ref().filter(|_| !full) else {
+            let namespaces: BTreeSet<String> = now.keys().cloned().collect();
+            return Due {
+                changed: namespaces.clone(),
+                namespaces,
+                full,
+            };
         };
-        Due { namespaces, full }
+        let changed = changed(before, now);
+        let mut namespaces = changed.clone();
+        if let Some((when, settling)) = &self.settle
+            && at >= *when
+        {
+            namespaces.extend(settling.iter().filter(|ns| now.contains_key(*ns)).cloned());
+        }
+        Due {
+            namespaces,
+            full,
+            changed,
+        }
     }
 
     /// A run (or a due that found nothing to do) is over: `now` is what it
-    /// was against; a failed run brings the next full run closer.
-    pub fn done(&mut self, now: Seen, full: bool, ok: bool) {
+    /// was against; a failed run brings the next full run closer; the
+    /// namespaces run for a change are run once more [`SETTLE`] later.
+    pub fn done(&mut self, now: Seen, due: &Due, ok: bool) {
+        let full = due.full;
         self.last = Some(now);
         let at = Instant::now();
+        // Pending and not yet run: kept (with more changes, 10 s after the
+        // last of them); run, or made moot by a full run: gone.
+        let pending = self.settle.take().filter(|(when, _)| *when > at && !full);
+        self.settle = match (pending, full || due.changed.is_empty()) {
+            (pending, true) => pending,
+            (pending, false) => {
+                let mut namespaces = pending.map(|(_, n)| n).unwrap_or_default();
+                namespaces.extend(due.changed.iter().cloned());
+                Some((at + self.settle_after, namespaces))
+            }
+        };
         if full {
             self.next_full = at + self.interval;
         }
@@ -143,6 +183,46 @@ mod tests {
         assert!(changed(&now, &now).is_empty());
     }
 
+    fn full(now: &Seen) -> Due {
+        let namespaces: BTreeSet<String> = now.keys().cloned().collect();
+        Due {
+            changed: namespaces.clone(),
+            namespaces,
+            full: true,
+        }
+    }
+
+    #[test]
+    fn a_change_is_run_once_more_after_it_settles() {
+        let a: Seen = [("a".to_string(), (policy("a", 3), BTreeSet::new(), None))].into();
+        let mut b = a.clone();
+        b.insert(
+            "a".into(),
+            (policy("a", 3), ["activator".to_string()].into(), None),
+        );
+        let mut s = Schedule::new(Duration::from_secs(3600));
+        s.done(a.clone(), &full(&a), true);
+        assert!(s.settle.is_none(), "a full run settles nothing");
+        let due = s.due(&b);
+        assert_eq!(due.changed, BTreeSet::from(["a".to_string()]));
+        s.done(b.clone(), &due, true);
+        // Not before SETTLE, whatever the polls in between.
+        let due = s.due(&b);
+        assert!(due.namespaces.is_empty());
+        s.done(b.clone(), &due, true);
+        let (when, _) = s.settle.clone().expect("pending");
+        assert!(when > Instant::now() + SETTLE - Duration::from_secs(1));
+        // Once due: run once, then nothing more.
+        s.settle_after = Duration::ZERO;
+        s.settle = Some((Instant::now(), BTreeSet::from(["a".to_string()])));
+        let due = s.due(&b);
+        assert_eq!(due.namespaces, BTreeSet::from(["a".to_string()]));
+        assert!(due.changed.is_empty() && !due.full);
+        s.done(b.clone(), &due, true);
+        assert!(s.settle.is_none());
+        assert!(s.due(&b).namespaces.is_empty());
+    }
+
     #[test]
     fn full_first_then_changed_then_full_after_restart_or_interval() {
         let a: Seen = [("a".to_string(), (policy("a", 3), BTreeSet::new(), None))].into();
@@ -154,13 +234,13 @@ mod tests {
         let due = s.due(&a);
         assert!(due.full);
         assert_eq!(names(&due), vec!["a"]);
-        s.done(a.clone(), due.full, true);
+        s.done(a.clone(), &due, true);
         let due = s.due(&a);
         assert!(!due.full && due.namespaces.is_empty());
         let due = s.due(&ab);
         assert!(!due.full);
         assert_eq!(names(&due), vec!["b"]);
-        s.done(ab.clone(), due.full, true);
+        s.done(ab.clone(), &due, true);
 
         s.restart();
         let due = s.due(&ab);
@@ -168,13 +248,13 @@ mod tests {
         assert_eq!(names(&due), vec!["a", "b"]);
 
         // A failed run: the next full run within RETRY_AFTER_ERROR.
-        s.done(ab.clone(), true, false);
+        s.done(ab.clone(), &full(&ab), false);
         assert!(s.next_full <= Instant::now() + RETRY_AFTER_ERROR);
         assert!(!s.due(&ab).full);
 
         // Interval elapsed: full again.
         let mut s = Schedule::new(Duration::ZERO);
-        s.done(a.clone(), true, true);
+        s.done(a.clone(), &full(&a), true);
         assert!(s.due(&a).full);
     }
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -36,6 +37,11 @@ class DocCluster:
             self.install.start_server()
         if setup == "governed":
             self.install.govern()
+            # Governed means in line: the reconciler's pass that settles after the release's apply has
+            # created the budgets of the Deployments that ship none.
+            audit = [binary, "audit", "--kubeconfig", self.api.kubeconfig, "--request-timeout", "20s"]
+            cluster.wait_for(lambda: subprocess.run(audit, capture_output=True, timeout=60).returncode == 0,
+                             "the governed release in line (knative-ha-webhook audit exit 0)", 90, 1)
         self.bin = Path(self.dir) / "bin"
         self.bin.mkdir()
         shim = self.bin / "helm"
