@@ -137,6 +137,7 @@ class Monitor:
     api: Api
     lost: set = field(default_factory=set)
     minimum: dict = field(default_factory=dict)
+    namespaces: tuple = NAMESPACES
     active: bool = False
     stopped: bool = False
 
@@ -146,7 +147,7 @@ class Monitor:
 
     def deployments(self) -> dict[str, dict]:
         out = {}
-        for ns in NAMESPACES:
+        for ns in self.namespaces:
             for d in self.api.get(f"/apis/apps/v1/namespaces/{ns}/deployments")["items"]:
                 out[f"{ns}/{d['metadata']['name']}"] = d
         return out
@@ -154,7 +155,7 @@ class Monitor:
     def ready(self) -> dict[str, int]:
         """Ready pods per Deployment (`namespace/name`), every Deployment present."""
         out = {key: 0 for key in self.deployments()}
-        for ns in NAMESPACES:
+        for ns in self.namespaces:
             for p in self.api.get(f"/api/v1/namespaces/{ns}/pods")["items"]:
                 owners = p["metadata"].get("ownerReferences") or [{}]
                 key = f"{ns}/{owners[0].get('name', '').rsplit('-', 1)[0]}"
@@ -182,11 +183,13 @@ class Monitor:
 
 class SimCluster:
     """One simulated cluster, fresh for one variant (a policy, or Knative as shipped); with `kubeconfig`,
-    an existing (real) cluster instead, cleared of Knative before and after the variant."""
+    an existing (real) cluster instead, cleared of Knative before and after the variant. `controllers`: the
+    controller manager's (local control plane); `namespaces`: those whose Deployments are sampled."""
 
     def __init__(self, workdir: str, binary: str, variant: str, policies: list[str], kubeconfig: str | None = None,
-                 start_s: float = 0.0):
+                 start_s: float = 0.0, controllers: str = CONTROLLERS, namespaces: tuple = NAMESPACES):
         self.workdir = workdir
+        self.namespaces = namespaces
         self.start_s = start_s  # the fake kubelets' pod start-up (FakeKubelets)
         self.binary = binary
         self.variant = variant
@@ -202,7 +205,7 @@ class SimCluster:
         if self.real:
             self.plane = cluster.ExistingCluster(kubeconfig, workdir)
         else:
-            self.plane = cluster.LocalControlPlane(os.environ["KUBEBUILDER_ASSETS"], workdir, CONTROLLERS,
+            self.plane = cluster.LocalControlPlane(os.environ["KUBEBUILDER_ASSETS"], workdir, controllers,
                                                    scheduler=True)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -222,7 +225,7 @@ class SimCluster:
             self.kubelets.register()
             self.kubelets.start()
             self.lost = self.kubelets.lost
-        self.monitor = Monitor(self.api, self.lost).start()
+        self.monitor = Monitor(self.api, self.lost, namespaces=self.namespaces).start()
         return self
 
     def stop(self) -> None:
@@ -327,7 +330,7 @@ class SimCluster:
 
     # -- what a step leaves ----------------------------------------------------------------------
     def pods(self) -> list[dict]:
-        return [p for ns in NAMESPACES for p in self.api.get(f"/api/v1/namespaces/{ns}/pods")["items"]]
+        return [p for ns in self.namespaces for p in self.api.get(f"/api/v1/namespaces/{ns}/pods")["items"]]
 
     def pending_by_component(self) -> dict[str, int]:
         out: dict[str, int] = {}
