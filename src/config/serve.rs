@@ -330,6 +330,8 @@ pub fn reconcile_config(
             renew_every: Duration::from_secs(5),
         },
         poll: POLL_INTERVAL,
+        operator_check: crate::reconcile::OPERATOR_CHECK_INTERVAL,
+        settle: crate::reconcile::schedule::SETTLE,
         governed: AllowedNamespaces::all(),
         undo_unclaimed: false,
     }))

@@ -63,6 +63,11 @@ use crate::scope::AllowedNamespaces;
 /// How often the policy snapshot is checked for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How often the leader reads the Knative Operator's resources between
+/// passes: an edit of a KnativeServing's or KnativeEventing's HA values
+/// reaches the policy's `status.operatorOverrides` within this.
+pub const OPERATOR_CHECK_INTERVAL: Duration = Duration::from_secs(15);
+
 /// Everything the reconciler needs.
 #[derive(Clone, Debug)]
 pub struct ReconcileConfig {
@@ -74,6 +79,12 @@ pub struct ReconcileConfig {
     pub lease: LeaseConfig,
     /// How often the policy snapshot is checked for changes.
     pub poll: Duration,
+    /// How often the Knative Operator's resources are read between passes
+    /// ([`OPERATOR_CHECK_INTERVAL`]).
+    pub operator_check: Duration,
+    /// When a namespace run for a change is run once more
+    /// ([`schedule::SETTLE`]).
+    pub settle: Duration,
     /// `--governed-namespaces`: no other namespace is ever read or written.
     pub governed: AllowedNamespaces,
     /// `--undo-unclaimed`: one restore pass over a namespace whose policy
@@ -103,6 +114,8 @@ impl ReconcileConfig {
                 renew_every: Duration::from_millis(200),
             },
             poll: Duration::from_millis(50),
+            operator_check: Duration::from_millis(200),
+            settle: Duration::from_millis(300),
             governed: AllowedNamespaces::all(),
             undo_unclaimed: false,
         }

@@ -96,8 +96,9 @@ impl Reconciler {
             tokio::spawn(elector.run(leader_tx, self.metrics.leader.clone(), stop.clone()));
         self.log_start();
         let mut limiter = RateLimiter::new(self.config.rate);
-        let mut schedule = Schedule::new(self.config.interval);
+        let mut schedule = Schedule::new(self.config.interval).settling_after(self.config.settle);
         let mut released = Released::default();
+        let mut operator_check = tokio::time::Instant::now() + self.config.operator_check;
         let mut poll = tokio::time::interval(self.config.poll);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -129,6 +130,10 @@ impl Reconciler {
             let (leader, stopping) = (leader_rx.clone(), stop.clone());
             let may_write = move || *leader.borrow() && !*stopping.borrow();
             self.tick(&mut schedule, &mut limiter, &may_write).await;
+            if tokio::time::Instant::now() >= operator_check {
+                self.check_operator().await;
+                operator_check = tokio::time::Instant::now() + self.config.operator_check;
+            }
             if self.config.undo_unclaimed {
                 self.restore_released(&mut released, &mut limiter, &may_write)
                     .await;
@@ -201,6 +206,39 @@ impl Reconciler {
             "reconcile: restore pass done"
         );
         released.done(&due, report.ok());
+    }
+
+    /// As the leader, between passes: reads the Knative Operator's resources
+    /// of each namespace a pass has covered, and publishes the overrides
+    /// (with an Event on the resource) where they changed, so that an edit
+    /// of a KnativeServing reaches the policy's status without a pass.
+    async fn check_operator(&self) {
+        let snapshot = self.store.load();
+        let board = self.findings.current();
+        for (namespace, policy) in &snapshot.policies {
+            let Some(found) = board.get(namespace) else {
+                continue;
+            };
+            let Some(coverage) = &found.coverage else {
+                continue;
+            };
+            let operator = super::coverage::list_operator(&self.client, namespace).await;
+            let overrides: Vec<_> = operator
+                .iter()
+                .flat_map(|r| crate::knative_operator::overrides(policy, r))
+                .collect();
+            if overrides == coverage.overrides {
+                continue;
+            }
+            if !self.config.dry_run {
+                self.events.overridden(namespace, &overrides).await;
+            }
+            let mut found = found.clone();
+            if let Some(c) = found.coverage.as_mut() {
+                c.overrides = overrides;
+            }
+            self.findings.set(namespace, found);
+        }
     }
 
     /// One poll as the leader: runs over the namespaces that are due, if any.

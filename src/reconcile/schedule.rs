@@ -74,7 +74,7 @@ pub(super) struct Schedule {
     next_full: Instant,
     /// Namespaces run for a change, and when they are run once more.
     settle: Option<(Instant, BTreeSet<String>)>,
-    /// [`SETTLE`] (shorter in tests).
+    /// [`SETTLE`], unless configured otherwise.
     settle_after: Duration,
 }
 
@@ -87,6 +87,13 @@ impl Schedule {
             settle: None,
             settle_after: SETTLE,
         }
+    }
+
+    /// Runs the namespaces run for a change once more `settle` later
+    /// ([`SETTLE`] by default).
+    pub fn settling_after(mut self, settle: Duration) -> Schedule {
+        self.settle_after = settle;
+        self
     }
 
     /// Leadership changed: the next run is a full run.

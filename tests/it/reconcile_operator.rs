@@ -12,7 +12,7 @@ use crate::reconcile_env::*;
 use crate::support;
 use crate::support::fakeapi::ResourceDef;
 
-use knative_ha_webhook::reconcile::metrics::LeftAloneLabels;
+use knative_ha_webhook::reconcile::metrics::{LeftAloneLabels, RunLabel};
 use knative_ha_webhook::sources::cluster::verdict::NOTHING_GOVERNED;
 use serde_json::{Value, json};
 use support::wait_until;
@@ -142,7 +142,14 @@ async fn the_operator_fields_the_policy_overrides_are_named_in_status_and_an_eve
                         "workloads": [{"name": "activator", "replicas": 4}]}}),
     );
     operator_owned(&env);
-    env.reconciling().await;
+    // No pass but the first ones: no full pass, no pass that settles.
+    let r = env
+        .reconciler("pod-a", |c| {
+            c.interval = std::time::Duration::from_secs(3600);
+            c.settle = std::time::Duration::from_secs(3600);
+        })
+        .await;
+    env.wait_leader(r).await;
     env.create_policy(example_policy_value());
     let obj = wait_status(&env, "status.operatorOverrides", |o| {
         o["status"]["operatorOverrides"]
@@ -178,4 +185,36 @@ async fn the_operator_fields_the_policy_overrides_are_named_in_status_and_an_eve
     );
     assert_eq!(event["regarding"]["kind"], "KnativeServing");
     assert_eq!(event["metadata"]["namespace"], SERVING);
+
+    // The passes done (the first, the policy's, the one for the
+    // config-leader-election it wrote): no run for 20 polls. Then the
+    // KnativeServing edited to the policy's replicas: no pass is due (no
+    // policy, HPA or config-leader-election change), yet the status follows.
+    let m = env.reconcilers[r].metrics.clone();
+    let runs = || {
+        m.runs
+            .get_or_create(&RunLabel {
+                result: "success".into(),
+            })
+            .get()
+    };
+    let (mut last, mut quiet) = (runs(), 0);
+    wait_until("the reconciler idle", async || {
+        let now = runs();
+        quiet = if now == last { quiet + 1 } else { 0 };
+        last = now;
+        (quiet >= 20).then_some(())
+    })
+    .await;
+    env.api.update(
+        "operator.knative.dev",
+        "knativeservings",
+        SERVING,
+        "knative-serving",
+        |ks| ks["spec"]["high-availability"]["replicas"] = json!(3),
+    );
+    wait_status(&env, "one override left", |o| {
+        o["status"]["operatorOverrides"].as_array().map(Vec::len) == Some(1)
+    })
+    .await;
 }
