@@ -220,11 +220,13 @@ class OperatorCluster:
         self.kodata = self.workdir / "kodata"
         self.left_out = kodata_without_webhooks(self.bundle.kodata, self.kodata)
         crds = crds_without_conversion(self.bundle.crds)
-        # The API server's OpenAPI (kubectl's validation) may answer 503 for a moment after /readyz.
+        # Once more if the first attempt fails (the API server just became ready).
         wait_for(lambda: self.kubectl.run("apply", "--server-side", "-f", "-", stdin=crds, check=False,
                                           timeout=120).returncode == 0, "the Operator's CRDs applied", 60, 2)
         for crd in ("knativeservings.operator.knative.dev", "knativeeventings.operator.knative.dev"):
-            self.kubectl.run("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s", timeout=90)
+            # Polled: `kubectl wait` errors out on a CRD that has no conditions yet.
+            wait_for(lambda: self.kubectl.run("get", "crd", crd, "-o", "jsonpath={.status.conditions[?(@.type=='Established')]"
+                                              ".status}", check=False).stdout == "True", f"{crd} established", 60, 1)
         self.ensure_namespace(SYSTEM_NAMESPACE)
         self.operator = OperatorProcess(self.bundle.binary, self.sim.plane.kubeconfig, self.kodata,
                                         self.workdir / "knative-operator.log").start()
