@@ -353,7 +353,8 @@ class Variant:
         self.data["3"]["overrides_s"] = time.monotonic() - t_patch if ok else None
         self.data["3"]["status"] = self.policy_rows("3", "serving")
         self.row("3", "status.operatorOverrides after the KnativeServing's change",
-                 f"named after {self.data['3']['overrides_s']:.0f}s" if ok else f"EMPTY after {OVERRIDES_S}s")
+                 f"named when first looked at, {self.data['3']['overrides_s']:.0f}s after the change (after the rest window)"
+                 if ok else f"EMPTY after {OVERRIDES_S}s")
         if not ok:
             c.server.stop()
             t = time.monotonic()
