@@ -65,6 +65,21 @@ pub struct Found {
     pub coverage: Option<Coverage>,
 }
 
+#[cfg(test)]
+impl Found {
+    /// A pass whose `list` of Deployments the API server refused, for the
+    /// unit tests.
+    pub(crate) fn refused_list() -> Found {
+        Found {
+            forbidden: Some(Forbidden {
+                verb: "list".into(),
+                resource: "deployments.apps".into(),
+            }),
+            coverage: None,
+        }
+    }
+}
+
 /// Per namespace, the verdict of the reconciler's last pass there. A
 /// namespace absent from the map is not known.
 pub type Findings = BTreeMap<String, Found>;
@@ -122,24 +137,14 @@ impl Board {
 mod tests {
     use super::*;
 
-    fn refused() -> Found {
-        Found {
-            forbidden: Some(Forbidden {
-                verb: "list".into(),
-                resource: "deployments.apps".into(),
-            }),
-            coverage: None,
-        }
-    }
-
     #[test]
     fn subscribers_wake_only_on_a_change() {
         let board = Board::default();
         let mut rx = board.subscribe();
-        board.set("a", refused());
+        board.set("a", Found::refused_list());
         assert!(rx.has_changed().unwrap());
         rx.mark_unchanged();
-        board.set("a", refused());
+        board.set("a", Found::refused_list());
         assert!(!rx.has_changed().unwrap(), "the same verdict again");
         board.set("a", Found::default());
         assert!(rx.has_changed().unwrap());

@@ -185,10 +185,7 @@ mod tests {
     use serde_json::json;
 
     fn policy(extra: &str) -> Policy {
-        Policy::from_yaml(&format!(
-            "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: p}}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n{extra}"
-        ))
-        .unwrap()
+        Policy::serving_with(&format!("  replicas: 3\n{extra}"))
     }
 
     fn serving(spec: Value) -> Value {

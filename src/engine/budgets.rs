@@ -298,10 +298,7 @@ mod tests {
     use super::*;
 
     fn policy(spec: &str) -> Policy {
-        let text = format!(
-            "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: serving}}\nspec:\n  targetNamespace: knative-serving\n{spec}"
-        );
-        Policy::from_yaml(&text).expect("valid policy")
+        Policy::serving_with(spec)
     }
 
     fn controller() -> Value {

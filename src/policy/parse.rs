@@ -177,3 +177,16 @@ pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
     }
     Ok(policies)
 }
+
+#[cfg(test)]
+impl Policy {
+    /// A valid policy `serving` for knative-serving whose spec is
+    /// `targetNamespace` and then `spec` (YAML lines indented by two), for
+    /// the unit tests.
+    pub(crate) fn serving_with(spec: &str) -> Policy {
+        let text = format!(
+            "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {{name: serving}}\nspec:\n  targetNamespace: knative-serving\n{spec}"
+        );
+        Policy::from_yaml(&text).expect("valid policy")
+    }
+}

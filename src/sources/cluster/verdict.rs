@@ -129,16 +129,6 @@ mod tests {
         }
     }
 
-    fn refused() -> Found {
-        Found {
-            forbidden: Some(Forbidden {
-                verb: "list".into(),
-                resource: "deployments.apps".into(),
-            }),
-            coverage: None,
-        }
-    }
-
     fn covering(targets: usize, left: usize) -> Found {
         let untouched = |i: usize| Untouched {
             kind: "Deployment",
@@ -173,7 +163,11 @@ mod tests {
 
     #[test]
     fn a_refusal_makes_a_policy_in_force_not_ready_and_says_what_fixes_it() {
-        let r = ready(&valid(), Some(refused()), &ObservedStatus::default());
+        let r = ready(
+            &valid(),
+            Some(Found::refused_list()),
+            &ObservedStatus::default(),
+        );
         assert_eq!((r.status, r.reason), ("False", RECONCILER_FORBIDDEN));
         assert_eq!(r.observed_generation, Some(2));
         for part in [
@@ -244,7 +238,11 @@ mod tests {
             kept_generation: None,
             refusal: None,
         };
-        let r = ready(&invalid, Some(refused()), &ObservedStatus::default());
+        let r = ready(
+            &invalid,
+            Some(Found::refused_list()),
+            &ObservedStatus::default(),
+        );
         assert_eq!((r.status, r.reason), ("False", "Invalid"));
     }
 }
