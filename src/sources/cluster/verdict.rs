@@ -62,36 +62,36 @@ pub fn with_findings(
             coverage: coverage.clone(),
             ..desired
         },
-        None => match &observed.ready {
-            Some(ready)
-                if [RECONCILER_FORBIDDEN, NOTHING_GOVERNED].contains(&ready.reason.as_str())
-                    && ready.type_ == READY
-                    && ready.observed_generation == desired.observed_generation =>
-            {
-                ReadyStatus {
+        None => {
+            let kept = observed.ready.as_ref().and_then(|ready| {
+                let reason = [RECONCILER_FORBIDDEN, NOTHING_GOVERNED]
+                    .into_iter()
+                    .find(|r| *r == ready.reason)?;
+                (ready.type_ == READY && ready.observed_generation == desired.observed_generation)
+                    .then(|| (reason, ready.message.clone()))
+            });
+            match kept {
+                Some((reason, message)) => ReadyStatus {
                     status: "False",
-                    reason: if ready.reason == NOTHING_GOVERNED {
-                        NOTHING_GOVERNED
-                    } else {
-                        RECONCILER_FORBIDDEN
-                    },
-                    message: ready.message.clone(),
+                    reason,
+                    message,
                     ..desired
-                }
+                },
+                None => desired,
             }
-            _ => desired,
-        },
+        }
     }
 }
 
 /// What a policy that governs nothing leaves alone, and why.
 fn nothing_governed(namespace: &str, coverage: &Coverage) -> String {
-    let mut reasons: Vec<String> = coverage
+    let reasons: Vec<String> = coverage
         .left_alone
         .iter()
         .map(|u| u.why.to_string())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
         .collect();
-    reasons.dedup();
     format!(
         "the policy changes nothing in namespace {namespace}: all {} of its targets there are left \
          alone ({}); status.leftAlone names them",
@@ -209,6 +209,24 @@ mod tests {
         let r = ready(&valid(), Some(covering(14, 2)), &ObservedStatus::default());
         assert_eq!((r.status, r.reason), ("True", "Valid"));
         assert_eq!(r.coverage.as_ref().map(|c| c.left_alone.len()), Some(2));
+        // Each reason once, whatever the order of the objects.
+        let mut mixed = covering(3, 3);
+        if let Some(c) = mixed.coverage.as_mut() {
+            c.left_alone[1].why = LeftAlone::OptedOut;
+        }
+        let r = ready(&valid(), Some(mixed), &ObservedStatus::default());
+        assert_eq!(
+            r.message.matches("owned by the Knative Operator").count(),
+            1,
+            "{}",
+            r.message
+        );
+        assert_eq!(
+            r.message.matches("opt-out label").count(),
+            1,
+            "{}",
+            r.message
+        );
         // No target yet (Knative not installed): in force.
         let r = ready(&valid(), Some(covering(0, 0)), &ObservedStatus::default());
         assert_eq!(r.reason, "Valid");
