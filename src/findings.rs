@@ -122,6 +122,11 @@ impl Board {
         });
     }
 
+    /// The verdict of `namespace` now, if known.
+    pub fn get(&self, namespace: &str) -> Option<Found> {
+        self.tx.borrow().get(namespace).cloned()
+    }
+
     /// The verdicts now.
     pub fn current(&self) -> Findings {
         self.tx.borrow().clone()

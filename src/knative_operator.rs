@@ -20,9 +20,11 @@ use crate::policy::Policy;
 use crate::policy::WorkloadOverride;
 
 /// The Operator's API group.
-pub const GROUP: &str = "operator.knative.dev";
+pub const GROUP: &str = crate::engine::OPERATOR_API_GROUP;
 /// The version of the Operator's resources the reconciler lists.
 pub const VERSION: &str = "v1beta1";
+/// [`GROUP`]/[`VERSION`].
+pub const API_VERSION: &str = "operator.knative.dev/v1beta1";
 /// The Operator's resources (kind, plural) that own Knative's objects.
 pub const RESOURCES: [(&str, &str); 2] = [
     ("KnativeServing", "knativeservings"),
@@ -52,10 +54,19 @@ impl fmt::Display for Override {
     }
 }
 
-/// The fields of `resource` (a KnativeServing or KnativeEventing) that
-/// `policy` overrides, in the resource's order. None where the policy
-/// leaves the Operator's objects alone (`governOperatorOwned: false`).
-pub fn overrides(policy: &Policy, resource: &Value) -> Vec<Override> {
+/// The fields of `resources` (KnativeServings and KnativeEventings) that
+/// `policy` overrides, in their order.
+pub fn overrides(policy: &Policy, resources: &[Value]) -> Vec<Override> {
+    resources
+        .iter()
+        .flat_map(|r| overrides_of(policy, r))
+        .collect()
+}
+
+/// The fields of one `resource` that `policy` overrides, in the
+/// resource's order. None where the policy leaves the Operator's objects
+/// alone (`governOperatorOwned: false`).
+fn overrides_of(policy: &Policy, resource: &Value) -> Vec<Override> {
     if !policy.spec.governs_operator_owned() {
         return Vec::new();
     }
@@ -194,6 +205,11 @@ mod tests {
     }
 
     #[test]
+    fn the_api_version_is_the_group_and_version() {
+        assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
+    }
+
+    #[test]
     fn names_each_field_both_set_and_not_the_others() {
         let p = policy(
             "  leaderElection: {buckets: 5}\n  podDisruptionBudget: {maxUnavailable: 1}\n  workloads:\n  - {name: activator, replicas: 5}\n",
@@ -204,7 +220,10 @@ mod tests {
             "podDisruptionBudgets": [{"name": "activator-pdb", "minAvailable": "50%"}],
             "config": {"leader-election": {"buckets": "3", "lease-duration": "15s"}},
         }));
-        let lines: Vec<String> = overrides(&p, &ks).iter().map(ToString::to_string).collect();
+        let lines: Vec<String> = overrides(&p, std::slice::from_ref(&ks))
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(
             lines,
             [
@@ -215,8 +234,11 @@ mod tests {
             ]
         );
         let same = serving(json!({"high-availability": {"replicas": 3}}));
-        assert!(overrides(&p, &same).is_empty(), "equal values: no override");
+        assert!(
+            overrides(&p, &[same]).is_empty(),
+            "equal values: no override"
+        );
         let hands_off = policy("  governOperatorOwned: false\n");
-        assert!(overrides(&hands_off, &ks).is_empty());
+        assert!(overrides(&hands_off, &[ks]).is_empty());
     }
 }

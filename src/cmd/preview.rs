@@ -64,7 +64,7 @@ fn owned_by_operator(object: &mut Value, kind: &str, name: &str) {
     metadata.insert(
         "ownerReferences".into(),
         json!([{
-            "apiVersion": format!("{}/{}", crate::knative_operator::GROUP, crate::knative_operator::VERSION),
+            "apiVersion": crate::knative_operator::API_VERSION,
             "kind": kind,
             "name": name,
             "uid": "",

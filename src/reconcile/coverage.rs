@@ -3,7 +3,7 @@
 //! Operator's fields it overrides. A pass publishes it for the policy's
 //! status and its metric; `audit` prints it.
 
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::Value;
 
 use super::error::is_not_found;
@@ -45,10 +45,7 @@ pub fn coverage(
             }
         }
     }
-    out.overrides = operator
-        .iter()
-        .flat_map(|r| knative_operator::overrides(policy, r))
-        .collect();
+    out.overrides = knative_operator::overrides(policy, operator);
     out
 }
 
@@ -59,13 +56,8 @@ pub fn coverage(
 pub async fn list_operator(client: &kube::Client, namespace: &str) -> Vec<Value> {
     let mut out = Vec::new();
     for (kind, plural) in knative_operator::RESOURCES {
-        let resource = ApiResource {
-            group: knative_operator::GROUP.into(),
-            version: knative_operator::VERSION.into(),
-            api_version: format!("{}/{}", knative_operator::GROUP, knative_operator::VERSION),
-            kind: kind.into(),
-            plural: plural.into(),
-        };
+        let gvk = GroupVersionKind::gvk(knative_operator::GROUP, knative_operator::VERSION, kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         match api.list(&ListParams::default()).await {
             Ok(list) => out.extend(list.items.iter().filter_map(|o| {

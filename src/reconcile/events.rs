@@ -133,11 +133,7 @@ impl EventWriter {
                 lines.join("; ")
             );
             let regarding = ObjectReference {
-                api_version: Some(format!(
-                    "{}/{}",
-                    crate::knative_operator::GROUP,
-                    crate::knative_operator::VERSION
-                )),
+                api_version: Some(crate::knative_operator::API_VERSION.into()),
                 kind: Some(kind.to_string()),
                 namespace: Some(namespace.to_string()),
                 name: Some(name.to_string()),

@@ -75,7 +75,7 @@ pub struct ReconcileMetrics {
     /// gauge is the sum over namespaces.
     per_namespace: Arc<Mutex<BTreeMap<(String, &'static str), i64>>>,
     /// The namespaces `forbidden`, `left_alone` and `targets` have lines for.
-    forbidden_labels: Arc<Mutex<BTreeSet<String>>>,
+    namespace_labels: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl ReconcileMetrics {
@@ -158,7 +158,7 @@ impl ReconcileMetrics {
 
     /// Records whether the last pass over `namespace` met a 403 Forbidden.
     pub fn set_forbidden(&self, namespace: &str, refused: bool) {
-        self.forbidden_labels
+        self.namespace_labels
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(namespace.to_string());
@@ -171,7 +171,7 @@ impl ReconcileMetrics {
 
     /// Records what the policy of `namespace` governs and leaves alone.
     pub fn set_left_alone(&self, namespace: &str, coverage: &crate::findings::Coverage) {
-        self.forbidden_labels
+        self.namespace_labels
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(namespace.to_string());
@@ -210,7 +210,7 @@ impl ReconcileMetrics {
     /// reconciling: it no longer knows).
     pub fn retain_findings(&self, keep: &dyn Fn(&str) -> bool) {
         let mut labelled = self
-            .forbidden_labels
+            .namespace_labels
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         labelled.retain(|ns| {

@@ -193,31 +193,27 @@ async fn hand_back(
             Ok(stored) => return Ok(stored),
             Err(e) => e,
         };
-        let raced = matches!(&error, kube::Error::Api(s) if s.code == 422 || s.code == 409);
-        if raced && attempt < HAND_BACK_ATTEMPTS {
-            tracing::debug!(
-                kind = kind.as_str(),
-                namespace,
-                name,
-                attempt,
-                "reconcile: the object changed before its fields were handed back; reading it again"
-            );
-            match api(client, kind, namespace).get_opt(name).await {
-                Ok(Some(fresh)) => {
-                    current = to_value(kind, &fresh).map_err(|_| error)?;
-                    continue;
-                }
-                Ok(None) => return Ok(written),
-                Err(e) => {
-                    tracing::warn!(kind = kind.as_str(), namespace, name, error = %crate::errors::Chain(&e),
-                        "reconcile: written, but reading it again for the hand-back failed; the fields it took from the release's manager stay with the reconciler");
-                    return Ok(written);
-                }
+        if !super::error::is_precondition_failed(&error) || attempt == HAND_BACK_ATTEMPTS {
+            tracing::warn!(kind = kind.as_str(), namespace, name, attempts = attempt, error = %crate::errors::Chain(&error),
+                "reconcile: written, but the fields it took from the release's manager stay with the reconciler");
+            break;
+        }
+        tracing::debug!(
+            kind = kind.as_str(),
+            namespace,
+            name,
+            attempt,
+            "reconcile: the object changed before its fields were handed back; reading it again"
+        );
+        match get(client, kind, namespace, name).await {
+            Ok(Some(fresh)) => current = fresh,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(kind = kind.as_str(), namespace, name, error = %crate::errors::Chain(&e),
+                    "reconcile: written, but reading it again for the hand-back failed; the fields it took from the release's manager stay with the reconciler");
+                break;
             }
         }
-        tracing::warn!(kind = kind.as_str(), namespace, name, attempts = attempt, error = %crate::errors::Chain(&error),
-            "reconcile: written, but the fields it took from the release's manager stay with the reconciler");
-        return Ok(written);
     }
     Ok(written)
 }

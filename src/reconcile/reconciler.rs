@@ -13,7 +13,7 @@ use super::metrics::ReconcileMetrics;
 use super::rate::RateLimiter;
 use super::run::{MayWrite, Pass, RunOptions};
 use super::schedule::{self, Schedule};
-use crate::findings::Board;
+use crate::findings::{Board, Found};
 use crate::store::{PolicyStore, Snapshot};
 
 /// The running reconciler.
@@ -214,31 +214,32 @@ impl Reconciler {
     /// of a KnativeServing reaches the policy's status without a pass.
     async fn check_operator(&self) {
         let snapshot = self.store.load();
-        let board = self.findings.current();
         for (namespace, policy) in &snapshot.policies {
-            let Some(found) = board.get(namespace) else {
+            let Some(mut found) = self.findings.get(namespace) else {
                 continue;
             };
-            let Some(coverage) = &found.coverage else {
+            let Some(coverage) = found.coverage.as_mut() else {
                 continue;
             };
             let operator = super::coverage::list_operator(&self.client, namespace).await;
-            let overrides: Vec<_> = operator
-                .iter()
-                .flat_map(|r| crate::knative_operator::overrides(policy, r))
-                .collect();
-            if overrides == coverage.overrides {
-                continue;
-            }
-            if !self.config.dry_run {
-                self.events.overridden(namespace, &overrides).await;
-            }
-            let mut found = found.clone();
-            if let Some(c) = found.coverage.as_mut() {
-                c.overrides = overrides;
-            }
-            self.findings.set(namespace, found);
+            coverage.overrides = crate::knative_operator::overrides(policy, &operator);
+            self.publish(namespace, found).await;
         }
+    }
+
+    /// Puts a namespace's verdict on the board. Where the Knative
+    /// Operator's fields the policy overrides changed, an Event on the
+    /// Operator's resource says so first (not in a dry run).
+    async fn publish(&self, namespace: &str, found: Found) {
+        let was = self.findings.get(namespace);
+        let overrides = |f: &Found| f.coverage.as_ref().map(|c| c.overrides.clone());
+        if let Some(now) = overrides(&found)
+            && was.as_ref().and_then(overrides).as_ref() != Some(&now)
+            && !self.config.dry_run
+        {
+            self.events.overridden(namespace, &now).await;
+        }
+        self.findings.set(namespace, found);
     }
 
     /// One poll as the leader: runs over the namespaces that are due, if any.
@@ -283,18 +284,11 @@ impl Reconciler {
             ok = report.ok(),
             "reconcile run done"
         );
-        let before = self.findings.current();
-        for (namespace, verdict) in &report.found {
-            let was = before.get(namespace).and_then(|f| f.coverage.as_ref());
-            if let Some(now) = &verdict.coverage
-                && was.is_none_or(|w| w.overrides != now.overrides)
-                && !self.config.dry_run
-            {
-                self.events.overridden(namespace, &now.overrides).await;
-            }
-            self.findings.set(namespace, verdict.clone());
+        let ok = report.ok();
+        for (namespace, verdict) in report.found {
+            self.publish(&namespace, verdict).await;
         }
-        schedule.done(now, &due, report.ok());
+        schedule.done(now, &due, ok);
     }
 }
 

@@ -136,15 +136,13 @@ impl Schedule {
         let at = Instant::now();
         // Pending and not yet run: kept (with more changes, 10 s after the
         // last of them); run, or made moot by a full run: gone.
-        let pending = self.settle.take().filter(|(when, _)| *when > at && !full);
-        self.settle = match (pending, full || due.changed.is_empty()) {
-            (pending, true) => pending,
-            (pending, false) => {
-                let mut namespaces = pending.map(|(_, n)| n).unwrap_or_default();
-                namespaces.extend(due.changed.iter().cloned());
-                Some((at + self.settle_after, namespaces))
-            }
-        };
+        let mut pending = self.settle.take().filter(|(when, _)| *when > at && !full);
+        if !full && !due.changed.is_empty() {
+            let mut namespaces = pending.map(|(_, n)| n).unwrap_or_default();
+            namespaces.extend(due.changed.iter().cloned());
+            pending = Some((at + self.settle_after, namespaces));
+        }
+        self.settle = pending;
         if full {
             self.next_full = at + self.interval;
         }
