@@ -32,8 +32,9 @@ pub use parse::{
 };
 pub use spec::{
     AntiAffinityType, HighAvailabilityPolicy, HighAvailabilityPolicySpec,
-    HighAvailabilityPolicyStatus, LeaderElection, NodeTaintsPolicy, PodAntiAffinity,
-    PodDisruptionBudgetPolicy, TopologySpread, WhenUnsatisfiable, WorkloadOverride,
+    HighAvailabilityPolicyStatus, LeaderElection, LeftAloneStatus, NodeTaintsPolicy,
+    PodAntiAffinity, PodDisruptionBudgetPolicy, TopologySpread, WhenUnsatisfiable,
+    WorkloadOverride,
 };
 
 use std::sync::OnceLock;

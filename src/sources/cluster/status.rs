@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::merge::{Origin, PolicyObject, Verdict};
 use crate::findings::Coverage;
+use crate::policy::{HighAvailabilityPolicyStatus, LeftAloneStatus};
 
 /// The `Ready` condition type.
 pub const READY: &str = "Ready";
@@ -50,19 +51,25 @@ pub struct ReadyStatus {
     pub coverage: Option<Coverage>,
 }
 
-/// The status fields of a [`Coverage`], as written and as read back.
+/// The status fields of a [`Coverage`], as written and as read back: the
+/// CRD's own status type, so what is written is what its schema keeps.
 pub fn coverage_fields(c: &Coverage) -> Value {
-    let left: Vec<Value> = c
-        .left_alone
-        .iter()
-        .map(|u| json!({"kind": u.kind, "name": u.name, "reason": u.why.to_string()}))
-        .collect();
-    let overrides: Vec<String> = c.overrides.iter().map(ToString::to_string).collect();
-    json!({
-        "governedObjects": c.targets,
-        "leftAlone": left,
-        "operatorOverrides": overrides,
-    })
+    let status = HighAvailabilityPolicyStatus {
+        governed_objects: Some(i64::try_from(c.targets).unwrap_or(i64::MAX)),
+        left_alone: Some(
+            c.left_alone
+                .iter()
+                .map(|u| LeftAloneStatus {
+                    kind: u.kind.to_string(),
+                    name: u.name.clone(),
+                    reason: u.why.to_string(),
+                })
+                .collect(),
+        ),
+        operator_overrides: Some(c.overrides.iter().map(ToString::to_string).collect()),
+        ..HighAvailabilityPolicyStatus::default()
+    };
+    serde_json::to_value(status).unwrap_or(Value::Null)
 }
 
 /// The status fields [`coverage_fields`] writes, as `status` holds them.
