@@ -1,8 +1,8 @@
 //! Where an object stands with a policy: not one of its targets, governed,
-//! or a target the policy leaves alone, and why. Admission, the
-//! reconciler (the policy's status and its metric), `audit` and `preview`
-//! read the same answer, so a policy that changes nothing it targets says
-//! so everywhere.
+//! or a target the policy leaves alone, and why. The reconciler (the
+//! policy's status and its metric) and `audit` read [`standing`]; admission
+//! and `preview` decide with its parts (`aimed`, `operator_left_alone`),
+//! so a policy that changes nothing it targets says so everywhere.
 
 use std::fmt;
 
