@@ -326,6 +326,8 @@ roles = sorted(d["metadata"]["namespace"] for d in docs
                if d["kind"] == "Role" and d["metadata"]["name"].endswith("-hpas")
                and d["rules"] == [{"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"],
                                    "verbs": ["list", "watch"]},
+                                  {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],
+                                   "verbs": ["list", "watch"]},
                                   {"apiGroups": [""], "resources": ["configmaps"],
                                    "resourceNames": ["config-leader-election"], "verbs": ["list", "watch"]}])
 assert roles == ["knative-serving", "kourier-system"], roles

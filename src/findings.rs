@@ -21,10 +21,25 @@ use crate::knative_operator::Override;
 /// One request the API server refused with 403 Forbidden.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Forbidden {
-    /// The verb refused: `list`, `get` or `patch`.
+    /// The verb refused: `list`, `get`, `patch`, `create` or `delete`.
     pub verb: String,
     /// The resource, as RBAC names it: `deployments.apps`, `configmaps`, ...
     pub resource: String,
+    /// What refused it: the API server answers 403 for three causes that
+    /// each need their own fix.
+    pub why: Refusal,
+}
+
+/// Why the API server answered 403 Forbidden.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// RBAC: the service account lacks the right.
+    Rbac,
+    /// A ResourceQuota of the namespace is used up (its message, which
+    /// names the quota and the counts).
+    Quota(String),
+    /// The namespace is being deleted: nothing new may be created there.
+    Terminating,
 }
 
 /// One target of the policy it leaves unchanged.
@@ -74,6 +89,7 @@ impl Found {
             forbidden: Some(Forbidden {
                 verb: "list".into(),
                 resource: "deployments.apps".into(),
+                why: Refusal::Rbac,
             }),
             coverage: None,
         }

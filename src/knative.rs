@@ -37,6 +37,11 @@ pub struct Component {
     /// Its processes run knative.dev/pkg sharedmain's leader election,
     /// reading `config-leader-election` at start.
     pub leader_elected: bool,
+    /// Its processes run leader election with settings another component
+    /// writes into their environment (`K_LEADER_ELECTION_CONFIG`, which
+    /// eventing-controller fills from `config-leader-election`), not read
+    /// from the ConfigMap at start: no settings hash (its owner rolls it).
+    pub elected_by_env: bool,
     /// Its binary accepts `--disable-ha`.
     pub disable_ha: bool,
     /// The PodDisruptionBudget the release ships for it.
@@ -51,6 +56,7 @@ impl Component {
             release,
             scaling: Scaling::Replicas,
             leader_elected: false,
+            elected_by_env: false,
             disable_ha: false,
             pdb: None,
         }
@@ -71,6 +77,12 @@ impl Component {
     const fn leader_elected(self) -> Self {
         Component {
             leader_elected: true,
+            ..self
+        }
+    }
+    const fn elected_by_env(self) -> Self {
+        Component {
+            elected_by_env: true,
             ..self
         }
     }
@@ -129,7 +141,9 @@ pub const COMPONENTS: &[Component] = &[
     eventing("eventing-webhook", "eventing-core")
         .hpa(Some("eventing-webhook"))
         .leader_elected(),
-    eventing("pingsource-mt-adapter", "eventing-core").on_demand(),
+    eventing("pingsource-mt-adapter", "eventing-core")
+        .on_demand()
+        .elected_by_env(),
     eventing("job-sink", "eventing-core"),
     eventing("imc-controller", "in-memory-channel").leader_elected(),
     eventing("imc-dispatcher", "in-memory-channel").leader_elected(),
@@ -198,6 +212,11 @@ pub fn markdown_table() -> String {
         "| Deployment | namespace | release | replicas | leader election | `--disable-ha` | PDB the release ships |\n| --- | --- | --- | --- | --- | --- | --- |\n",
     );
     let yes = |b: bool| if b { "yes" } else { "" };
+    let elected = |c: &Component| match (c.leader_elected, c.elected_by_env) {
+        (true, _) => "yes",
+        (false, true) => "yes, set in its environment by its controller",
+        (false, false) => "",
+    };
     for c in COMPONENTS {
         let replicas = match c.scaling {
             Scaling::Replicas => "`spec.replicas`",
@@ -209,7 +228,7 @@ pub fn markdown_table() -> String {
             c.name,
             c.namespace,
             c.release,
-            yes(c.leader_elected),
+            elected(c),
             yes(c.disable_ha),
             c.pdb.map_or(String::new(), |p| format!("`{p}`")),
         ));

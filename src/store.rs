@@ -24,6 +24,10 @@ pub struct Snapshot {
     /// Per namespace: the duration keys of `config-leader-election`
     /// ([`Context::leader_election`](engine::Context::leader_election); none in the file-policy mode).
     pub leader_election: BTreeMap<String, Map<String, Value>>,
+    /// Per namespace: the PodDisruptionBudgets the reconciler did not
+    /// create, name -> selector and budget fields (what makes a
+    /// reconciliation of the namespace due; none in the file-policy mode).
+    pub budgets: BTreeMap<String, BTreeMap<String, String>>,
     /// True once every source has completed its first full sync.
     pub synced: bool,
     /// Where no policy object exists at all ([`Snapshot::unclaimed`]).
@@ -95,6 +99,7 @@ impl Snapshot {
             policies,
             hpa_targets: BTreeMap::new(),
             leader_election: BTreeMap::new(),
+            budgets: BTreeMap::new(),
             synced: true,
         }
     }

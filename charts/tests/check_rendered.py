@@ -38,6 +38,8 @@ EXPECTED_CLUSTER_RULES = [
 # namespace only (serve --governed-namespaces watches nowhere else).
 EXPECTED_HPA_RULES = [
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["list", "watch"]},
+    # PDBs: a release's budget over a created one's pods makes a reconcile of the namespace due.
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["config-leader-election"],
      "verbs": ["list", "watch"]},
 ]

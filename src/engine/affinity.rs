@@ -38,8 +38,13 @@ pub fn marker() -> Value {
 
 /// The list and the (marked) term the policy adds; None for type None.
 pub fn policy_term(aa: &PodAntiAffinity, match_labels: &Value) -> Option<(&'static str, Value)> {
+    // `matchLabelKeys`: only pods of the same revision count (the previous
+    // ReplicaSet's terminating pods would otherwise keep a replacement off
+    // the node or zone they leave). Beta and on by default since
+    // Kubernetes 1.31; an API server without it drops the field.
     let term = json!({
         "labelSelector": {"matchLabels": match_labels, "matchExpressions": [marker()]},
+        "matchLabelKeys": [super::deployment::POD_TEMPLATE_HASH],
         "topologyKey": aa.topology_key(),
     });
     match aa.kind {

@@ -22,6 +22,7 @@
 //! what to create, change or delete to get there, as data that the
 //! reconciler writes, `audit` reports and `preview` prints.
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
 use super::reads::Read::{self, Members};
@@ -35,15 +36,77 @@ pub const CREATED_FOR: &str = "knativeha.dev/created-for";
 /// The label every created PDB carries.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "knative-ha-webhook");
 
+/// The annotation kubectl's client-side apply records what it applied in;
+/// a created PDB never carries it.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+const LABELS: &[&str] = &["metadata", "labels"];
+
 /// What this module reads of an object at admission ([`super::view`]):
-/// whether a PDB is one it created.
-pub(crate) const READS: &[Read] = &[Members(ANNOTATIONS, &[CREATED_FOR])];
+/// whether a PDB is one it created, and whether a release took it over.
+pub(crate) const READS: &[Read] = &[
+    Members(ANNOTATIONS, &[CREATED_FOR, LAST_APPLIED]),
+    Members(LABELS, &[MANAGED_BY.0]),
+    Members(super::pdb::SPEC, &super::pdb::FIELDS),
+];
 
 /// The Deployment a PDB was created for (None for every other object).
 pub fn created_for(object: &Value) -> Option<&str> {
     super::lookup(object, ANNOTATIONS)?
         .get(CREATED_FOR)?
         .as_str()
+}
+
+/// Whether a created PDB was taken over: a release applied its own budget
+/// of the same name (Knative names its budgets `<deployment>-pdb`) over it.
+/// The write shows it: both budget fields (a client- or server-side apply
+/// adds the release's field beside the created one's, which the API server
+/// refuses unless the webhook hands the budget over), or kubectl's
+/// last-applied record, which the reconciler never writes.
+pub fn taken_over(object: &Value) -> bool {
+    let annotations = super::lookup(object, ANNOTATIONS);
+    let spec = super::lookup(object, super::pdb::SPEC);
+    created_for(object).is_some()
+        && (annotations.is_some_and(|a| a.get(LAST_APPLIED).is_some_and(|v| !v.is_null()))
+            || super::pdb::FIELDS
+                .iter()
+                .all(|f| spec.and_then(|s| s.get(*f)).is_some_and(|v| !v.is_null())))
+}
+
+/// At admission of a PDB [`taken_over`]: the marks of a created budget go
+/// (so the reconciler neither changes nor deletes the release's budget),
+/// and with them the created budget's `maxUnavailable` where the release
+/// set `minAvailable` beside it; the release's budget is then governed as
+/// any budget Knative ships (at the reconciler's next pass, or the next
+/// write).
+pub(crate) fn hand_over(t: &Target<'_>) -> Result<super::Handled, super::EngineError> {
+    let mut p = super::patch::Patcher::new(t.object);
+    let mut fields = Vec::new();
+    let deployment = created_for(t.object).unwrap_or_default().to_string();
+    let spec = super::lookup(t.object, super::pdb::SPEC);
+    let both = super::pdb::FIELDS
+        .iter()
+        .all(|f| spec.and_then(|s| s.get(*f)).is_some_and(|v| !v.is_null()));
+    if both {
+        let created = spec.and_then(|s| s.get("maxUnavailable")).cloned();
+        p.remove(&["spec", "maxUnavailable"]);
+        fields.push(super::FieldChange::removed(
+            "spec.maxUnavailable",
+            created
+                .as_ref()
+                .map_or(String::new(), crate::policy::schema_check::show),
+        ));
+    }
+    super::records::remove_pruned(&mut p, &["metadata", "annotations", CREATED_FOR]);
+    fields.push(super::FieldChange::removed(
+        format!("metadata.annotations.{CREATED_FOR}"),
+        deployment.clone(),
+    ));
+    super::records::remove_pruned(&mut p, &["metadata", "labels", MANAGED_BY.0]);
+    let change = t.change(What::Fields(fields)).noted(format!(
+        "handed over: a release applied its own budget over the one created for deployment/{deployment}; the release's budget stays, governed as Knative's own"
+    ));
+    Ok((Some(p), vec![change]))
 }
 
 /// The PDBs `policy` wants created in `namespace`, given what is there:
@@ -78,25 +141,39 @@ fn budget_for(
         name,
         object: deployment,
     };
+    let metadata = deployment.get("metadata").and_then(Value::as_object);
     if namespace != policy.spec.target_namespace
         || !target.governs(name)
         || target.is_excluded(name)
-        || target.is_hpa_backed(name)
-        || super::skipped(deployment.get("metadata").and_then(Value::as_object))
+        || super::skipped(metadata)
+        || super::standing::operator_left_alone(policy, metadata).is_some()
     {
         return None;
     }
+    let ships_one = crate::knative::component(name).is_some_and(|c| c.pdb.is_some());
+    if ships_one && !ctx.hpa_targets.contains(super::HPAS_LISTED) {
+        // The release ships a budget for it (the activator's
+        // `activator-pdb`), and what is listed may be only part of the
+        // namespace (`preview`'s manifests): not made up beside it.
+        return None;
+    }
     let (field, value) = super::pdb::setting(policy, |w| w == name)?;
-    let replicas = replicas_after_engine(policy, namespace, deployment, ctx)?;
-    let allowed = disruption::disruptions_allowed(field == "minAvailable", value, replicas)
-        .filter(|a| *a >= 1)?;
+    let allowed = if target.is_hpa_backed(name) {
+        hpa_scaled(&target, name, field, value)?
+    } else {
+        let replicas = replicas_after_engine(policy, namespace, deployment, ctx)?;
+        json!(
+            disruption::disruptions_allowed(field == "minAvailable", value, replicas)
+                .filter(|a| *a >= 1)?
+        )
+    };
     let selector = deployment.pointer("/spec/selector")?.as_object()?;
     let labels = deployment
         .pointer("/spec/template/metadata/labels")?
         .as_object()?;
     let pdb_name = format!("{name}-pdb");
     let taken = pdbs.iter().any(|p| {
-        created_for(p) != Some(name)
+        (created_for(p) != Some(name) || taken_over(p))
             && (p.pointer("/metadata/name") == Some(&json!(pdb_name)) || selects(p, labels))
     });
     if taken {
@@ -113,6 +190,23 @@ fn budget_for(
         },
         "spec": {"maxUnavailable": allowed, "selector": selector},
     }))
+}
+
+/// The `maxUnavailable` of the budget of a Deployment an HPA scales: the
+/// policy's own where it sets `maxUnavailable` (a percentage keeps scaling
+/// with the HPA), else its `minAvailable` moved into `maxUnavailable`
+/// ([`disruption::in_field`]) from the fewest replicas the HPA runs up.
+fn hpa_scaled(target: &Target<'_>, name: &str, field: &str, value: &IntOrString) -> Option<Value> {
+    let v = if field == "maxUnavailable" {
+        value.clone()
+    } else {
+        let fewest = super::pdb::judged_replicas(target, name).replicas;
+        disruption::in_field(field, value, "maxUnavailable", i64::from(fewest))?
+    };
+    Some(match v {
+        IntOrString::Int(n) => json!(n),
+        IntOrString::String(s) => json!(s),
+    })
 }
 
 /// `spec.replicas` of the Deployment as the engine leaves it (1 where
@@ -228,7 +322,11 @@ pub fn plan(
     const PDB: &str = "poddisruptionbudget";
     let created: Vec<&Value> = listed
         .iter()
-        .filter(|o| Kind::of(o) == Some(Kind::PodDisruptionBudget) && created_for(o).is_some())
+        .filter(|o| {
+            Kind::of(o) == Some(Kind::PodDisruptionBudget)
+                && created_for(o).is_some()
+                && !taken_over(o)
+        })
         .collect();
     let name_of = |o: &Value| {
         o["metadata"]["name"]

@@ -94,7 +94,18 @@ fn originals(t: &Target<'_>, current: (i64, i64)) -> Result<((i64, i64), String)
         ("spec.minReplicas", current.0, written.0, orig.0),
         ("spec.maxReplicas", current.1, written.1, orig.1),
     ];
-    let start = fields.map(|(_, now, wrote, orig)| if now == wrote { orig } else { now });
+    let mut start = fields.map(|(_, now, wrote, orig)| if now == wrote { orig } else { now });
+    if current.0 > written.0 && current.1 == written.1 {
+        // Only the minimum was set since (an admin raising it): the maximum
+        // moves up with it, as the Operator's rule moves it, so the HPA
+        // keeps the headroom it had above its minimum (never below the
+        // engine's maximum, never down to the new minimum).
+        start[1] = orig
+            .1
+            .saturating_add(current.0.saturating_sub(orig.0).max(0))
+            .max(written.1)
+            .min(i64::from(i32::MAX).max(written.1));
+    }
     let since: Vec<String> = fields
         .iter()
         .filter(|(_, now, wrote, _)| now != wrote)

@@ -109,13 +109,17 @@ pub(crate) fn setting(
 }
 
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
+    if super::budgets::taken_over(t.object) {
+        return super::budgets::hand_over(t);
+    }
     let [app, named] = t.pdb_deployments();
     let covers = |deployment: &str| Some(deployment) == app || Some(deployment) == named;
     if t.policy.spec.exclude.iter().any(|e| covers(e)) {
         return Ok((None, Vec::new()));
     }
     let wanted = setting(t.policy, covers);
-    let runs = judged_replicas(t, app.or(named).unwrap_or(t.name));
+    let deployment = app.or(named).unwrap_or(t.name);
+    let runs = judged_replicas(t, deployment);
     let current = budget(t.object_at(SPEC)?);
     let mut changes = Vec::new();
     if let Some((field, value)) = wanted {
@@ -125,7 +129,8 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
             i64::from(runs.replicas),
         );
         if let Some(a) = allows.filter(|a| *a > 0) {
-            return write_wanted(t, &current, (field, value), a, &runs);
+            let scales = t.is_hpa_backed(deployment);
+            return write_wanted(t, &current, (field, value), a, (&runs, scales));
         }
         changes.push(t.change(What::Warning(format!(
             "spec.{field} {} not written: {} it allows no voluntary disruption, so every node drain and cluster upgrade would block",
@@ -138,7 +143,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
 
 /// The replicas the budget is judged at: what the policy runs, or the 1
 /// Knative ships where the policy cannot raise the Deployment's HPA.
-fn judged_replicas(t: &Target<'_>, deployment: &str) -> Fewest {
+pub(crate) fn judged_replicas(t: &Target<'_>, deployment: &str) -> Fewest {
     let unraised = if !t.is_hpa_backed(deployment) {
         None
     } else if t.hpa_skipped(deployment) {
@@ -169,23 +174,29 @@ fn write_wanted(
     current: &Map<String, Value>,
     (field, value): (&str, &IntOrString),
     allows: i64,
-    runs: &Fewest,
+    (runs, scales): (&Fewest, bool),
 ) -> Result<Handled, EngineError> {
     match release_field(t, current)?.filter(|f| f != field) {
         // The release sets the other field: the policy's budget goes
         // there, at the replicas judged, so that a write that does not
         // pass the webhook (the release's own apply while it is down, a
         // GitOps sync) sets one field, never both.
+        // Where an HPA scales the Deployment, judged from the fewest
+        // replicas up, a percentage kept a percentage.
         Some(other) => {
             let n = i64::from(runs.replicas);
-            let v = if other == "minAvailable" {
-                n - allows
-            } else {
-                allows
+            let scaled = scales
+                .then(|| disruption::in_field(field, value, &other, n))
+                .flatten();
+            let v = match &scaled {
+                Some(v) => int_or_string(v),
+                None if other == "minAvailable" => json!(n - allows),
+                None => json!(allows),
             };
-            let want = Map::from_iter([(other.clone(), json!(v))]);
+            let want = Map::from_iter([(other.clone(), v)]);
+            let above = if scaled.is_some() { " and above" } else { "" };
             let note = format!(
-                "the policy's {field} {} {}, in the field the release sets",
+                "the policy's {field} {} {}{above}, in the field the release sets",
                 show(&int_or_string(value)),
                 at(runs)
             );

@@ -126,7 +126,10 @@ impl Target<'_> {
             Kind::HorizontalPodAutoscaler => self
                 .str_at(hpa::TARGET_NAME)?
                 .is_some_and(|d| self.governs(d)),
-            Kind::PodDisruptionBudget if super::budgets::created_for(self.object).is_some() => {
+            Kind::PodDisruptionBudget
+                if super::budgets::created_for(self.object).is_some()
+                    && !super::budgets::taken_over(self.object) =>
+            {
                 false
             }
             Kind::PodDisruptionBudget => self

@@ -231,3 +231,103 @@ pub fn parse_percent(s: &str) -> Option<u32> {
     let n: u32 = digits.parse().ok()?;
     (n <= 100).then_some(n)
 }
+
+/// How many replicas above the fewest a budget moved into the other field
+/// is judged at ([`in_field`]): an HPA's range, as Knative ships and the
+/// policy raises it (the activator's 1..20 becomes 3..22).
+const JUDGED_SPAN: i64 = 40;
+
+/// The value of budget field `to` (`minAvailable` or `maxUnavailable`)
+/// closest in meaning to the policy's `field: value` at every count from
+/// `fewest` to 40 above it (the counts an HPA scales through):
+/// at least one disruption at `fewest`; then the fewest disruptions beyond
+/// what the policy allows at any count, then the closest at every count,
+/// then a percentage where the policy wrote one (a count where it wrote a
+/// count). None when no value allows a disruption at `fewest`.
+pub fn in_field(field: &str, value: &IntOrString, to: &str, fewest: i64) -> Option<IntOrString> {
+    let counts = fewest.max(1)..=fewest.max(1) + JUDGED_SPAN;
+    let wanted: Vec<i64> = counts
+        .clone()
+        .map(|n| disruptions_allowed(field == "minAvailable", value, n).map(|a| a.max(1)))
+        .collect::<Option<_>>()?;
+    let percent_wanted = matches!(value, IntOrString::String(_));
+    let candidates = (0..=100)
+        .map(|p| IntOrString::String(format!("{p}%")))
+        .chain(
+            (0..=fewest.max(1) + JUDGED_SPAN)
+                .filter_map(|n| Some(IntOrString::Int(i32::try_from(n).ok()?))),
+        );
+    candidates
+        .filter_map(|c| {
+            let got: Vec<i64> = counts
+                .clone()
+                .map(|n| disruptions_allowed(to == "minAvailable", &c, n))
+                .collect::<Option<_>>()?;
+            if got.first().is_none_or(|a| *a < 1) {
+                return None;
+            }
+            let beyond: i64 = got.iter().zip(&wanted).map(|(g, w)| (g - w).max(0)).sum();
+            let off: i64 = got.iter().zip(&wanted).map(|(g, w)| (g - w).abs()).sum();
+            let kind = matches!(c, IntOrString::String(_)) != percent_wanted;
+            Some(((beyond, off, kind), c))
+        })
+        .min_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &str) -> IntOrString {
+        IntOrString::String(v.to_string())
+    }
+
+    /// The disruptions `to: v` allows at `n` replicas.
+    fn at(to: &str, v: &IntOrString, n: i64) -> i64 {
+        disruptions_allowed(to == "minAvailable", v, n).unwrap()
+    }
+
+    #[test]
+    fn a_percentage_moved_into_the_release_field_stays_a_percentage() {
+        // The activator: the policy's maxUnavailable 34% where the release
+        // ships minAvailable 80%, judged at the HPA's raised minimum 3.
+        let v = in_field("maxUnavailable", &s("34%"), "minAvailable", 3).unwrap();
+        // 64%, not the 66% a subtraction gives: both round up, and 64%
+        // comes closer at every count without ever allowing more.
+        assert_eq!(v, s("64%"));
+        for n in 3..=43 {
+            let got = at("minAvailable", &v, n);
+            let policy = at("maxUnavailable", &s("34%"), n);
+            assert!(got >= 1 && got <= policy, "{n}: {got} vs {policy}");
+        }
+        // At 23 activators 8 may go at once, as the policy says, not 21.
+        assert_eq!(at("minAvailable", &v, 23), 8);
+    }
+
+    #[test]
+    fn a_count_moved_into_the_release_field_never_allows_more_than_it_can_help() {
+        // eventing-webhook: maxUnavailable 1 where the release ships 80%.
+        let v = in_field("maxUnavailable", &IntOrString::Int(1), "minAvailable", 3).unwrap();
+        assert_eq!(at("minAvailable", &v, 3), 1);
+        assert_eq!(
+            at("minAvailable", &v, 5),
+            1,
+            "Knative's own 80% allows 1 at 5"
+        );
+        // minAvailable 2 (the old translation) let 3 of 5 go at once.
+        assert_eq!(at("minAvailable", &IntOrString::Int(2), 5), 3);
+        // The other way: minAvailable 2 where the release sets maxUnavailable.
+        let v = in_field("minAvailable", &IntOrString::Int(2), "maxUnavailable", 3).unwrap();
+        for n in 3..=43 {
+            assert!(at("maxUnavailable", &v, n) <= n - 2, "{n}");
+        }
+        assert_eq!(at("maxUnavailable", &v, 3), 1);
+    }
+
+    #[test]
+    fn one_replica_can_only_be_left_unprotected() {
+        let v = in_field("maxUnavailable", &IntOrString::Int(1), "minAvailable", 1).unwrap();
+        assert_eq!(at("minAvailable", &v, 1), 1);
+    }
+}

@@ -2,7 +2,7 @@
 //! refusal means to them.
 
 use crate::engine::Kind;
-use crate::findings::Forbidden;
+use crate::findings::{Forbidden, Refusal};
 
 /// Errors of the reconciler and of `audit`.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +49,7 @@ impl ReconcileError {
                 kind,
                 source,
                 ..
-            } if is_forbidden(source) => Some(refused(action, *kind)),
+            } if is_forbidden(source) => Some(refused(action, *kind, source)),
             _ => None,
         }
     }
@@ -60,11 +60,29 @@ pub fn is_forbidden(e: &kube::Error) -> bool {
     code(e) == Some(403)
 }
 
-/// `verb` refused on `kind`, the resource named as RBAC names it
+/// Why a 403 came: the API server answers it for RBAC, for a used-up
+/// ResourceQuota (`exceeded quota: ...`) and for a namespace being deleted
+/// (`... because it is being terminated`), all with reason `Forbidden`;
+/// the message tells them apart.
+pub fn refusal(e: &kube::Error) -> Refusal {
+    let kube::Error::Api(status) = e else {
+        return Refusal::Rbac;
+    };
+    if status.message.contains("exceeded quota") {
+        Refusal::Quota(status.message.clone())
+    } else if status.message.contains("because it is being terminated") {
+        Refusal::Terminating
+    } else {
+        Refusal::Rbac
+    }
+}
+
+/// `verb` refused on `kind` by `e`, the resource named as RBAC names it
 /// (`deployments.apps`, `configmaps`).
-pub fn refused(verb: &str, kind: Kind) -> Forbidden {
+pub fn refused(verb: &str, kind: Kind, e: &kube::Error) -> Forbidden {
     let resource = super::resource::api_resource(kind);
     Forbidden {
+        why: refusal(e),
         verb: verb.to_string(),
         resource: if resource.group.is_empty() {
             resource.plural
@@ -100,6 +118,39 @@ pub fn is_precondition_failed(e: &kube::Error) -> bool {
 mod tests {
     use super::*;
     use crate::engine::{EngineError, Fault};
+
+    fn status(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            message: message.into(),
+            reason: "Forbidden".into(),
+            ..Default::default()
+        }))
+    }
+
+    /// What the API server answers (kube-apiserver 1.36, seen on the real
+    /// one): RBAC, the quota admission plugin and the namespace lifecycle
+    /// plugin all answer 403 with reason Forbidden.
+    #[test]
+    fn a_403_is_told_apart_by_what_refused_it() {
+        let rbac = status(
+            403,
+            "poddisruptionbudgets.policy is forbidden: User \"system:serviceaccount:khw:khw\" cannot create resource \"poddisruptionbudgets\" in API group \"policy\" in the namespace \"knative-serving\"",
+        );
+        let quota = status(
+            403,
+            "poddisruptionbudgets.policy \"controller-pdb\" is forbidden: exceeded quota: pdbs, requested: count/poddisruptionbudgets.policy=1, used: count/poddisruptionbudgets.policy=2, limited: count/poddisruptionbudgets.policy=2",
+        );
+        let gone = status(
+            403,
+            "poddisruptionbudgets.policy \"controller-pdb\" is forbidden: unable to create new content in namespace knative-serving because it is being terminated",
+        );
+        assert_eq!(refusal(&rbac), Refusal::Rbac);
+        assert!(matches!(refusal(&quota), Refusal::Quota(m) if m.contains("limited")));
+        assert_eq!(refusal(&gone), Refusal::Terminating);
+        let f = refused("create", Kind::PodDisruptionBudget, &gone);
+        assert_eq!(f.resource, "poddisruptionbudgets.policy");
+    }
 
     #[test]
     fn an_engine_error_names_the_object_once() {

@@ -49,6 +49,14 @@ pub enum LeaseError {
         #[source]
         source: kube::Error,
     },
+    /// A round got no answer before the renew deadline: the last renewal
+    /// is no longer valid to act on (client-go's `RenewDeadline`).
+    #[error("lease {namespace}/{name}: no answer within the renew deadline ({deadline:?})")]
+    Deadline {
+        namespace: String,
+        name: String,
+        deadline: Duration,
+    },
 }
 
 /// The result of an election step.
@@ -127,6 +135,36 @@ impl Elector {
         self.last_renew.is_some_and(|t| {
             t.elapsed() < self.config.duration.saturating_sub(self.config.renew_every)
         })
+    }
+
+    /// How long a round may take: while leading, until the last renewal
+    /// stops being valid to act on ([`Elector::still_valid`]); else the
+    /// renew deadline (`leaseDurationSeconds` less the renew interval, as
+    /// client-go's `RenewDeadline` sits below its `LeaseDuration`). A round
+    /// whose request hangs never keeps a replica leading past it.
+    fn round_deadline(&self) -> Duration {
+        let renew_deadline = self.config.duration.saturating_sub(self.config.renew_every);
+        match self.last_renew {
+            Some(t) => renew_deadline.saturating_sub(t.elapsed()),
+            None => renew_deadline,
+        }
+    }
+
+    /// [`Elector::round`], bounded by the renew deadline: while leading,
+    /// until the last renewal stops being valid.
+    pub async fn bounded_round(&mut self) -> Result<Round> {
+        let deadline = self.round_deadline();
+        match tokio::time::timeout(deadline, self.round()).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.last_renew = None;
+                Err(LeaseError::Deadline {
+                    namespace: self.config.namespace.clone(),
+                    name: self.config.name.clone(),
+                    deadline,
+                })
+            }
+        }
     }
 
     /// One election round: create, renew or take over the Lease.
@@ -287,7 +325,7 @@ impl Elector {
     /// replica leads now (`was`: whether it led before). A failed round
     /// keeps leading while the last renewal is still valid.
     async fn lead(&mut self, was: bool) -> bool {
-        let leading = match self.round().await {
+        let leading = match self.bounded_round().await {
             Ok(Round::Leader) => true,
             Ok(Round::Follower { holder }) => {
                 if was {
@@ -305,5 +343,50 @@ impl Elector {
             tracing::info!(identity = %self.identity(), "reconcile: acquired the Lease; this replica reconciles");
         }
         leading
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An API server that accepts connections and never answers.
+    async fn silent_server() -> (String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        (url, task)
+    }
+
+    #[tokio::test]
+    async fn a_round_that_hangs_stops_leading_at_the_renew_deadline() {
+        let (url, server) = silent_server().await;
+        let config = kube::Config::new(url.parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let mut elector = Elector::new(
+            client,
+            LeaseConfig {
+                namespace: "khw".into(),
+                name: LEASE_NAME.into(),
+                identity: "me".into(),
+                duration: Duration::from_millis(1500),
+                renew_every: Duration::from_millis(500),
+            },
+        );
+        elector.last_renew = Some(Instant::now());
+        assert!(elector.still_valid());
+        // The kube client's own read timeout is minutes: without a bound the
+        // round would still hang when this test gives up.
+        let leading = tokio::time::timeout(Duration::from_secs(60), elector.lead(true))
+            .await
+            .expect("the round is bounded");
+        assert!(!leading, "no longer leading once the renewal ran out");
+        assert!(!elector.still_valid());
+        server.abort();
     }
 }

@@ -173,7 +173,8 @@ impl Run<'_> {
                 .report
                 .found
                 .get(namespace)
-                .is_some_and(|f| f.forbidden.is_some());
+                .and_then(|f| f.forbidden.as_ref())
+                .is_some_and(|f| f.why == crate::findings::Refusal::Rbac);
             self.pass.metrics.set_forbidden(namespace, refused);
         }
         self.pass.metrics.run(self.report.ok());
@@ -185,7 +186,7 @@ impl Run<'_> {
     fn refused(&mut self, namespace: &str, forbidden: Forbidden) {
         let verdict = self.report.found.entry(namespace.to_string()).or_default();
         if verdict.forbidden.is_none() {
-            tracing::warn!(namespace, verb = %forbidden.verb, resource = %forbidden.resource,
+            tracing::warn!(namespace, verb = %forbidden.verb, resource = %forbidden.resource, why = ?forbidden.why,
                 "reconcile: the API server refuses the reconciler here (403 Forbidden); the policy's Ready condition says so");
             verdict.forbidden = Some(forbidden);
         }

@@ -23,8 +23,19 @@ pub const RETRY_AFTER_ERROR: Duration = Duration::from_secs(30);
 /// What a namespace was last reconciled against: its policy, HPA targets
 /// and `config-leader-election` duration keys (the hold-back of the
 /// leader-election hash).
-pub(super) type Seen =
-    BTreeMap<String, (Arc<Policy>, BTreeSet<String>, Option<Map<String, Value>>)>;
+pub(super) type Seen = BTreeMap<String, Against>;
+
+/// What one namespace was reconciled against: its policy, HPA targets,
+/// `config-leader-election` duration keys, and the budgets the reconciler
+/// did not create (a release's budget over a created one's pods must not
+/// wait for the next full run).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Against {
+    pub policy: Arc<Policy>,
+    pub hpa_targets: BTreeSet<String>,
+    pub leader_election: Option<Map<String, Value>>,
+    pub budgets: Option<BTreeMap<String, String>>,
+}
 
 /// What each namespace of `snapshot` would be reconciled against.
 pub(super) fn seen(snapshot: &Snapshot) -> Seen {
@@ -34,25 +45,22 @@ pub(super) fn seen(snapshot: &Snapshot) -> Seen {
         .map(|(ns, p)| {
             (
                 ns.clone(),
-                (
-                    p.clone(),
-                    snapshot.hpa_targets.get(ns).cloned().unwrap_or_default(),
-                    snapshot.leader_election.get(ns).cloned(),
-                ),
+                Against {
+                    policy: p.clone(),
+                    hpa_targets: snapshot.hpa_targets.get(ns).cloned().unwrap_or_default(),
+                    leader_election: snapshot.leader_election.get(ns).cloned(),
+                    budgets: snapshot.budgets.get(ns).cloned(),
+                },
             )
         })
         .collect()
 }
 
-/// Namespaces whose policy, HPA targets or leader-election keys differ
-/// between `before` and `now` (and that still have a policy).
+/// Namespaces whose policy, HPA targets, leader-election keys or budgets
+/// differ between `before` and `now` (and that still have a policy).
 fn changed(before: &Seen, now: &Seen) -> BTreeSet<String> {
     now.iter()
-        .filter(|(ns, (p, t, le))| {
-            before
-                .get(*ns)
-                .is_none_or(|(bp, bt, ble)| **bp != **p || bt != t || ble != le)
-        })
+        .filter(|(ns, against)| before.get(*ns) != Some(*against))
         .map(|(ns, _)| ns.clone())
         .collect()
 }
@@ -167,24 +175,60 @@ mod tests {
         })
     }
 
+    fn against(
+        policy: Arc<Policy>,
+        hpa_targets: BTreeSet<String>,
+        leader_election: Option<Map<String, Value>>,
+    ) -> Against {
+        Against {
+            policy,
+            hpa_targets,
+            leader_election,
+            budgets: None,
+        }
+    }
+
     #[test]
     fn changed_namespaces() {
         let before: Seen = [
-            ("a".to_string(), (policy("a", 3), BTreeSet::new(), None)),
-            ("b".to_string(), (policy("b", 3), BTreeSet::new(), None)),
-            ("c".to_string(), (policy("c", 3), BTreeSet::new(), None)),
-            ("e".to_string(), (policy("e", 3), BTreeSet::new(), None)),
+            (
+                "a".to_string(),
+                against(policy("a", 3), BTreeSet::new(), None),
+            ),
+            (
+                "b".to_string(),
+                against(policy("b", 3), BTreeSet::new(), None),
+            ),
+            (
+                "c".to_string(),
+                against(policy("c", 3), BTreeSet::new(), None),
+            ),
+            (
+                "e".to_string(),
+                against(policy("e", 3), BTreeSet::new(), None),
+            ),
         ]
         .into();
         let mut now = before.clone();
         let retry = Map::from_iter([("retryPeriod".to_string(), Value::from("30s"))]);
-        now.insert("e".into(), (policy("e", 3), BTreeSet::new(), Some(retry)));
-        now.insert("a".into(), (policy("a", 4), BTreeSet::new(), None));
-        now.insert("b".into(), (policy("b", 3), ["x".to_string()].into(), None));
-        now.insert("d".into(), (policy("d", 3), BTreeSet::new(), None));
+        now.insert(
+            "e".into(),
+            against(policy("e", 3), BTreeSet::new(), Some(retry)),
+        );
+        now.insert("a".into(), against(policy("a", 4), BTreeSet::new(), None));
+        now.insert(
+            "b".into(),
+            against(policy("b", 3), ["x".to_string()].into(), None),
+        );
+        now.insert("d".into(), against(policy("d", 3), BTreeSet::new(), None));
         now.remove("c");
+        let mut budgets = against(policy("c", 3), BTreeSet::new(), None);
+        budgets.budgets = Some([("autoscaler".to_string(), "{}".to_string())].into());
+        now.insert("f".into(), budgets.clone());
+        let mut before = before;
+        before.insert("f".into(), against(policy("c", 3), BTreeSet::new(), None));
         let got: Vec<String> = changed(&before, &now).into_iter().collect();
-        assert_eq!(got, vec!["a", "b", "d", "e"]);
+        assert_eq!(got, vec!["a", "b", "d", "e", "f"], "f: a release's budget");
         assert!(changed(&now, &now).is_empty());
     }
 
@@ -199,11 +243,15 @@ mod tests {
 
     #[test]
     fn a_change_is_run_once_more_after_it_settles() {
-        let a: Seen = [("a".to_string(), (policy("a", 3), BTreeSet::new(), None))].into();
+        let a: Seen = [(
+            "a".to_string(),
+            against(policy("a", 3), BTreeSet::new(), None),
+        )]
+        .into();
         let mut b = a.clone();
         b.insert(
             "a".into(),
-            (policy("a", 3), ["activator".to_string()].into(), None),
+            against(policy("a", 3), ["activator".to_string()].into(), None),
         );
         let mut s = Schedule::new(Duration::from_secs(3600));
         s.done(a.clone(), &full(&a), true);
@@ -230,9 +278,13 @@ mod tests {
 
     #[test]
     fn full_first_then_changed_then_full_after_restart_or_interval() {
-        let a: Seen = [("a".to_string(), (policy("a", 3), BTreeSet::new(), None))].into();
+        let a: Seen = [(
+            "a".to_string(),
+            against(policy("a", 3), BTreeSet::new(), None),
+        )]
+        .into();
         let mut ab = a.clone();
-        ab.insert("b".into(), (policy("b", 3), BTreeSet::new(), None));
+        ab.insert("b".into(), against(policy("b", 3), BTreeSet::new(), None));
         let names = |d: &Due| d.namespaces.iter().cloned().collect::<Vec<_>>();
 
         let mut s = Schedule::new(Duration::from_secs(3600));

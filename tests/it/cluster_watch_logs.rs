@@ -48,7 +48,13 @@ const BACKOFF_WAIT: Duration = Duration::from_secs(60);
 
 /// The watched sources (HPAs and config-leader-election: one watch each in
 /// the policy's namespace).
-const SOURCES: [&str; 4] = ["policies", "configmaps", "hpas", "config-leader-election"];
+const SOURCES: [&str; 5] = [
+    "policies",
+    "configmaps",
+    "hpas",
+    "config-leader-election",
+    "poddisruptionbudgets",
+];
 
 /// The log subscriber is this test's alone: the default of the test's
 /// thread and of every thread of its runtime (the runtime

@@ -152,3 +152,113 @@ fn the_webhook_leaves_a_created_budget_alone() {
     assert_eq!(pdb["spec"]["maxUnavailable"], 2);
     assert_eq!((&out, changes), (pdb, Vec::new()));
 }
+
+/// `kubectl apply` (client- or server-side) of a release that ships
+/// `controller-pdb {minAvailable: 80%}` over the created `controller-pdb`:
+/// the API server merges the release's field beside the created one's and
+/// refuses the PDB ("minAvailable and maxUnavailable cannot be both set")
+/// unless the webhook hands the budget over: the created marks and the
+/// created `maxUnavailable` go, the release's budget stays.
+#[test]
+fn a_release_budget_of_the_same_name_takes_a_created_one_over() {
+    let spec = "  replicas: 3\n  podDisruptionBudget: {maxUnavailable: 1}\n";
+    let p = policy(spec);
+    let created = budgets::wanted(&p, NS, &objects(), &corpus::hpa_context());
+    let pdb = created
+        .iter()
+        .find(|o| o["metadata"]["name"] == "controller-pdb")
+        .unwrap();
+    let mut server_side = pdb.clone();
+    server_side["spec"]["minAvailable"] = json!("80%");
+    let mut client_side = server_side.clone();
+    client_side["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] =
+        json!("{\"spec\":{\"minAvailable\":\"80%\"}}");
+    for applied in [server_side, client_side] {
+        assert!(budgets::taken_over(&applied));
+        let (out, changes) = support::mutate_checked(
+            &p,
+            NS,
+            knative_ha_webhook::engine::Operation::Update,
+            &applied,
+        );
+        assert_eq!(out["spec"]["minAvailable"], "80%", "{changes:?}");
+        assert!(out["spec"].get("maxUnavailable").is_none(), "{out}");
+        assert!(budgets::created_for(&out).is_none(), "{out}");
+        assert!(
+            out["metadata"]
+                .get("labels")
+                .is_none_or(|l| l.get(budgets::MANAGED_BY.0).is_none()),
+            "{out}"
+        );
+        assert!(changes[0].contains("handed over"), "{changes:?}");
+        // Now the release's own: the reconciler neither counts it as its
+        // own nor creates another beside it.
+        let mut objs = objects();
+        objs.push(out);
+        assert!(!names(&wanted(spec, &objs)).contains(&"controller-pdb"));
+        let plan = budgets::plan(Some(&p), NS, &objs, &corpus::hpa_context());
+        assert!(plan.iter().all(|c| c.name != "controller-pdb"), "{plan:?}");
+    }
+    // The reconciler's own write of the created budget is not a take-over.
+    assert!(!budgets::taken_over(pdb));
+}
+
+/// A Deployment an HPA scales, that no PDB selects (Eventing's broker
+/// ingress and filter): a created `maxUnavailable` budget, which never
+/// blocks a drain whatever the HPA scales to; a percentage stays one.
+#[test]
+fn hpa_scaled_deployments_without_a_budget_get_one_that_keeps_scaling() {
+    let mut objs = objects();
+    let mut app = objs
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "controller")
+        .unwrap()
+        .clone();
+    app["metadata"]["name"] = json!("ingress");
+    app["spec"]["selector"] = json!({"matchLabels": {"app": "ingress"}});
+    app["spec"]["template"]["metadata"]["labels"] = json!({"app": "ingress"});
+    objs.push(app);
+    let mut ctx = corpus::hpa_context();
+    ctx.hpa_targets.insert("ingress".into());
+    let created = |spec: &str| -> Option<Value> {
+        budgets::wanted(&policy(spec), NS, &objs, &ctx)
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == "ingress-pdb")
+            .map(|p| p["spec"]["maxUnavailable"].clone())
+    };
+    let workloads = "  workloads: [{name: ingress}]\n";
+    assert_eq!(
+        created(&format!(
+            "  replicas: 3\n  podDisruptionBudget: {{maxUnavailable: \"34%\"}}\n{workloads}"
+        )),
+        Some(json!("34%"))
+    );
+    assert_eq!(
+        created(&format!(
+            "  replicas: 3\n  podDisruptionBudget: {{maxUnavailable: 1}}\n{workloads}"
+        )),
+        Some(json!(1))
+    );
+    // minAvailable 2 from 3 up, as a maxUnavailable: never more than the
+    // policy allows at any count, one at the fewest.
+    let moved = created(&format!(
+        "  replicas: 3\n  podDisruptionBudget: {{minAvailable: 2}}\n{workloads}"
+    ))
+    .expect("created");
+    assert!(moved.is_string() || moved == json!(1), "{moved}");
+}
+
+/// `governOperatorOwned: false` leaves the Operator's Deployments alone,
+/// budgets included, as it leaves their HPAs and PDBs.
+#[test]
+fn no_budget_for_a_deployment_the_policy_leaves_to_the_knative_operator() {
+    let spec = "  replicas: 3\n  podDisruptionBudget: {maxUnavailable: 1}\n";
+    let mut objs = objects();
+    for o in objs.iter_mut().filter(|o| o["kind"] == "Deployment") {
+        o["metadata"]["ownerReferences"] = json!([{"apiVersion": "operator.knative.dev/v1beta1",
+            "kind": "KnativeServing", "name": "knative-serving", "uid": "u"}]);
+    }
+    assert!(!wanted(spec, &objs).is_empty(), "governed by default");
+    let left = format!("{spec}  governOperatorOwned: false\n");
+    assert_eq!(wanted(&left, &objs), Vec::new());
+}

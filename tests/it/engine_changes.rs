@@ -110,7 +110,7 @@ fn restore_gives_the_release_values_back_as_fields() {
         .clone();
     assert_eq!(
         written,
-        What::field("spec.minAvailable", "\"80%\"", "2"),
+        What::field("spec.minAvailable", "\"80%\"", "\"66%\""),
         "the policy's budget in the field the release sets"
     );
     let restored = engine::restore::restore(GOVERNED, &changed)
@@ -121,5 +121,8 @@ fn restore_gives_the_release_values_back_as_fields() {
         panic!("one change: {restored:?}")
     };
     assert_eq!(c.cause, Cause::Restored);
-    assert_eq!(c.what, What::field("spec.minAvailable", "2", "\"80%\""));
+    assert_eq!(
+        c.what,
+        What::field("spec.minAvailable", "\"66%\"", "\"80%\"")
+    );
 }

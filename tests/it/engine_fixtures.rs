@@ -136,6 +136,7 @@ fn example_cases() -> Vec<Case> {
                     "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm":
                         {"labelSelector": {"matchLabels": {"app": "net-kourier-controller"},
                           "matchExpressions": [{"key": "knativeha.dev/anti-affinity", "operator": "DoesNotExist"}]},
+                         "matchLabelKeys": ["pod-template-hash"],
                          "topologyKey": "kubernetes.io/hostname"}}]
                 }}}
             ]),
@@ -179,32 +180,28 @@ fn example_cases() -> Vec<Case> {
             ],
         },
         Case {
-            name: "activator-pdb: maxUnavailable 1 of 5 as minAvailable 4, the release's field",
+            // From 5 activators up (the HPA scales them), the release's 80%
+            // allows the fewest disruptions beyond the policy's 1 of any
+            // value of its field (minAvailable 4 let 19 of 23 go at once).
+            name: "activator-pdb: the release's 80% kept, closest to maxUnavailable 1 from 5 up",
             kind: "PodDisruptionBudget",
             namespace: "knative-serving",
             object: "activator-pdb",
-            patch: json!([
-                {"op": "replace", "path": "/spec/minAvailable", "value": 4},
-                // What the engine replaced and wrote, recorded.
-                {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}"}},
-                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"minAvailable\":4}"}
-            ]),
-            changes: &[
-                "poddisruptionbudget/activator-pdb: spec.minAvailable \"80%\" -> 4 (the policy's maxUnavailable 1 with 5 replicas (spec.workloads[0].replicas), in the field the release sets) (policy serving)",
-            ],
+            patch: json!([]),
+            changes: &[],
         },
         Case {
-            name: "webhook-pdb: maxUnavailable 1 of 3 as minAvailable 2, the release's field",
+            name: "webhook-pdb: maxUnavailable 1 from 3 up as minAvailable 66%, the release's field",
             kind: "PodDisruptionBudget",
             namespace: "knative-serving",
             object: "webhook-pdb",
             patch: json!([
-                {"op": "replace", "path": "/spec/minAvailable", "value": 2},
+                {"op": "replace", "path": "/spec/minAvailable", "value": "66%"},
                 {"op": "add", "path": "/metadata/annotations", "value": {"knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}"}},
-                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"minAvailable\":2}"}
+                {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget", "value": "{\"minAvailable\":\"66%\"}"}
             ]),
             changes: &[
-                "poddisruptionbudget/webhook-pdb: spec.minAvailable \"80%\" -> 2 (the policy's maxUnavailable 1 with 3 replicas (spec.replicas), in the field the release sets) (policy serving)",
+                "poddisruptionbudget/webhook-pdb: spec.minAvailable \"80%\" -> \"66%\" (the policy's maxUnavailable 1 with 3 replicas (spec.replicas) and above, in the field the release sets) (policy serving)",
             ],
         },
         Case {
@@ -749,6 +746,7 @@ fn required_anti_affinity_is_added_next_to_knatives_preferred_terms() {
         aa["requiredDuringSchedulingIgnoredDuringExecution"] = json!([
             {"labelSelector": {"matchLabels": labels,
               "matchExpressions": [{"key": "knativeha.dev/anti-affinity", "operator": "DoesNotExist"}]},
+             "matchLabelKeys": ["pod-template-hash"],
              "topologyKey": "kubernetes.io/hostname"}
         ]);
         let aa_op = json!({"op": "replace", "path": "/spec/template/spec/affinity/podAntiAffinity", "value": aa});

@@ -133,7 +133,7 @@ fn a_budget_is_judged_at_one_replica_where_the_hpa_opts_out() {
         2,
         "governed HPA: 3 run, one may go"
     );
-    assert_eq!(budget_of(&max1, &hpa).0["minAvailable"], 2);
+    assert_eq!(budget_of(&max1, &hpa).0["minAvailable"], "66%");
     hpa["metadata"]["labels"] = json!({"knativeha.dev/skip": "true"});
     // minAvailable 2 with the 1 pod that runs would block every drain: not written.
     let (spec, changes) = budget_of(&min2, &hpa);

@@ -259,8 +259,11 @@ fn a_workloads_own_budget_is_written_in_the_releases_field() {
         &p,
         &support::fixture("PodDisruptionBudget", NS, "activator-pdb"),
     );
-    // maxUnavailable 2 of 5, in the field the release sets.
-    assert_eq!(a["spec"]["minAvailable"], 3);
+    // maxUnavailable 2 from 5 activators up, in the field the release
+    // sets: no percentage keeps 2 at every count the HPA reaches, and the
+    // release's 80% allows the fewest beyond it (minAvailable 3 let 20 of
+    // 23 go at once).
+    assert_eq!(a["spec"]["minAvailable"], "80%");
     assert!(a["spec"].get("maxUnavailable").is_none());
     let (w, _) = run(
         &p,

@@ -272,13 +272,23 @@ fn hpa_values_someone_else_set_since_the_engine_wrote_are_the_new_start() {
     let mut admin = at2.clone();
     admin["spec"]["minReplicas"] = json!(3);
     let (out, changes) = run(&two, &admin);
-    assert_eq!(min_max(&out), (3, 20), "{changes:?}");
+    // Raising the minimum never takes the headroom back: the maximum moves
+    // up with it (the release's 20 by the 2 raised), never below the
+    // engine's 21.
+    assert_eq!(min_max(&out), (3, 22), "{changes:?}");
     // What the engine then recorded holds: mutating again changes nothing,
     // and a policy without replicas keeps the admin's 3.
     assert_eq!(run(&two, &out).1, Vec::<String>::new());
-    assert_eq!(min_max(&run(&none, &out).0), (3, 20));
+    assert_eq!(min_max(&run(&none, &out).0), (3, 22));
     let (out, _) = run(&policy("  replicas: 5\n"), &out);
-    assert_eq!(min_max(&out), (5, 22));
+    assert_eq!(min_max(&out), (5, 24));
+    // broker-ingress: the engine's 3/12 from the release's 1/10, an admin's
+    // minimum 5 keeps 7 of headroom (the defect: 5/10).
+    let (engine, _) = run(&policy("  replicas: 3\n"), &hpa(1, 10));
+    assert_eq!(min_max(&engine), (3, 12));
+    let mut admin = engine.clone();
+    admin["spec"]["minReplicas"] = json!(5);
+    assert_eq!(min_max(&run(&policy("  replicas: 3\n"), &admin).0), (5, 14));
 }
 
 /// HPAs an earlier release of the engine changed carry the originals only:
@@ -306,7 +316,7 @@ fn objects_labelled_skip_are_never_changed() {
     let objects = [
         support::fixture("Deployment", NS, "controller"),
         support::fixture("HorizontalPodAutoscaler", NS, "activator"),
-        support::fixture("PodDisruptionBudget", NS, "activator-pdb"),
+        support::fixture("PodDisruptionBudget", NS, "webhook-pdb"),
         support::fixture("ConfigMap", NS, "config-leader-election"),
     ];
     for object in objects {

@@ -143,8 +143,9 @@ fn a_later_policy_without_the_setting_puts_the_release_value_back() {
 
     let pdb = object("poddisruptionbudget/activator-pdb");
     let first = mutated(&required_zone(), &pdb);
-    // maxUnavailable 1 of 3, in the field the release sets.
-    assert_eq!(first["spec"]["minAvailable"], 2);
+    // maxUnavailable 1 from 3 activators up, in the field the release
+    // sets: a percentage, as the HPA scales.
+    assert_eq!(first["spec"]["minAvailable"], "66%");
     assert!(first["spec"].get("maxUnavailable").is_none());
     let second = mutated(&none, &first);
     assert_eq!(
@@ -198,7 +199,7 @@ fn a_malformed_record_is_an_error_naming_the_annotation() {
 #[test]
 fn the_records_are_the_release_values_json_text() {
     // tests/it/engine_fixtures.rs sets the records aside; here they are exact.
-    let pdb = object("poddisruptionbudget/activator-pdb");
+    let pdb = object("poddisruptionbudget/webhook-pdb");
     let input = Input {
         operation: Operation::Create,
         namespace: GOVERNED,
@@ -210,11 +211,11 @@ fn the_records_are_the_release_values_json_text() {
         serde_json::to_value(&m.patch).unwrap(),
         // One record of the budget it replaced, one of what it wrote (engine::pdb).
         serde_json::json!([
-            {"op": "replace", "path": "/spec/minAvailable", "value": 4},
+            {"op": "replace", "path": "/spec/minAvailable", "value": "66%"},
             {"op": "add", "path": "/metadata/annotations",
              "value": {"knativeha.dev/original-budget": "{\"minAvailable\":\"80%\"}"}},
             {"op": "add", "path": "/metadata/annotations/knativeha.dev~1written-budget",
-             "value": "{\"minAvailable\":4}"},
+             "value": "{\"minAvailable\":\"66%\"}"},
         ])
     );
     let autoscaler = mutated(&required_zone(), &object("deployment/autoscaler"));

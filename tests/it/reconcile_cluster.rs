@@ -35,7 +35,7 @@ async fn policy_appears_each_drifting_object_is_written_once() {
         ("Deployment", "autoscaler"),
         ("HorizontalPodAutoscaler", "activator"),
         ("HorizontalPodAutoscaler", "webhook"),
-        ("PodDisruptionBudget", "activator-pdb"),
+        ("PodDisruptionBudget", "webhook-pdb"),
         ("ConfigMap", "config-leader-election"),
     ] {
         assert!(

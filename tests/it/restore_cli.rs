@@ -109,7 +109,7 @@ async fn restore_puts_the_release_back_and_the_release_applies() {
     );
     assert!(
         out.stdout.contains(
-            "knative-serving  PodDisruptionBudget  poddisruptionbudget/activator-pdb: spec.minAvailable 2 -> \"80%\" (restored)"
+            "knative-serving  PodDisruptionBudget  poddisruptionbudget/activator-pdb: spec.minAvailable \"66%\" -> \"80%\" (restored)"
         ),
         "{}",
         out.stdout
@@ -224,7 +224,7 @@ fn offline_restore_of_previewed_manifests_gives_back_the_release() {
     let changes = support::stderr(&out);
     assert!(
         changes.contains(
-            "poddisruptionbudget/activator-pdb: spec.minAvailable 4 -> \"80%\" (restored)"
+            "poddisruptionbudget/webhook-pdb: spec.minAvailable \"66%\" -> \"80%\" (restored)"
         ),
         "{changes}"
     );

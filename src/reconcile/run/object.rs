@@ -69,7 +69,7 @@ impl Run<'_> {
                 tracing::warn!(kind = kind.as_str(), namespace, name, error = %crate::errors::Chain(&e),
                     "reconcile: write failed; the next run plans it again");
                 if error::is_forbidden(&e) {
-                    self.refused(namespace, error::refused(change.action.verb(), kind));
+                    self.refused(namespace, error::refused(change.action.verb(), kind, &e));
                 }
                 Reconciled::failed(&e)
             }
@@ -241,7 +241,7 @@ impl Run<'_> {
                 self.pass.metrics.write(t.kind, "error");
                 tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&e), "reconcile: write failed");
                 if error::is_forbidden(&e) {
-                    self.refused(namespace, error::refused("patch", t.kind));
+                    self.refused(namespace, error::refused("patch", t.kind, &e));
                 }
                 Attempt::Done(Reconciled::failed(&e))
             }

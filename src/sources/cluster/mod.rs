@@ -32,6 +32,7 @@ use crate::policy::{Policy, PolicyError};
 use crate::scope::AllowedNamespaces;
 use crate::store::PolicyStore;
 
+mod budget_watches;
 pub mod configmaps;
 mod hpa_watches;
 pub mod hpas;
@@ -96,6 +97,8 @@ pub(crate) enum Source {
     Policies,
     ConfigMaps,
     Hpas,
+    /// PodDisruptionBudgets, per namespace with a policy in force.
+    Budgets,
     /// `config-leader-election` of the namespaces with a policy in force.
     LeaderElection,
 }
@@ -107,6 +110,7 @@ impl Source {
             Source::Policies => "policies",
             Source::ConfigMaps => "configmaps",
             Source::Hpas => "hpas",
+            Source::Budgets => "poddisruptionbudgets",
             Source::LeaderElection => "config-leader-election",
         }
     }
@@ -171,6 +175,9 @@ pub enum Invalid {
 pub(crate) enum Item {
     Policy(Box<Observed>),
     Hpa(hpas::HpaTarget),
+    /// A PDB's selector and budget fields; None for one the reconciler
+    /// created ([`budget_watches`]).
+    Budget(Option<String>),
     /// The duration keys of `config-leader-election`.
     LeaderElection(serde_json::Map<String, serde_json::Value>),
 }
@@ -208,6 +215,12 @@ pub(crate) enum Msg {
         update: leader_election::LeaderElectionUpdate,
     },
     /// A status write for this HighAvailabilityPolicy uid failed: retry.
+    /// A PDB watcher's news ([`budget_watches`]).
+    Budgets {
+        namespace: String,
+        id: u64,
+        update: budget_watches::BudgetUpdate,
+    },
     WriteFailed(String),
 }
 
@@ -240,6 +253,10 @@ pub async fn run(
     };
     let spawners = state::Spawners {
         hpas: Box::new(hpa_watches::KubeSpawner {
+            client: client.clone(),
+            sink: sink.clone(),
+        }),
+        budgets: Box::new(budget_watches::KubeSpawner {
             client: client.clone(),
             sink: sink.clone(),
         }),

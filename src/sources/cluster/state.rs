@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 
+use super::budget_watches::{self, BudgetWatches};
 use super::hpa_watches::{self, HpaWatches};
 use super::leader_election::{self, LeaderElectionWatches};
 use super::merge::{self, Merged, Origin, PolicyObject, Verdict};
@@ -33,6 +34,9 @@ struct State {
     hpas: HpaWatches,
     /// `config-leader-election` watches of the same namespaces.
     leader_election: LeaderElectionWatches,
+    /// PodDisruptionBudget watches of the same namespaces (not waited for:
+    /// readiness never hangs on them).
+    budgets: BudgetWatches,
     /// `--governed-namespaces`.
     governed: AllowedNamespaces,
     /// Once synced, the source stays synced (a namespace whose HPA watch
@@ -54,6 +58,7 @@ struct State {
 pub(crate) struct Spawners {
     pub hpas: Box<dyn Spawn>,
     pub leader_election: Box<dyn Spawn>,
+    pub budgets: Box<dyn Spawn>,
 }
 
 impl State {
@@ -70,6 +75,7 @@ impl State {
                 leader_election::WHAT,
                 spawners.leader_election,
             ),
+            budgets: BudgetWatches::new(budget_watches::WHAT, spawners.budgets),
             governed,
             was_synced: false,
             published_once: false,
@@ -92,7 +98,7 @@ impl State {
     fn policy_item(prev: Option<&Tracked>, item: Item) -> Option<Tracked> {
         match item {
             Item::Policy(obs) => Some(fold(prev, *obs)),
-            Item::Hpa(_) | Item::LeaderElection(_) => None,
+            Item::Hpa(_) | Item::LeaderElection(_) | Item::Budget(_) => None,
         }
     }
 
@@ -108,7 +114,7 @@ impl State {
                 self.configmaps.apply(change, Self::policy_item);
                 true
             }
-            Msg::Watch(Source::Hpas | Source::LeaderElection, _) => false,
+            Msg::Watch(Source::Hpas | Source::LeaderElection | Source::Budgets, _) => false,
             Msg::Hpa {
                 namespace,
                 id,
@@ -122,6 +128,11 @@ impl State {
                 self.was_synced,
                 self.leader_election.apply(&namespace, id, update),
             ),
+            Msg::Budgets {
+                namespace,
+                id,
+                update,
+            } => self.budgets.apply(&namespace, id, update).0,
             Msg::WriteFailed(uid) => {
                 self.sent.status.remove(&uid);
                 self.sent.annotation.remove(&uid);
@@ -147,6 +158,7 @@ impl State {
         if self.policies.synced && self.configmaps.synced {
             self.hpas.set(merged.policies.keys());
             self.leader_election.set(merged.policies.keys());
+            self.budgets.set(merged.policies.keys());
         }
         let synced = self.synced();
         self.was_synced = synced;
@@ -166,12 +178,14 @@ impl State {
             && current.policies == merged.policies
             && &current.hpa_targets == self.hpas.values()
             && &current.leader_election == self.leader_election.values()
+            && &current.budgets == self.budgets.values()
             && current.unclaimed == unclaimed;
         if !same {
             store.publish(Snapshot {
                 policies: merged.policies.clone(),
                 hpa_targets: self.hpas.values().clone(),
                 leader_election: self.leader_election.values().clone(),
+                budgets: self.budgets.values().clone(),
                 synced,
                 unclaimed,
             });

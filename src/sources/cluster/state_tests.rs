@@ -28,6 +28,7 @@ fn state_with_policy(store: &PolicyStore, metrics: &ClusterMetrics) -> State {
     let spawners = Spawners {
         hpas: Box::new(NoSpawn),
         leader_election: Box::new(NoSpawn),
+        budgets: Box::new(NoSpawn),
     };
     let mut state = State::new(
         spawners,
@@ -107,4 +108,44 @@ fn config_leader_election_reaches_the_snapshot_and_the_hash() {
     ));
     state.publish(&store, &metrics);
     assert!(store.load().leader_election.is_empty());
+}
+
+/// A release's budget in a governed namespace reaches the snapshot (so the
+/// reconciler's schedule runs the namespace within a poll, not at the next
+/// full run), and the disruption controller's status writes never do.
+#[test]
+fn a_release_budget_reaches_the_snapshot() {
+    use crate::sources::cluster::budget_watches::WatchBudgets;
+    let (store, metrics) = (PolicyStore::default(), ClusterMetrics::default());
+    let mut state = state_with_policy(&store, &metrics);
+    let mut seen = WatchBudgets::default();
+    seen.apply(WatchEvent::Init);
+    let first = seen.apply(WatchEvent::InitDone).expect("first list");
+    assert!(!state.apply(Msg::Budgets {
+        namespace: NS.into(),
+        id: 1,
+        update: first,
+    }));
+    let budget = |status: i64| {
+        Item::Budget(Some(format!(
+            "[{{\"matchLabels\":{{\"app\":\"autoscaler\"}}}},null,1,{status}]"
+        )))
+    };
+    let update = seen
+        .apply(WatchEvent::Apply("autoscaler".into(), budget(0)))
+        .expect("a new budget is news");
+    assert!(state.apply(Msg::Budgets {
+        namespace: NS.into(),
+        id: 1,
+        update,
+    }));
+    state.publish(&store, &metrics);
+    assert_eq!(store.load().budgets[NS].len(), 1);
+    // A stopped watcher's leftovers change nothing.
+    let stale = seen.apply(WatchEvent::Delete("autoscaler".into())).unwrap();
+    assert!(!state.apply(Msg::Budgets {
+        namespace: NS.into(),
+        id: 99,
+        update: stale,
+    }));
 }

@@ -11,11 +11,18 @@
 
 use super::merge::Verdict;
 use super::status::{ObservedStatus, READY, ReadyStatus};
-use crate::findings::{Coverage, Findings, Forbidden, Found};
+use crate::findings::{Coverage, Findings, Forbidden, Found, Refusal};
 
 /// The `Ready` reason of a policy whose namespace the API server refuses
 /// the reconciler.
 pub const RECONCILER_FORBIDDEN: &str = "ReconcilerForbidden";
+
+/// The `Ready` reason of a policy where a ResourceQuota of its namespace
+/// refused the reconciler a write (a budget it creates, most often).
+pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
+
+/// The `Ready` reason of a policy whose namespace is being deleted.
+pub const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
 
 /// The `Ready` reason of a policy that changes nothing it targets: every
 /// target in its namespace is left alone (opted out, excluded, or owned by
@@ -44,7 +51,11 @@ pub fn with_findings(
             ..
         }) => ReadyStatus {
             status: "False",
-            reason: RECONCILER_FORBIDDEN,
+            reason: match forbidden.why {
+                Refusal::Rbac => RECONCILER_FORBIDDEN,
+                Refusal::Quota(_) => QUOTA_EXCEEDED,
+                Refusal::Terminating => NAMESPACE_TERMINATING,
+            },
             message: message(namespace, forbidden),
             ..desired
         },
@@ -64,9 +75,14 @@ pub fn with_findings(
         },
         None => {
             let kept = observed.ready.as_ref().and_then(|ready| {
-                let reason = [RECONCILER_FORBIDDEN, NOTHING_GOVERNED]
-                    .into_iter()
-                    .find(|r| *r == ready.reason)?;
+                let reason = [
+                    RECONCILER_FORBIDDEN,
+                    QUOTA_EXCEEDED,
+                    NAMESPACE_TERMINATING,
+                    NOTHING_GOVERNED,
+                ]
+                .into_iter()
+                .find(|r| *r == ready.reason)?;
                 (ready.type_ == READY && ready.observed_generation == desired.observed_generation)
                     .then(|| (reason, ready.message.clone()))
             });
@@ -102,6 +118,20 @@ fn nothing_governed(namespace: &str, coverage: &Coverage) -> String {
 
 /// What was refused, what it means and what fixes it.
 fn message(namespace: &str, forbidden: &Forbidden) -> String {
+    let (verb, resource) = (&forbidden.verb, &forbidden.resource);
+    match &forbidden.why {
+        Refusal::Rbac => {}
+        Refusal::Quota(said) => {
+            return format!(
+                "a ResourceQuota in namespace {namespace} refused the reconciler's {verb} of                  {resource} ({said}): that object is not brought in line, the others are. Raise                  the quota (or free some of it); the next pass writes it"
+            );
+        }
+        Refusal::Terminating => {
+            return format!(
+                "namespace {namespace} is being deleted: the API server refuses every new object                  there (the reconciler's {verb} of {resource}); nothing more is written until it                  is gone and re-created"
+            );
+        }
+    }
     format!(
         "the reconciler may not {verb} {resource} in namespace {namespace} (403 Forbidden): \
          the policy still applies to objects written from now on, but the objects already there \
@@ -159,6 +189,32 @@ mod tests {
             .into_iter()
             .collect();
         with_findings(d, verdict, &found, seen)
+    }
+
+    /// A ResourceQuota used up and a namespace being deleted are 403s too,
+    /// but no RBAC fix helps them: each has its own reason and advice.
+    #[test]
+    fn quota_and_a_terminating_namespace_are_not_read_as_missing_rights() {
+        let refused = |why: Refusal| Found {
+            forbidden: Some(Forbidden {
+                verb: "create".into(),
+                resource: "poddisruptionbudgets.policy".into(),
+                why,
+            }),
+            coverage: None,
+        };
+        let seen = ObservedStatus::default();
+        let quota = Refusal::Quota(
+            "exceeded quota: pdbs, requested: count/poddisruptionbudgets.policy=1, used: count/poddisruptionbudgets.policy=2, limited: count/poddisruptionbudgets.policy=2".into(),
+        );
+        let r = ready(&valid(), Some(refused(quota)), &seen);
+        assert_eq!((r.status, r.reason), ("False", QUOTA_EXCEEDED));
+        assert!(r.message.contains("exceeded quota: pdbs"), "{}", r.message);
+        assert!(r.message.contains("the others are"), "{}", r.message);
+        assert!(!r.message.contains("helm upgrade"), "{}", r.message);
+        let r = ready(&valid(), Some(refused(Refusal::Terminating)), &seen);
+        assert_eq!((r.status, r.reason), ("False", NAMESPACE_TERMINATING));
+        assert!(!r.message.contains("helm upgrade"), "{}", r.message);
     }
 
     #[test]

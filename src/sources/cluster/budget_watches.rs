@@ -1,0 +1,196 @@
+//! PodDisruptionBudgets, watched in each namespace with a policy in force
+//! ([`super::namespace_watches`]), so that the reconciler acts on a budget
+//! change within seconds instead of at its next full run: a release that
+//! ships a PDB over the pods of a budget the reconciler created (two
+//! budgets over one pod make the Eviction API refuse every eviction of it
+//! with a 500, and `kubectl drain` retries only 429s), or that takes over
+//! a created budget's name.
+//!
+//! Each watcher keeps, per PDB that the reconciler did not create (or that
+//! a release took over, [`crate::engine::budgets::taken_over`]), its
+//! selector and budget fields, and tells the state only when they change
+//! or its first list completes: the disruption controller's status writes
+//! (every budget, at every pod change) never wake the state task.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Api;
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use super::namespace_watches::{NamespaceWatches, Sink, Spawn, Update};
+use super::{Item, Msg, Source, WatchEvent};
+
+/// Per namespace: PDB name -> what a change of counts (its selector and
+/// budget fields), for the PDBs the reconciler did not create.
+pub(crate) type BudgetWatches = NamespaceWatches<BTreeMap<String, String>>;
+
+/// What a watcher tells the state.
+pub(crate) type BudgetUpdate = Update<BTreeMap<String, String>>;
+
+/// What these watches are logged as.
+pub(crate) const WHAT: &str = "PodDisruptionBudgets";
+
+/// A PDB's key (its name) and what counts of it: None for a budget the
+/// reconciler created (its own writes are no news).
+pub(crate) fn into_parts(pdb: PodDisruptionBudget) -> (String, Option<String>) {
+    let object = serde_json::to_value(&pdb).unwrap_or(Value::Null);
+    let name = pdb.metadata.name.unwrap_or_default();
+    let created = crate::engine::budgets::created_for(&object).is_some()
+        && !crate::engine::budgets::taken_over(&object);
+    let spec = &object["spec"];
+    let counts = json!([
+        spec["selector"],
+        spec["minAvailable"],
+        spec["maxUnavailable"]
+    ]);
+    (name, (!created).then(|| counts.to_string()))
+}
+
+/// Starts real watchers through the API server.
+pub(crate) struct KubeSpawner {
+    pub client: kube::Client,
+    pub sink: Sink,
+}
+
+impl Spawn for KubeSpawner {
+    fn spawn(&self, namespace: &str, id: u64) -> Option<JoinHandle<()>> {
+        let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), namespace);
+        let ns = namespace.to_string();
+        let mut seen = WatchBudgets::default();
+        Some(self.sink.spawn(
+            Source::Budgets,
+            namespace,
+            api,
+            watcher::Config::default(),
+            |pdb: PodDisruptionBudget| {
+                let (key, counts) = into_parts(pdb);
+                (key, Item::Budget(counts))
+            },
+            move |change| {
+                let update = seen.apply(change)?;
+                Some(Msg::Budgets {
+                    namespace: ns.clone(),
+                    id,
+                    update,
+                })
+            },
+        ))
+    }
+}
+
+/// One watcher's view of its namespace's budgets, kept in its task.
+#[derive(Debug, Default)]
+pub(crate) struct WatchBudgets {
+    budgets: BTreeMap<String, String>,
+    /// A relist in progress: what it listed so far.
+    pending: Option<BTreeMap<String, String>>,
+    synced: bool,
+}
+
+impl WatchBudgets {
+    /// Folds one watcher change in; the update for the state, or None when
+    /// no budget's selector or fields changed and no first list completed.
+    pub(crate) fn apply(&mut self, change: WatchEvent) -> Option<BudgetUpdate> {
+        let counts = |item: Item| match item {
+            Item::Budget(c) => c,
+            Item::Policy(_) | Item::Hpa(_) | Item::LeaderElection(_) => None,
+        };
+        let mut first_list = false;
+        let next = match change {
+            WatchEvent::Init => {
+                self.pending = Some(BTreeMap::new());
+                None
+            }
+            WatchEvent::InitApply(name, item) => {
+                if let Some(c) = counts(item) {
+                    self.pending
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(name, c);
+                }
+                None
+            }
+            WatchEvent::InitDone | WatchEvent::Missing => {
+                first_list = !self.synced;
+                self.synced = true;
+                Some(self.pending.take().unwrap_or_default())
+            }
+            WatchEvent::Apply(name, item) => {
+                let mut next = self.budgets.clone();
+                match counts(item) {
+                    Some(c) => next.insert(name, c),
+                    None => next.remove(&name),
+                };
+                Some(next)
+            }
+            WatchEvent::Delete(name) => {
+                let mut next = self.budgets.clone();
+                next.remove(&name);
+                Some(next)
+            }
+        };
+        let changed = match next {
+            Some(b) if b != self.budgets => {
+                self.budgets = b;
+                true
+            }
+            _ => false,
+        };
+        (changed || first_list).then(|| Update {
+            value: changed.then(|| self.budgets.clone()),
+            first_list,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pdb(name: &str, selector: &str, created: bool, status: i64) -> PodDisruptionBudget {
+        let mut v = json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": "knative-serving"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": selector}}},
+            "status": {"currentHealthy": status, "desiredHealthy": 1, "disruptionsAllowed": 1,
+                       "expectedPods": 3, "observedGeneration": 1},
+        });
+        if created {
+            v["metadata"]["annotations"] = json!({crate::engine::budgets::CREATED_FOR: selector});
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn item(p: PodDisruptionBudget) -> (String, Item) {
+        let (name, counts) = into_parts(p);
+        (name, Item::Budget(counts))
+    }
+
+    #[test]
+    fn only_a_release_budget_s_selector_or_fields_are_news() {
+        let mut seen = WatchBudgets::default();
+        assert_eq!(seen.apply(WatchEvent::Init), None);
+        let (n, i) = item(pdb("controller-pdb", "controller", true, 3));
+        assert_eq!(seen.apply(WatchEvent::InitApply(n, i)), None);
+        let first = seen.apply(WatchEvent::InitDone).expect("first list");
+        assert!(first.first_list);
+        assert_eq!(first.value, None, "the created budget is not counted");
+        // A release ships a budget over the same pods: news.
+        let (n, i) = item(pdb("autoscaler", "controller", false, 3));
+        let news = seen.apply(WatchEvent::Apply(n, i)).expect("a new budget");
+        assert_eq!(news.value.map(|v| v.len()), Some(1));
+        // The disruption controller's status write: nothing.
+        let (n, i) = item(pdb("autoscaler", "controller", false, 2));
+        assert_eq!(seen.apply(WatchEvent::Apply(n, i)), None);
+        // The created one changes: nothing.
+        let (n, i) = item(pdb("controller-pdb", "controller", true, 2));
+        assert_eq!(seen.apply(WatchEvent::Apply(n, i)), None);
+        // Gone: news.
+        assert!(
+            seen.apply(WatchEvent::Delete("autoscaler".into()))
+                .is_some()
+        );
+    }
+}
