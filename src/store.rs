@@ -28,6 +28,9 @@ pub struct Snapshot {
     /// create, name -> selector and budget fields (what makes a
     /// reconciliation of the namespace due; none in the file-policy mode).
     pub budgets: BTreeMap<String, BTreeMap<String, String>>,
+    /// The PriorityClasses that exist ([`Context::priority_classes`](engine::Context::priority_classes)),
+    /// once listed while a policy names one; None otherwise.
+    pub priority_classes: Option<BTreeSet<String>>,
     /// True once every source has completed its first full sync.
     pub synced: bool,
     /// Where no policy object exists at all ([`Snapshot::unclaimed`]).
@@ -100,6 +103,7 @@ impl Snapshot {
             hpa_targets: BTreeMap::new(),
             leader_election: BTreeMap::new(),
             budgets: BTreeMap::new(),
+            priority_classes: None,
             synced: true,
         }
     }
@@ -125,6 +129,7 @@ impl Snapshot {
             facts: engine::Facts {
                 hpa_targets: self.hpa_targets_in(namespace),
                 leader_election: self.leader_election.get(namespace),
+                priority_classes: self.priority_classes.as_ref(),
             },
         })
     }

@@ -33,6 +33,7 @@ import yaml
 EXPECTED_CLUSTER_RULES = [
     {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies"], "verbs": ["list", "watch"]},
     {"apiGroups": ["knativeha.dev"], "resources": ["highavailabilitypolicies/status"], "verbs": ["patch"]},
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list", "watch"]},
 ]
 # HPAs and config-leader-election (by name: the watch's field selector): list/watch in each governed
 # namespace only (serve --governed-namespaces watches nowhere else).

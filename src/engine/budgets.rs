@@ -136,6 +136,7 @@ fn budget_for(
         policy,
         hpa_targets: &ctx.hpa_targets,
         leader_election: ctx.leader_election.as_ref(),
+        priority_classes: ctx.priority_classes.as_ref(),
         kind: Kind::Deployment,
         namespace,
         name,

@@ -312,6 +312,17 @@ fn priority_class(
     else {
         return records::undo(t, p, &PRIORITY_CLASS, changes);
     };
+    if t.priority_classes
+        .is_some_and(|known| !known.contains(want))
+    {
+        // Rolled onto it, the Deployment could create no pod: held back,
+        // and one the engine wrote before goes back to the release's.
+        changes.push(t.change(What::Warning(format!(
+            "{} {want:?} not written: no PriorityClass {want} exists in the cluster, and pods naming one that does not are refused (create it, or fix the policy's name)",
+            PRIORITY_CLASS_PATH.join(".")
+        ))));
+        return records::undo(t, p, &PRIORITY_CLASS, changes);
+    }
     let current = t.str_at(PRIORITY_CLASS_PATH)?;
     if current == Some(want) {
         return Ok(());

@@ -130,6 +130,11 @@ pub struct Context {
     /// when this data makes the ConfigMap hold them back
     /// (`configmap::durations_held_back`): it follows what Knative reads.
     pub leader_election: Option<serde_json::Map<String, Value>>,
+    /// The PriorityClasses that exist in the cluster, when known (the
+    /// server's watch, the reconciler); None where not (offline). A
+    /// policy's `priorityClassName` missing from a known set is held back
+    /// with a warning: pods naming it are refused.
+    pub priority_classes: Option<BTreeSet<String>>,
 }
 
 /// The result of mutating one object.
@@ -253,6 +258,8 @@ pub struct Facts<'a> {
     pub hpa_targets: &'a BTreeSet<String>,
     /// [`Context::leader_election`].
     pub leader_election: Option<&'a serde_json::Map<String, Value>>,
+    /// [`Context::priority_classes`].
+    pub priority_classes: Option<&'a BTreeSet<String>>,
 }
 
 impl Context {
@@ -260,6 +267,7 @@ impl Context {
         Facts {
             hpa_targets: &self.hpa_targets,
             leader_election: self.leader_election.as_ref(),
+            priority_classes: self.priority_classes.as_ref(),
         }
     }
 }

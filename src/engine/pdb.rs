@@ -132,8 +132,20 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
             let scales = t.is_hpa_backed(deployment);
             return write_wanted(t, &current, (field, value), a, (&runs, scales));
         }
+        // The release's budget may block there too (its 80% over the one
+        // pod of an activator whose HPA opts out): say so, and what lets a
+        // drain through.
+        let n = i64::from(runs.replicas);
+        let theirs = if !current.is_empty() && allowed(&current, n) == Some(0) {
+            format!(
+                "; the PDB's own {} allows none there either: every node drain blocks until a budget that allows one replaces it (maxUnavailable: 1 does at any count)",
+                shown(&current)
+            )
+        } else {
+            String::new()
+        };
         changes.push(t.change(What::Warning(format!(
-            "spec.{field} {} not written: {} it allows no voluntary disruption, so every node drain and cluster upgrade would block",
+            "spec.{field} {} not written: {} it allows no voluntary disruption, so every node drain and cluster upgrade would block{theirs}",
             show(&int_or_string(value)),
             at(&runs)
         ))));

@@ -127,6 +127,7 @@ pub(crate) fn aimed<'a>(
         policy,
         hpa_targets: facts.hpa_targets,
         leader_election: facts.leader_election,
+        priority_classes: facts.priority_classes,
         kind,
         namespace,
         name,
@@ -176,6 +177,7 @@ mod tests {
         let facts = Facts {
             hpa_targets: &targets,
             leader_election: None,
+            priority_classes: None,
         };
         standing(p, "knative-serving", object, facts).unwrap()
     }

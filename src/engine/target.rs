@@ -18,6 +18,8 @@ pub(crate) struct Target<'a> {
     pub hpa_targets: &'a BTreeSet<String>,
     /// [`Context::leader_election`].
     pub leader_election: Option<&'a serde_json::Map<String, Value>>,
+    /// [`Context::priority_classes`].
+    pub priority_classes: Option<&'a BTreeSet<String>>,
     pub kind: Kind,
     pub namespace: &'a str,
     pub name: &'a str,

@@ -126,6 +126,7 @@ pub async fn audit(
         let ctx = crate::engine::Context {
             hpa_targets: listed.hpa_targets.clone(),
             leader_election: listed.leader_election.clone(),
+            priority_classes: objects::priority_classes(client, Some(policy)).await,
         };
         for object in &listed.objects {
             report.objects += 1;

@@ -42,6 +42,39 @@ pub struct Listed {
     pub leader_election: Option<Map<String, Value>>,
 }
 
+/// The PriorityClasses that exist, where `policy` names one (none is
+/// asked for otherwise); None when the API server does not say (no right to
+/// list them, an error): the name is then written unchecked, as before.
+pub async fn priority_classes(
+    client: &kube::Client,
+    policy: Option<&crate::policy::Policy>,
+) -> Option<BTreeSet<String>> {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let named = policy.is_some_and(|p| {
+        p.spec.priority_class_name.is_some()
+            || p.spec
+                .workloads
+                .iter()
+                .any(|w| w.priority_class_name.is_some())
+    });
+    if !named {
+        return None;
+    }
+    let api: Api<PriorityClass> = Api::all(client.clone());
+    match api.list_metadata(&ListParams::default()).await {
+        Ok(list) => Some(
+            list.items
+                .into_iter()
+                .filter_map(|pc| pc.metadata.name)
+                .collect(),
+        ),
+        Err(e) => {
+            tracing::debug!(error = %crate::errors::Chain(&e), "PriorityClasses not listed; the policy's name is written unchecked");
+            None
+        }
+    }
+}
+
 /// Objects per list request: a namespace with thousands of objects is read
 /// in pages (`limit` + `continue`), never as one huge response.
 pub const PAGE_SIZE: u32 = 500;

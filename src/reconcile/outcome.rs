@@ -69,5 +69,6 @@ pub(super) fn context_for(
     Context {
         hpa_targets,
         leader_election: listed.leader_election.clone(),
+        priority_classes: None,
     }
 }

@@ -201,7 +201,8 @@ impl Run<'_> {
         snapshot_targets: Option<&BTreeSet<String>>,
     ) -> Result<()> {
         let listed = objects::list_namespace(self.pass.client, namespace).await?;
-        let ctx = context_for(snapshot_targets, &listed);
+        let mut ctx = context_for(snapshot_targets, &listed);
+        ctx.priority_classes = objects::priority_classes(self.pass.client, policy).await;
         let mut drift: BTreeMap<&'static str, i64> = BTreeMap::new();
         for object in &listed.objects {
             let Some(kind) = Kind::of(object) else {

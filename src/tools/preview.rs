@@ -56,7 +56,11 @@ pub fn namespace_of(value: &Value) -> &str {
         .unwrap_or("default")
 }
 
-/// Deployments targeted by the HPAs in the input, per namespace.
+/// Deployments targeted by the HPAs in the input, per namespace. A
+/// namespace whose input holds HPAs is taken as listed whole
+/// ([`engine::HPAS_LISTED`]): an HPA-backed Deployment beside them without
+/// one of its own has none for the policy to raise (a release's manifest
+/// holds all of its HPAs), so its budget is judged at the 1 it runs.
 pub fn hpa_targets(docs: &[Document]) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for d in docs {
@@ -68,9 +72,9 @@ pub fn hpa_targets(docs: &[Document]) -> BTreeMap<String, BTreeSet<String>> {
         let name = target.and_then(|t| t.get("name")).and_then(Value::as_str);
         if let (Some("Deployment"), Some(name)) = (kind, name) {
             let skipped = engine::carries_skip_label(&d.value);
-            out.entry(namespace_of(&d.value).to_string())
-                .or_default()
-                .insert(engine::hpa_target_entry(name, skipped));
+            let targets = out.entry(namespace_of(&d.value).to_string()).or_default();
+            targets.insert(engine::hpa_target_entry(name, skipped));
+            targets.insert(engine::HPAS_LISTED.to_string());
         }
     }
     out
@@ -139,6 +143,8 @@ pub fn preview_documents(
     let context = |namespace: &str| Context {
         hpa_targets: targets.get(namespace).cloned().unwrap_or_default(),
         leader_election: leader_election.get(namespace).cloned(),
+        // Offline: not known, the name is written unchecked.
+        priority_classes: None,
     };
     let created = created_budgets(policies, &docs, &context);
     let mut out = Vec::with_capacity(docs.len() + created.len());

@@ -577,3 +577,44 @@ fn preview_as_the_knative_operator_installs() {
         stderr(&bad)
     );
 }
+
+/// `preview` of a namespace whose HPAs are in its input takes them as all
+/// of them: the activator without its HPA (taken out of the release) runs
+/// the 1 it runs, and `minAvailable: 2` over that one pod, which would block
+/// every drain, is not written, with the warning that says why.
+#[test]
+fn preview_judges_a_deployment_without_an_hpa_beside_the_others_at_one() {
+    let docs: Vec<String> = support::fixture_objects()
+        .into_iter()
+        .filter(|o| {
+            !(o["kind"] == "HorizontalPodAutoscaler" && o["metadata"]["name"] == "activator")
+        })
+        .map(|o| o.to_string())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: p}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n",
+    )
+    .unwrap();
+    let out = support::run_stdin(
+        &[
+            "preview",
+            "--policy-file",
+            policy.to_str().unwrap(),
+            "-o",
+            "json",
+            "-",
+        ],
+        &docs.join("\n---\n"),
+    );
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let stderr = support::stderr(&out);
+    assert!(
+        stderr.contains(
+            "poddisruptionbudget/activator-pdb: warning: spec.minAvailable 2 not written"
+        ) && stderr.contains("deployment/activator has no HorizontalPodAutoscaler"),
+        "{stderr}"
+    );
+}

@@ -144,6 +144,14 @@ fn a_budget_is_judged_at_one_replica_where_the_hpa_opts_out() {
             .any(|c| c.contains("warning:") && c.contains("with 1 replica")),
         "{changes:?}"
     );
+    // ... and the release's 80% over that one pod blocks every drain too:
+    // the warning says so, not only of the policy's value.
+    assert!(
+        changes.iter().any(|c| c.contains(
+            "the PDB's own minAvailable \"80%\" allows none there either: every node drain blocks"
+        )),
+        "{changes:?}"
+    );
     // maxUnavailable 1 of the 1 that runs: minAvailable 0, the pod may go.
     assert_eq!(budget_of(&max1, &hpa).0["minAvailable"], 0);
 }
@@ -241,4 +249,49 @@ fn the_chart_names_every_governed_kind() {
             );
         }
     }
+}
+
+/// A `priorityClassName` naming a PriorityClass the cluster does not have
+/// (a typo) is held back with a warning: rolled onto it, a Deployment could
+/// create no pod (the API server refuses pods naming a missing class), and
+/// every governed Deployment would roll at once. One the engine wrote
+/// before goes back to the release's value; not known (offline), written.
+#[test]
+fn a_missing_priority_class_is_held_back_not_rolled_onto() {
+    use knative_ha_webhook::engine::{self, Context, Input};
+    let p = policy("  replicas: 3\n  priorityClassName: knative-contrl-plane\n");
+    let controller = support::fixture("Deployment", NS, "controller");
+    let run_with = |known: Option<&[&str]>, object: &Value| {
+        let ctx = Context {
+            priority_classes: known.map(|k| k.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        };
+        let input = Input {
+            operation: Operation::Update,
+            namespace: NS,
+            object,
+        };
+        let m = engine::mutate(&p, &input, &ctx).unwrap();
+        let patch = serde_json::to_value(&m.patch).unwrap();
+        let out = support::rfc6902::apply_rfc6902(object, &patch).unwrap();
+        (out, m.lines())
+    };
+    const PATH: &str = "/spec/template/spec/priorityClassName";
+    let (written, _) = run_with(None, &controller);
+    assert_eq!(written.pointer(PATH), Some(&json!("knative-contrl-plane")));
+    let (held, lines) = run_with(Some(&["knative-control-plane"]), &controller);
+    assert_eq!(held.pointer(PATH), None, "{lines:?}");
+    assert_eq!(held["spec"]["replicas"], 3, "the rest is written");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("warning")
+                && l.contains("no PriorityClass knative-contrl-plane exists")),
+        "{lines:?}"
+    );
+    // Written earlier, the class deleted since: the release's value back.
+    let (back, lines) = run_with(Some(&[]), &written);
+    assert_eq!(back.pointer(PATH), None, "{lines:?}");
+    let (kept, _) = run_with(Some(&["knative-contrl-plane"]), &written);
+    assert_eq!(kept.pointer(PATH), Some(&json!("knative-contrl-plane")));
 }

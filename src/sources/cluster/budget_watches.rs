@@ -20,8 +20,16 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use super::namespace_watches::{NamespaceWatches, Sink, Spawn, Update};
-use super::{Item, Msg, Source, WatchEvent};
+use super::namespace_watches::{Keyed, NamespaceWatches, Sink, Spawn, Update};
+use super::{Item, Msg, Source};
+
+/// What counts of a watched PDB (None: one the reconciler created).
+pub(crate) fn counts(item: Item) -> Option<String> {
+    match item {
+        Item::Budget(c) => c,
+        Item::Policy(_) | Item::Hpa(_) | Item::LeaderElection(_) | Item::PriorityClass => None,
+    }
+}
 
 /// Per namespace: PDB name -> what a change of counts (its selector and
 /// budget fields), for the PDBs the reconciler did not create.
@@ -59,7 +67,7 @@ impl Spawn for KubeSpawner {
     fn spawn(&self, namespace: &str, id: u64) -> Option<JoinHandle<()>> {
         let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), namespace);
         let ns = namespace.to_string();
-        let mut seen = WatchBudgets::default();
+        let mut seen = Keyed::default();
         Some(self.sink.spawn(
             Source::Budgets,
             namespace,
@@ -70,7 +78,7 @@ impl Spawn for KubeSpawner {
                 (key, Item::Budget(counts))
             },
             move |change| {
-                let update = seen.apply(change)?;
+                let update = seen.apply(change, counts)?;
                 Some(Msg::Budgets {
                     namespace: ns.clone(),
                     id,
@@ -81,73 +89,10 @@ impl Spawn for KubeSpawner {
     }
 }
 
-/// One watcher's view of its namespace's budgets, kept in its task.
-#[derive(Debug, Default)]
-pub(crate) struct WatchBudgets {
-    budgets: BTreeMap<String, String>,
-    /// A relist in progress: what it listed so far.
-    pending: Option<BTreeMap<String, String>>,
-    synced: bool,
-}
-
-impl WatchBudgets {
-    /// Folds one watcher change in; the update for the state, or None when
-    /// no budget's selector or fields changed and no first list completed.
-    pub(crate) fn apply(&mut self, change: WatchEvent) -> Option<BudgetUpdate> {
-        let counts = |item: Item| match item {
-            Item::Budget(c) => c,
-            Item::Policy(_) | Item::Hpa(_) | Item::LeaderElection(_) => None,
-        };
-        let mut first_list = false;
-        let next = match change {
-            WatchEvent::Init => {
-                self.pending = Some(BTreeMap::new());
-                None
-            }
-            WatchEvent::InitApply(name, item) => {
-                if let Some(c) = counts(item) {
-                    self.pending
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(name, c);
-                }
-                None
-            }
-            WatchEvent::InitDone | WatchEvent::Missing => {
-                first_list = !self.synced;
-                self.synced = true;
-                Some(self.pending.take().unwrap_or_default())
-            }
-            WatchEvent::Apply(name, item) => {
-                let mut next = self.budgets.clone();
-                match counts(item) {
-                    Some(c) => next.insert(name, c),
-                    None => next.remove(&name),
-                };
-                Some(next)
-            }
-            WatchEvent::Delete(name) => {
-                let mut next = self.budgets.clone();
-                next.remove(&name);
-                Some(next)
-            }
-        };
-        let changed = match next {
-            Some(b) if b != self.budgets => {
-                self.budgets = b;
-                true
-            }
-            _ => false,
-        };
-        (changed || first_list).then(|| Update {
-            value: changed.then(|| self.budgets.clone()),
-            first_list,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sources::cluster::WatchEvent;
 
     fn pdb(name: &str, selector: &str, created: bool, status: i64) -> PodDisruptionBudget {
         let mut v = json!({
@@ -170,27 +115,25 @@ mod tests {
 
     #[test]
     fn only_a_release_budget_s_selector_or_fields_are_news() {
-        let mut seen = WatchBudgets::default();
-        assert_eq!(seen.apply(WatchEvent::Init), None);
+        let mut seen = Keyed::default();
+        let mut apply = |change| seen.apply(change, counts);
+        assert_eq!(apply(WatchEvent::Init), None);
         let (n, i) = item(pdb("controller-pdb", "controller", true, 3));
-        assert_eq!(seen.apply(WatchEvent::InitApply(n, i)), None);
-        let first = seen.apply(WatchEvent::InitDone).expect("first list");
+        assert_eq!(apply(WatchEvent::InitApply(n, i)), None);
+        let first = apply(WatchEvent::InitDone).expect("first list");
         assert!(first.first_list);
         assert_eq!(first.value, None, "the created budget is not counted");
         // A release ships a budget over the same pods: news.
         let (n, i) = item(pdb("autoscaler", "controller", false, 3));
-        let news = seen.apply(WatchEvent::Apply(n, i)).expect("a new budget");
+        let news = apply(WatchEvent::Apply(n, i)).expect("a new budget");
         assert_eq!(news.value.map(|v| v.len()), Some(1));
         // The disruption controller's status write: nothing.
         let (n, i) = item(pdb("autoscaler", "controller", false, 2));
-        assert_eq!(seen.apply(WatchEvent::Apply(n, i)), None);
+        assert_eq!(apply(WatchEvent::Apply(n, i)), None);
         // The created one changes: nothing.
         let (n, i) = item(pdb("controller-pdb", "controller", true, 2));
-        assert_eq!(seen.apply(WatchEvent::Apply(n, i)), None);
+        assert_eq!(apply(WatchEvent::Apply(n, i)), None);
         // Gone: news.
-        assert!(
-            seen.apply(WatchEvent::Delete("autoscaler".into()))
-                .is_some()
-        );
+        assert!(apply(WatchEvent::Delete("autoscaler".into())).is_some());
     }
 }

@@ -217,7 +217,9 @@ impl WatchTargets {
     pub(crate) fn apply(&mut self, change: WatchEvent) -> Option<HpaUpdate> {
         let target = |item: Item| match item {
             Item::Hpa(t) => Some(t.deployment),
-            Item::Policy(_) | Item::LeaderElection(_) | Item::Budget(_) => None,
+            Item::Policy(_) | Item::LeaderElection(_) | Item::Budget(_) | Item::PriorityClass => {
+                None
+            }
         };
         let mut first_list = false;
         let changed = match change {

@@ -85,7 +85,7 @@ impl WatchData {
     pub(crate) fn apply(&mut self, change: WatchEvent) -> Option<LeaderElectionUpdate> {
         let data = |item: Item| match item {
             Item::LeaderElection(d) => Some(d),
-            Item::Policy(_) | Item::Hpa(_) | Item::Budget(_) => None,
+            Item::Policy(_) | Item::Hpa(_) | Item::Budget(_) | Item::PriorityClass => None,
         };
         let mut first_list = false;
         let next = match change {

@@ -42,6 +42,7 @@ mod metrics;
 mod namespace_watches;
 mod observe;
 pub mod policies;
+mod priority_classes;
 mod sent;
 mod source_state;
 mod state;
@@ -99,6 +100,8 @@ pub(crate) enum Source {
     Hpas,
     /// PodDisruptionBudgets, per namespace with a policy in force.
     Budgets,
+    /// PriorityClasses, cluster-wide, while a policy names one.
+    PriorityClasses,
     /// `config-leader-election` of the namespaces with a policy in force.
     LeaderElection,
 }
@@ -111,6 +114,7 @@ impl Source {
             Source::ConfigMaps => "configmaps",
             Source::Hpas => "hpas",
             Source::Budgets => "poddisruptionbudgets",
+            Source::PriorityClasses => "priorityclasses",
             Source::LeaderElection => "config-leader-election",
         }
     }
@@ -178,6 +182,8 @@ pub(crate) enum Item {
     /// A PDB's selector and budget fields; None for one the reconciler
     /// created ([`budget_watches`]).
     Budget(Option<String>),
+    /// A PriorityClass (only its name, the key, counts).
+    PriorityClass,
     /// The duration keys of `config-leader-election`.
     LeaderElection(serde_json::Map<String, serde_json::Value>),
 }
@@ -221,6 +227,11 @@ pub(crate) enum Msg {
         id: u64,
         update: budget_watches::BudgetUpdate,
     },
+    /// The PriorityClass watcher's news ([`priority_classes`]).
+    PriorityClasses {
+        id: u64,
+        update: namespace_watches::Update<std::collections::BTreeMap<String, String>>,
+    },
     WriteFailed(String),
 }
 
@@ -257,6 +268,10 @@ pub async fn run(
             sink: sink.clone(),
         }),
         budgets: Box::new(budget_watches::KubeSpawner {
+            client: client.clone(),
+            sink: sink.clone(),
+        }),
+        priority_classes: Box::new(priority_classes::KubeSpawner {
             client: client.clone(),
             sink: sink.clone(),
         }),

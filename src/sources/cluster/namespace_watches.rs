@@ -173,6 +173,11 @@ impl<T: Default + PartialEq> NamespaceWatches<T> {
         self.watched.values().all(|w| w.synced)
     }
 
+    /// True when `namespace` is watched and its first list completed.
+    pub(crate) fn synced_in(&self, namespace: &str) -> bool {
+        self.watched.get(namespace).is_some_and(|w| w.synced)
+    }
+
     /// The values for the snapshot.
     pub(crate) fn values(&self) -> &BTreeMap<String, T> {
         &self.values
@@ -199,6 +204,79 @@ impl<T: Default + PartialEq> NamespaceWatches<T> {
             self.values.insert(namespace.to_string(), value);
         }
         (true, update.first_list)
+    }
+}
+
+/// A watcher's view of the objects of its scope by name, each reduced to
+/// what counts of it (a PDB's selector and budget fields; nothing but its
+/// name for a PriorityClass), kept in its task: it tells the state only
+/// when that changes or its first list completes.
+#[derive(Debug, Default)]
+pub(crate) struct Keyed {
+    objects: BTreeMap<String, String>,
+    /// A relist in progress: what it listed so far.
+    pending: Option<BTreeMap<String, String>>,
+    synced: bool,
+}
+
+impl Keyed {
+    /// Folds one watcher change in, `counts` saying what counts of an item
+    /// (None: the object is left out); the update for the state, or None
+    /// when nothing that counts changed and no first list completed.
+    pub(crate) fn apply(
+        &mut self,
+        change: WatchEvent,
+        counts: impl Fn(Item) -> Option<String>,
+    ) -> Option<Update<BTreeMap<String, String>>> {
+        let mut first_list = false;
+        let next = match change {
+            WatchEvent::Init => {
+                self.pending = Some(BTreeMap::new());
+                None
+            }
+            WatchEvent::InitApply(name, item) => {
+                if let Some(c) = counts(item) {
+                    self.pending
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(name, c);
+                }
+                None
+            }
+            WatchEvent::InitDone | WatchEvent::Missing => {
+                first_list = !self.synced;
+                self.synced = true;
+                Some(self.pending.take().unwrap_or_default())
+            }
+            WatchEvent::Apply(name, item) => {
+                let c = counts(item);
+                if self.objects.get(&name) == c.as_ref() {
+                    None
+                } else {
+                    let mut next = self.objects.clone();
+                    match c {
+                        Some(c) => next.insert(name, c),
+                        None => next.remove(&name),
+                    };
+                    Some(next)
+                }
+            }
+            WatchEvent::Delete(name) => self.objects.contains_key(&name).then(|| {
+                let mut next = self.objects.clone();
+                next.remove(&name);
+                next
+            }),
+        };
+        let changed = match next {
+            Some(b) if b != self.objects => {
+                self.objects = b;
+                true
+            }
+            _ => false,
+        };
+        (changed || first_list).then(|| Update {
+            value: changed.then(|| self.objects.clone()),
+            first_list,
+        })
     }
 }
 

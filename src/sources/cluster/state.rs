@@ -14,6 +14,7 @@ use super::leader_election::{self, LeaderElectionWatches};
 use super::merge::{self, Merged, Origin, PolicyObject, Verdict};
 use super::namespace_watches::Spawn;
 use super::observe::{count_policies, log_verdict, log_winners};
+use super::priority_classes::{self, PriorityClassWatches};
 use super::sent::Sent;
 use super::source_state::{SourceState, Tracked, fold};
 use super::status;
@@ -37,6 +38,9 @@ struct State {
     /// PodDisruptionBudget watches of the same namespaces (not waited for:
     /// readiness never hangs on them).
     budgets: BudgetWatches,
+    /// The PriorityClasses, while a policy in force names one (not waited
+    /// for either: until listed, the engine writes the name unchecked).
+    priority_classes: PriorityClassWatches,
     /// `--governed-namespaces`.
     governed: AllowedNamespaces,
     /// Once synced, the source stays synced (a namespace whose HPA watch
@@ -59,6 +63,7 @@ pub(crate) struct Spawners {
     pub hpas: Box<dyn Spawn>,
     pub leader_election: Box<dyn Spawn>,
     pub budgets: Box<dyn Spawn>,
+    pub priority_classes: Box<dyn Spawn>,
 }
 
 impl State {
@@ -76,6 +81,10 @@ impl State {
                 spawners.leader_election,
             ),
             budgets: BudgetWatches::new(budget_watches::WHAT, spawners.budgets),
+            priority_classes: PriorityClassWatches::new(
+                priority_classes::WHAT,
+                spawners.priority_classes,
+            ),
             governed,
             was_synced: false,
             published_once: false,
@@ -98,7 +107,7 @@ impl State {
     fn policy_item(prev: Option<&Tracked>, item: Item) -> Option<Tracked> {
         match item {
             Item::Policy(obs) => Some(fold(prev, *obs)),
-            Item::Hpa(_) | Item::LeaderElection(_) | Item::Budget(_) => None,
+            Item::Hpa(_) | Item::LeaderElection(_) | Item::Budget(_) | Item::PriorityClass => None,
         }
     }
 
@@ -114,7 +123,10 @@ impl State {
                 self.configmaps.apply(change, Self::policy_item);
                 true
             }
-            Msg::Watch(Source::Hpas | Source::LeaderElection | Source::Budgets, _) => false,
+            Msg::Watch(
+                Source::Hpas | Source::LeaderElection | Source::Budgets | Source::PriorityClasses,
+                _,
+            ) => false,
             Msg::Hpa {
                 namespace,
                 id,
@@ -133,6 +145,13 @@ impl State {
                 id,
                 update,
             } => self.budgets.apply(&namespace, id, update).0,
+            Msg::PriorityClasses { id, update } => {
+                let first_list = update.first_list;
+                let (changed, _) =
+                    self.priority_classes
+                        .apply(priority_classes::CLUSTER, id, update);
+                changed || first_list
+            }
             Msg::WriteFailed(uid) => {
                 self.sent.status.remove(&uid);
                 self.sent.annotation.remove(&uid);
@@ -159,7 +178,11 @@ impl State {
             self.hpas.set(merged.policies.keys());
             self.leader_election.set(merged.policies.keys());
             self.budgets.set(merged.policies.keys());
+            let cluster = priority_classes::CLUSTER.to_string();
+            let named = priority_classes::named(merged.policies.values().map(|p| &**p));
+            self.priority_classes.set(named.then_some(&cluster));
         }
+        let priority_classes = priority_classes::known(&self.priority_classes);
         let synced = self.synced();
         self.was_synced = synced;
         // A change the request path cannot see (a status write, the
@@ -179,6 +202,7 @@ impl State {
             && &current.hpa_targets == self.hpas.values()
             && &current.leader_election == self.leader_election.values()
             && &current.budgets == self.budgets.values()
+            && current.priority_classes == priority_classes
             && current.unclaimed == unclaimed;
         if !same {
             store.publish(Snapshot {
@@ -186,6 +210,7 @@ impl State {
                 hpa_targets: self.hpas.values().clone(),
                 leader_election: self.leader_election.values().clone(),
                 budgets: self.budgets.values().clone(),
+                priority_classes,
                 synced,
                 unclaimed,
             });

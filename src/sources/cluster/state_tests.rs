@@ -29,6 +29,7 @@ fn state_with_policy(store: &PolicyStore, metrics: &ClusterMetrics) -> State {
         hpas: Box::new(NoSpawn),
         leader_election: Box::new(NoSpawn),
         budgets: Box::new(NoSpawn),
+        priority_classes: Box::new(NoSpawn),
     };
     let mut state = State::new(
         spawners,
@@ -115,12 +116,15 @@ fn config_leader_election_reaches_the_snapshot_and_the_hash() {
 /// full run), and the disruption controller's status writes never do.
 #[test]
 fn a_release_budget_reaches_the_snapshot() {
-    use crate::sources::cluster::budget_watches::WatchBudgets;
+    use crate::sources::cluster::budget_watches::counts;
+    use crate::sources::cluster::namespace_watches::Keyed;
     let (store, metrics) = (PolicyStore::default(), ClusterMetrics::default());
     let mut state = state_with_policy(&store, &metrics);
-    let mut seen = WatchBudgets::default();
-    seen.apply(WatchEvent::Init);
-    let first = seen.apply(WatchEvent::InitDone).expect("first list");
+    let mut seen = Keyed::default();
+    seen.apply(WatchEvent::Init, counts);
+    let first = seen
+        .apply(WatchEvent::InitDone, counts)
+        .expect("first list");
     assert!(!state.apply(Msg::Budgets {
         namespace: NS.into(),
         id: 1,
@@ -132,7 +136,7 @@ fn a_release_budget_reaches_the_snapshot() {
         )))
     };
     let update = seen
-        .apply(WatchEvent::Apply("autoscaler".into(), budget(0)))
+        .apply(WatchEvent::Apply("autoscaler".into(), budget(0)), counts)
         .expect("a new budget is news");
     assert!(state.apply(Msg::Budgets {
         namespace: NS.into(),
@@ -142,7 +146,9 @@ fn a_release_budget_reaches_the_snapshot() {
     state.publish(&store, &metrics);
     assert_eq!(store.load().budgets[NS].len(), 1);
     // A stopped watcher's leftovers change nothing.
-    let stale = seen.apply(WatchEvent::Delete("autoscaler".into())).unwrap();
+    let stale = seen
+        .apply(WatchEvent::Delete("autoscaler".into()), counts)
+        .unwrap();
     assert!(!state.apply(Msg::Budgets {
         namespace: NS.into(),
         id: 99,

@@ -165,6 +165,7 @@ pub fn mutate_in(
     let ctx = Context {
         hpa_targets: governed.facts.hpa_targets.clone(),
         leader_election: governed.facts.leader_election.cloned(),
+        priority_classes: governed.facts.priority_classes.cloned(),
     };
     engine::mutate(governed.policy, input, &ctx).map(Some)
 }
