@@ -33,6 +33,7 @@ SERVING_CORE = KNATIVE / "2-serving-core.yaml"
 SERVING_HPA = KNATIVE / "3-serving-hpa.yaml"
 KOURIER = KNATIVE / "net-kourier.yaml"
 POLICY = ROOT / "examples" / "policy.yaml"
+PRIORITY_CLASS = ROOT / "examples" / "priorityclass.yaml"
 
 
 # Knative's own webhooks (failurePolicy Fail) admit these groups; no Knative pod runs on a control plane
@@ -122,6 +123,10 @@ class Install:
 
     # -- policies and Knative ------------------------------------------------------------------
     def apply_policy(self, text_or_path: str = str(POLICY), name: str = "serving") -> None:
+        if text_or_path == str(POLICY):
+            # The example policy names this PriorityClass; as the install docs do, it is created
+            # first (the engine holds back a name the cluster lacks).
+            self.kubectl.apply(str(PRIORITY_CLASS))
         self.kubectl.apply(text_or_path)
         self.wait_policy(name, "True")
 

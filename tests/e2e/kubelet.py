@@ -4,9 +4,11 @@ One thread plays every node: it registers the Nodes (zone and hostname labels, a
 addresses), removes the `node.kubernetes.io/not-ready` taint the API server's TaintNodesByCondition
 admission puts on a new Node, renews each Node's Lease in `kube-node-lease`, marks every pod the
 scheduler binds to one of its live nodes Running and Ready with an IP, and deletes terminating pods at
-once (the grace period is a real kubelet's business). A node it is told is lost (`lose`) is tainted
-unreachable, marked NotReady, and no longer served: its pods are deleted by the caller, as the
-taint-eviction controller would after its toleration runs out.
+once (the grace period is a real kubelet's business), or, with `terminating_s`, that many seconds after it
+first saw them terminating (a container's graceful shutdown: the pod stays Terminating, bound to its node,
+as the scheduler sees a real one during its terminationGracePeriodSeconds). A node it is told is lost
+(`lose`) is tainted unreachable, marked NotReady, and no longer served: its pods are deleted by the caller,
+as the taint-eviction controller would after its toleration runs out.
 
 `Api` is also what the real-cluster mode (KHW_E2E_KUBECONFIG) talks to its cluster with:
 `Api.from_kubeconfig` takes the current context's token or client certificate (what kind and k3d write).
@@ -118,14 +120,18 @@ class Api:
 class FakeKubelets(threading.Thread):
     """Every node of the simulated cluster, served from one thread until `stop()`. With `start_s`, a
     bound pod turns Running and Ready only that many seconds after the kubelets first saw it (a
-    container's start-up; 0: at once)."""
+    container's start-up; 0: at once). With `terminating_s`, a terminating pod is deleted only that many
+    seconds after the kubelets first saw its deletionTimestamp (a container's graceful shutdown; 0: at
+    once)."""
 
     def __init__(self, api: Api, nodes: dict[str, str], cpu: str = "4", memory: str = "16Gi", pods: str = "110",
-                 start_s: float = 0.0):
+                 start_s: float = 0.0, terminating_s: float = 0.0):
         super().__init__(daemon=True, name="fake-kubelets")
         self.api = api
         self.start_s = start_s
+        self.terminating_s = terminating_s
         self._seen: dict[str, float] = {}  # pod uid -> when first seen bound
+        self._terminating: dict[str, float] = {}  # pod uid -> when first seen terminating
         self.nodes = dict(nodes)  # name -> zone
         self.capacity = {"cpu": cpu, "memory": memory, "pods": pods}
         self.lost: set[str] = set()
@@ -188,6 +194,9 @@ class FakeKubelets(threading.Thread):
                 continue
             path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
             if meta.get("deletionTimestamp"):
+                since = self._terminating.setdefault(meta["uid"], time.monotonic())
+                if time.monotonic() - since < self.terminating_s:
+                    continue
                 self.api.call("DELETE", path, {"gracePeriodSeconds": 0})
             elif status.get("phase") != "Running":
                 seen = self._seen.setdefault(meta["uid"], time.monotonic())

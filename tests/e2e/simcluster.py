@@ -187,10 +187,12 @@ class SimCluster:
     controller manager's (local control plane); `namespaces`: those whose Deployments are sampled."""
 
     def __init__(self, workdir: str, binary: str, variant: str, policies: list[str], kubeconfig: str | None = None,
-                 start_s: float = 0.0, controllers: str = CONTROLLERS, namespaces: tuple = NAMESPACES):
+                 start_s: float = 0.0, controllers: str = CONTROLLERS, namespaces: tuple = NAMESPACES,
+                 terminating_s: float = 0.0):
         self.workdir = workdir
         self.namespaces = namespaces
         self.start_s = start_s  # the fake kubelets' pod start-up (FakeKubelets)
+        self.terminating_s = terminating_s  # how long the fake kubelets keep a terminating pod (FakeKubelets)
         self.binary = binary
         self.variant = variant
         self.policies = policies  # policy files; none: as shipped
@@ -221,7 +223,7 @@ class SimCluster:
                 raise AssertionError(f"real cluster: Knative of an earlier run not removed: {note}")
         else:
             self.api = Api(self.plane.server, self.plane.admin_token)
-            self.kubelets = FakeKubelets(self.api, NODES, start_s=self.start_s)
+            self.kubelets = FakeKubelets(self.api, NODES, start_s=self.start_s, terminating_s=self.terminating_s)
             self.kubelets.register()
             self.kubelets.start()
             self.lost = self.kubelets.lost

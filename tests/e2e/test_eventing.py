@@ -138,10 +138,16 @@ class Workloads(Monitor):
 
 
 class EventingSim(SimCluster):
-    """A SimCluster for Knative Eventing: its release files, knative-eventing sampled, Workloads."""
+    """A SimCluster for Knative Eventing: its release files, knative-eventing sampled, Workloads. `binary_path`
+    runs `preview` (default KHW_E2E_BINARY), `policies` are its policy files (default: the variant's),
+    `transform` edits the documents `preview` wrote before they are applied; the rest goes to SimCluster
+    (the fake kubelets' `start_s` and `terminating_s`)."""
 
-    def __init__(self, workdir: str, variant: str):
-        super().__init__(workdir, binary(), variant, VARIANTS[variant], controllers=CONTROLLERS, namespaces=(EVENTING,))
+    def __init__(self, workdir: str, variant: str, binary_path: str | None = None, policies: list[str] | None = None,
+                 transform=None, **kw):
+        super().__init__(workdir, binary_path or binary(), variant, VARIANTS[variant] if policies is None else policies,
+                         controllers=CONTROLLERS, namespaces=(EVENTING,), **kw)
+        self.transform = transform
 
     def start(self) -> "EventingSim":
         super().start()
@@ -160,7 +166,8 @@ class EventingSim(SimCluster):
             text = r.stdout
         else:
             text = "\n---\n".join(Path(f).read_text() for f in files)
-        return yaml.safe_dump_all([d for d in yaml.safe_load_all(text) if d and d.get("kind") not in LEFT_OUT])
+        docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") not in LEFT_OUT]
+        return yaml.safe_dump_all(self.transform(docs) if self.transform else docs)
 
     def rollout(self, limit_s: float) -> dict[str, bool]:
         """`kubectl rollout status` of every Deployment and StatefulSet, within one deadline."""
@@ -586,13 +593,16 @@ def table(variants: dict[str, Variant]) -> str:
     return "\n".join(out)
 
 
+def setUpModule():
+    if not simcluster.assets_ready():  # one skip line for the module's scenarios
+        raise unittest.SkipTest(SKIP_LINE)
+
+
 class EventingScenarios(unittest.TestCase):
     variants: dict[str, Variant] = {}
 
     @classmethod
     def setUpClass(cls):
-        if not simcluster.assets_ready():
-            raise unittest.SkipTest(SKIP_LINE)
         names = [v.strip() for v in os.environ.get("KHW_EVENTING_VARIANTS", "shipped,policy").split(",") if v.strip()]
         unknown = [n for n in names if n not in VARIANTS]
         if unknown:
@@ -653,6 +663,355 @@ class EventingScenarios(unittest.TestCase):
         v = self.variant("policy")
         self.assertEqual(coverage_problems(v), [],
                          "every HPA-scaled Deployment with more than one replica: exactly one budget allowing >= 1")
+
+
+
+# -- a drain right after a rollout: the policy's anti-affinity term and the old revision's pods ----------
+RESTARTED = ("mt-broker-filter", "eventing-controller")
+DRAINED_FOR = "mt-broker-filter"  # the drained node holds one of its new pods
+ROLLOUT_ROUNDS = int(os.environ.get("KHW_ROLLOUT_ROUNDS", "3"))
+START_S = 2.0  # the fake kubelets make a bound pod Ready this long after they see it: a rollout's steps apart
+TERMINATING_S = 10.0  # and keep a terminating pod this long (Knative's pods shut down gracefully; default grace 30 s)
+TEMPLATE_HASH = "pod-template-hash"
+MARK = "knativeha.dev/anti-affinity"  # the matchExpressions key that marks the policy's own anti-affinity term
+ROLLOUT_VARIANTS = ("under-test", "before-binary", "before-synthesized")
+
+
+def anti_affinity_terms(deployment: dict) -> list[dict]:
+    anti = (deployment["spec"]["template"]["spec"].get("affinity") or {}).get("podAntiAffinity") or {}
+    return ([t.get("podAffinityTerm", t) for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution") or []]
+            + list(anti.get("requiredDuringSchedulingIgnoredDuringExecution") or []))
+
+
+def policy_term(term: dict) -> bool:
+    return any(e.get("key") == MARK for e in (term.get("labelSelector") or {}).get("matchExpressions") or [])
+
+
+def without_match_label_keys(docs: list[dict]) -> list[dict]:
+    """The policy's anti-affinity term (marked by its `knativeha.dev/anti-affinity DoesNotExist` expression)
+    without `matchLabelKeys`: what the engine wrote before the term carried `[pod-template-hash]`."""
+    for d in docs:
+        if d.get("kind") == "Deployment":
+            for t in anti_affinity_terms(d):
+                if policy_term(t):
+                    t.pop("matchLabelKeys", None)
+    return docs
+
+
+def terms_note(deployment: dict) -> str:
+    return "; ".join(f"{'policy' if policy_term(t) else 'release'} term on {t.get('topologyKey')}, matchLabelKeys "
+                     f"{t.get('matchLabelKeys') or 'none'}" for t in anti_affinity_terms(deployment)) or "none"
+
+
+def zones_text(counts: list[int]) -> str:
+    return "/".join(map(str, counts))
+
+
+class RolloutDrain:
+    """One run of the rollout-then-drain rounds on its own simulated cluster (fake kubelets with START_S and
+    TERMINATING_S), Knative Eventing v1.23.0 as `preview` of `binary_path` admits it under
+    examples/policies/knative-eventing.yaml (then `transform`, if any)."""
+
+    def __init__(self, name: str, workdir: str, binary_path: str, transform=None):
+        self.name, self.workdir, self.binary, self.transform = name, workdir, binary_path, transform
+        self.data: dict = {"rounds": []}
+        self.error: str | None = None
+        self.took = 0.0
+
+    def say(self, text: str) -> None:
+        print(f"  [{self.name}] {text}", flush=True)
+
+    # -- what runs where ---------------------------------------------------------------------------
+    @staticmethod
+    def of(sim: EventingSim, pods: list[dict], deployment: str) -> list[dict]:
+        return [p for p in pods if sim.component_of(p) == deployment]
+
+    @staticmethod
+    def placed(sim: EventingSim, pods: list[dict]) -> list[int]:
+        """Per zone (sim.zones' order), the pods not terminating on a live node."""
+        out = [0] * len(sim.zones)
+        for p in pods:
+            node = p["spec"].get("nodeName")
+            if node in sim.nodes and node not in sim.lost and not p["metadata"].get("deletionTimestamp"):
+                out[sim.zones.index(sim.nodes[node])] += 1
+        return out
+
+    def placement(self, sim: EventingSim) -> dict[str, list[int]]:
+        pods = sim.pods()
+        return {d: self.placed(sim, self.of(sim, pods, d)) for d in RESTARTED}
+
+    def want(self, sim: EventingSim) -> dict[str, int]:
+        return {d: sim.api.get(f"/apis/apps/v1/namespaces/{EVENTING}/deployments/{d}")["spec"].get("replicas", 1)
+                for d in RESTARTED}
+
+    def budgets_allow(self, sim: EventingSim, deployment: str) -> bool:
+        tpl = sim.api.get(f"/apis/apps/v1/namespaces/{EVENTING}/deployments/{deployment}")["spec"]["template"]
+        labels = tpl["metadata"].get("labels") or {}
+        return all((b.get("status") or {}).get("disruptionsAllowed", 0) >= 1 for b in sim.budgets()
+                   if selects(b["spec"].get("selector") or {}, labels))
+
+    # -- the run -----------------------------------------------------------------------------------
+    def run(self) -> None:
+        t0 = time.monotonic()
+        sim = EventingSim(self.workdir, "policy", binary_path=self.binary, policies=[str(POLICY)],
+                          transform=self.transform, start_s=START_S, terminating_s=TERMINATING_S)
+        sim.variant = self.name
+        try:
+            sim.start()
+            self.say(f"API server {sim.plane.server}; work dir {self.workdir}; preview by {self.binary}"
+                     + (" with matchLabelKeys taken off the policy's anti-affinity term" if self.transform else ""))
+            sim.kubectl.apply(str(PRIORITY_CLASS))
+            sim.apply_release("1.23")
+            done = sim.rollout(ROLLOUT_S)
+            settled = settle(sim)
+            spread = cluster.wait_for_bool(lambda: all(c == [1, 1, 1] for c in self.placement(sim).values()), FULL_S)
+            deployments = {d: sim.api.get(f"/apis/apps/v1/namespaces/{EVENTING}/deployments/{d}") for d in RESTARTED}
+            self.data["terms"] = {d: terms_note(dep) for d, dep in deployments.items()}
+            self.data["install"] = {"rolled": all(done.values()), "settled": settled, "spread": spread,
+                                    "placement": self.placement(sim), "seconds": time.monotonic() - t0}
+            self.say(f"installed in {self.data['install']['seconds']:.0f}s: rolled out {all(done.values())}, settled "
+                     f"{settled}; per zone {sim.zone_names()}: "
+                     + ", ".join(f"{d} {zones_text(c)}" for d, c in self.data["install"]["placement"].items()))
+            for d, note in self.data["terms"].items():
+                self.say(f"{d} anti-affinity: {note}")
+            for n in range(1, ROLLOUT_ROUNDS + 1):
+                self.data["rounds"].append(self.round(sim, n))
+            self.data["zone_loss"] = self.zone_loss(sim)
+            self.data["kubelet_errors"] = len(sim.kubelets.errors) if sim.kubelets else 0
+        except Exception:  # noqa: BLE001 - recorded, failed by the tests
+            self.error = traceback.format_exc()
+            self.say(f"raised:\n{self.error}")
+        finally:
+            sim.stop()
+            self.took = time.monotonic() - t0
+            self.say(f"took {self.took:.0f}s")
+
+    def round(self, sim: EventingSim, n: int) -> dict:
+        """`kubectl rollout restart` of RESTARTED, then a drain of a node holding a new DRAINED_FOR pod at the
+        first moment after the rollout when the old revision's terminating pods of DRAINED_FOR are left in
+        one zone only and its budgets allow a disruption: a node of that zone, preferably one whose zone's
+        other node holds the old pod (the defect's setting: that pod still counted by an anti-affinity term
+        without matchLabelKeys, the other zones' old pods gone, so anti-affinity pulls the replacement away
+        from the zone the spread constraint sends it to). The placement once the replacements run."""
+        out: dict = {"round": n}
+        want = self.want(sim)
+        out["before"] = self.placement(sim)
+        t0 = time.monotonic()
+        sim.kubectl.run("-n", EVENTING, "rollout", "restart", *(f"deployment/{d}" for d in RESTARTED))
+        done = {}
+        for d in RESTARTED:
+            r = sim.kubectl.run("-n", EVENTING, "rollout", "status", f"deployment/{d}", f"--timeout={ROLLOUT_S}s",
+                                check=False, timeout=ROLLOUT_S + 30)
+            done[d] = r.returncode == 0
+        out["rolled"] = all(done.values())
+        out["rollout_s"] = time.monotonic() - t0
+        rolled_at = time.monotonic()
+        pods = sim.pods()
+        new_hash = {}
+        for d in RESTARTED:
+            live = [p for p in self.of(sim, pods, d) if not p["metadata"].get("deletionTimestamp")]
+            new_hash[d] = {(p["metadata"].get("labels") or {}).get(TEMPLATE_HASH) for p in live}
+        out["new_hash"] = {d: sorted(h) for d, h in new_hash.items()}
+
+        def lingering(pods: list[dict], d: str) -> list[str]:
+            """Nodes holding a terminating pod of d's previous revisions."""
+            return sorted(p["spec"]["nodeName"] for p in self.of(sim, pods, d)
+                          if p["metadata"].get("deletionTimestamp") and p["spec"].get("nodeName") in sim.nodes
+                          and (p["metadata"].get("labels") or {}).get(TEMPLATE_HASH) not in new_hash[d])
+
+        def new_nodes(pods: list[dict], d: str) -> list[str]:
+            return sorted(p["spec"]["nodeName"] for p in self.of(sim, pods, d)
+                          if not p["metadata"].get("deletionTimestamp") and p["spec"].get("nodeName") in sim.nodes)
+
+        target, condition, seen_lingering = None, None, []
+        deadline = time.monotonic() + TERMINATING_S + 5
+        while time.monotonic() < deadline:
+            pods = sim.pods()
+            old = lingering(pods, DRAINED_FOR)
+            seen_lingering.append(old)
+            zones = {sim.nodes[m] for m in old}
+            candidates = [m for m in new_nodes(pods, DRAINED_FOR) if sim.nodes[m] in zones]
+            if candidates and len(zones) == 1 and self.budgets_allow(sim, DRAINED_FOR):
+                others = set(new_nodes(pods, "eventing-controller"))
+                # first a node whose zone's other node holds the old pod (the replacement's choice: that node
+                # or another zone), then one holding an eventing-controller pod too
+                target = sorted(candidates, key=lambda m: (m in old, m not in others, m))[0]
+                condition = ("old pods left terminating in one zone only, on "
+                             + ("the drained node" if target in old else "the zone's other node"))
+                break
+            if not old:
+                break
+            time.sleep(0.2)
+        pods = sim.pods()
+        if target is None:  # never in the defect's setting: a drain right away of any node with a new pod
+            target = new_nodes(pods, DRAINED_FOR)[0]
+            condition = "no moment with old pods left in one zone only"
+        out["condition"] = condition
+        out["drain_at_s"] = time.monotonic() - rolled_at
+        out["lingering"] = {d: lingering(pods, d) for d in RESTARTED}
+        out["target"] = f"{target} ({sim.nodes[target]})"
+        out["target_holds"] = sorted({sim.component_of(p) for p in pods if p["spec"].get("nodeName") == target
+                                      and not p["metadata"].get("deletionTimestamp")} & set(RESTARTED))
+        before_uids = {p["metadata"]["uid"] for p in pods}
+        drain = sim.evict_drain([target])
+        out["drain"] = drain_text(drain)
+        out["drain_done"] = drain["done"]
+
+        def all_ready() -> bool:
+            ready = sim.monitor.ready()
+            return all(ready.get(key(d), 0) >= want[d] for d in RESTARTED)
+
+        out["replaced"] = cluster.wait_for_bool(all_ready, FULL_S)
+        pods = sim.pods()
+        out["after"] = {d: self.placed(sim, self.of(sim, pods, d)) for d in RESTARTED}
+        out["replacements"] = {d: [f"{p['spec'].get('nodeName')} ({sim.nodes.get(p['spec'].get('nodeName'), '?')})"
+                                   for p in self.of(sim, pods, d) if p["metadata"]["uid"] not in before_uids
+                                   and not p["metadata"].get("deletionTimestamp")] for d in RESTARTED}
+        out["zone_loss_leaves"] = {d: want[d] - max(c) for d, c in out["after"].items()}
+        out["want"] = want
+        # the next round starts without terminating pods
+        out["cleared"] = cluster.wait_for_bool(
+            lambda: not any(p["metadata"].get("deletionTimestamp") for p in sim.pods()), TERMINATING_S + 30)
+        self.say(f"round {n}: rollout {'done' if out['rolled'] else 'NOT done'} in {out['rollout_s']:.1f}s; drain of "
+                 f"{out['target']} (holding {', '.join(out['target_holds']) or 'none of them'}) "
+                 f"{out['drain_at_s']:.1f}s after it, {condition}; old {DRAINED_FOR} pods terminating on "
+                 f"{', '.join(out['lingering'][DRAINED_FOR]) or 'none'} (polled: "
+                 f"{' | '.join(','.join(x) or '-' for x in seen_lingering[-4:])}); {out['drain']}; replacements "
+                 + "; ".join(f"{d} {', '.join(r) or 'none'}" for d, r in out["replacements"].items())
+                 + f"; per zone {sim.zone_names()} " + ", ".join(f"{d} {zones_text(c)}" for d, c in out["after"].items()))
+        return out
+
+    def zone_loss(self, sim: EventingSim) -> dict:
+        """The loss of the zone holding the most pods of RESTARTED (ties: the most of DRAINED_FOR): the ready
+        pods of each right after (its pods deleted, replacements not yet Ready: START_S)."""
+        placement = self.placement(sim)
+        zone = sorted(sim.zones, key=lambda z: (-sum(c[sim.zones.index(z)] for c in placement.values()),
+                                                -placement[DRAINED_FOR][sim.zones.index(z)], z))[0]
+        want = self.want(sim)
+        sim.lose_zone(zone)
+        ready = sim.monitor.ready()
+        left = {d: ready.get(key(d), 0) for d in RESTARTED}
+        back = sim.wait_full(FULL_S)
+        self.say(f"zone loss of {zone} (placement {', '.join(f'{d} {zones_text(c)}' for d, c in placement.items())}): "
+                 + ", ".join(f"{d} {left[d]} of {want[d]} ready" for d in RESTARTED)
+                 + f"; {'back to full count' if back else 'NOT back to full count'}")
+        return {"zone": zone, "placement": placement, "left": left, "want": want, "back": back}
+
+
+def rollout_table(runs: dict[str, RolloutDrain]) -> str:
+    lines = [f"per zone a/b/c after each round's drain; 'zone loss leaves' = replicas less the fullest zone"]
+    for name, r in runs.items():
+        lines.append(f"{name}  ({r.took:.0f}s{'; RAISED' if r.error else ''})")
+        for d, note in r.data.get("terms", {}).items():
+            lines.append(f"    {d} anti-affinity: {note}")
+        if "install" in r.data:
+            lines.append("    install: " + ", ".join(f"{d} {zones_text(c)}" for d, c in r.data["install"]["placement"].items()))
+        for x in r.data["rounds"]:
+            lines.append(f"    round {x['round']}: drain {x['target']} {x['drain_at_s']:.1f}s after the rollout "
+                         f"({x['condition']}; old {DRAINED_FOR} terminating on {', '.join(x['lingering'][DRAINED_FOR]) or 'none'}): "
+                         + ", ".join(f"{d} {zones_text(c)} (zone loss leaves {x['zone_loss_leaves'][d]} of {x['want'][d]}; "
+                                     f"replacement {', '.join(x['replacements'][d]) or '-'})" for d, c in x["after"].items()))
+        if "zone_loss" in r.data:
+            z = r.data["zone_loss"]
+            lines.append(f"    zone loss ({z['zone']}): " + ", ".join(f"{d} {z['left'][d]} of {z['want'][d]} ready" for d in RESTARTED))
+    return "\n".join(lines)
+
+
+def preview_text(binary_path: str) -> str:
+    files = [str(f) for f in RELEASES["1.23"]]
+    r = subprocess.run([binary_path, "preview", "--policy-file", str(POLICY), "-o", "yaml", *files], capture_output=True,
+                       text=True, timeout=120)
+    if r.returncode != 0:
+        raise AssertionError(f"preview by {binary_path} failed: {r.stderr}")
+    return r.stdout
+
+
+class RolloutThenDrain(unittest.TestCase):
+    """A drain right after a `kubectl rollout restart`: the replacement refills the zone the drain emptied
+    (docs/policy.md: the policy's anti-affinity term carries matchLabelKeys [pod-template-hash], so the
+    previous revision's terminating pods do not count). Runs, each on its own cluster, at once
+    (KHW_ROLLOUT_SERIAL=1: one after the other), KHW_ROLLOUT_VARIANTS picking (default `under-test,
+    before-synthesized`, and `before-binary` when KHW_E2E_BINARY_BEFORE is set):
+
+    - `under-test`: `preview` by KHW_E2E_BINARY (the assertions are on this run);
+    - `before-binary`: `preview` by KHW_E2E_BINARY_BEFORE (printed: whether its output differs);
+    - `before-synthesized`: KHW_E2E_BINARY's output with matchLabelKeys taken off the policy's own term.
+    """
+
+    runs: dict[str, RolloutDrain] = {}
+
+    @classmethod
+    def setUpClass(cls):
+        before = os.environ.get("KHW_E2E_BINARY_BEFORE") or None
+        default = "under-test,before-synthesized" + (",before-binary" if before else "")
+        names = [v.strip() for v in os.environ.get("KHW_ROLLOUT_VARIANTS", default).split(",") if v.strip()]
+        unknown = [n for n in names if n not in ROLLOUT_VARIANTS]
+        if unknown:
+            raise AssertionError(f"KHW_ROLLOUT_VARIANTS: unknown {unknown} (known: {', '.join(ROLLOUT_VARIANTS)})")
+        if "before-binary" in names and not before:
+            raise AssertionError("KHW_ROLLOUT_VARIANTS names before-binary: set KHW_E2E_BINARY_BEFORE")
+        parent = os.environ.get("KHW_E2E_WORKDIR") or None
+        root = tempfile.mkdtemp(prefix="test_eventing-rollout-", dir=parent)
+        binaries = {"under-test": binary(), "before-binary": before, "before-synthesized": binary()}
+        transforms = {"before-synthesized": without_match_label_keys}
+        cls.runs = {n: RolloutDrain(n, tempfile.mkdtemp(prefix=f"{n}-", dir=root), binaries[n], transforms.get(n))
+                    for n in names}
+        print(f"\n== Knative Eventing, a drain right after a rollout restart of {', '.join(RESTARTED)}: "
+              f"{', '.join(names)}; {ROLLOUT_ROUNDS} rounds; fake kubelets: Ready {START_S:g}s after binding, "
+              f"terminating pods kept {TERMINATING_S:g}s; work dir {root}", flush=True)
+        if before:
+            same = preview_text(before) == preview_text(binary())
+            print(f"  preview output of KHW_E2E_BINARY_BEFORE ({before}) "
+                  f"{'IDENTICAL to' if same else 'differs from'} KHW_E2E_BINARY's ({binary()})", flush=True)
+        t = time.monotonic()
+        if os.environ.get("KHW_ROLLOUT_SERIAL") == "1":
+            for r in cls.runs.values():
+                r.run()
+        else:
+            threads = [threading.Thread(target=r.run, name=f"rollout-{n}") for n, r in cls.runs.items()]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        print(f"\n== a drain right after a rollout ({time.monotonic() - t:.0f}s)\n" + rollout_table(cls.runs), flush=True)
+
+    def under_test(self) -> RolloutDrain:
+        if "under-test" not in self.runs:
+            self.skipTest("under-test not run (KHW_ROLLOUT_VARIANTS)")
+        r = self.runs["under-test"]
+        if r.error:
+            self.fail(f"the run raised:\n{r.error}")
+        return r
+
+    def test_rollout_drain_installed_one_per_zone(self):
+        r = self.under_test()
+        self.assertTrue(r.data["install"]["rolled"] and r.data["install"]["settled"], r.data["install"])
+        self.assertTrue(r.data["install"]["spread"], f"not 1/1/1 per zone after the install: {r.data['install']['placement']}")
+
+    def test_rollout_drain_rollouts_and_drains_done(self):
+        r = self.under_test()
+        for x in r.data["rounds"]:
+            with self.subTest(round=x["round"]):
+                self.assertTrue(x["rolled"], f"round {x['round']}: rollout not done")
+                self.assertTrue(x["drain_done"], f"round {x['round']}: {x['drain']}")
+                self.assertTrue(x["replaced"], f"round {x['round']}: the drained pods not replaced in {FULL_S}s")
+
+    def test_rollout_drain_refills_the_emptied_zone(self):
+        """After each round's drain every zone holds one pod of each restarted Deployment."""
+        r = self.under_test()
+        for x in r.data["rounds"]:
+            for d, c in x["after"].items():
+                with self.subTest(round=x["round"], deployment=d):
+                    self.assertEqual(c, [1, 1, 1], f"round {x['round']}: {d} per zone a/b/c after the drain of "
+                                                   f"{x['target']} ({x['condition']}): {zones_text(c)}")
+
+    def test_rollout_drain_then_zone_loss_leaves_two_of_three(self):
+        r = self.under_test()
+        z = r.data["zone_loss"]
+        for d in RESTARTED:
+            with self.subTest(deployment=d):
+                self.assertGreaterEqual(z["left"][d], z["want"][d] - 1,
+                                        f"zone loss of {z['zone']} on {z['placement']}: {d} {z['left'][d]} of {z['want'][d]} ready")
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ pub fn with_findings(
     match found.get(namespace) {
         Some(Found {
             forbidden: Some(forbidden),
-            ..
+            coverage,
         }) => ReadyStatus {
             status: "False",
             reason: match forbidden.why {
@@ -57,6 +57,9 @@ pub fn with_findings(
                 Refusal::Terminating => NAMESPACE_TERMINATING,
             },
             message: message(namespace, forbidden),
+            // What the pass counted stays true beside a refusal (a quota
+            // refuses one write; the others went through).
+            coverage: coverage.clone(),
             ..desired
         },
         Some(Found {
@@ -123,12 +126,16 @@ fn message(namespace: &str, forbidden: &Forbidden) -> String {
         Refusal::Rbac => {}
         Refusal::Quota(said) => {
             return format!(
-                "a ResourceQuota in namespace {namespace} refused the reconciler's {verb} of                  {resource} ({said}): that object is not brought in line, the others are. Raise                  the quota (or free some of it); the next pass writes it"
+                "a ResourceQuota in namespace {namespace} refused the reconciler's {verb} of \
+                 {resource} ({said}): that object is not brought in line, the others are. Raise \
+                 the quota (or free some of it); the next pass writes it"
             );
         }
         Refusal::Terminating => {
             return format!(
-                "namespace {namespace} is being deleted: the API server refuses every new object                  there (the reconciler's {verb} of {resource}); nothing more is written until it                  is gone and re-created"
+                "namespace {namespace} is being deleted: the API server refuses every new object \
+                 there (the reconciler's {verb} of {resource}); nothing more is written until it \
+                 is gone and re-created"
             );
         }
     }
@@ -211,9 +218,19 @@ mod tests {
         assert_eq!((r.status, r.reason), ("False", QUOTA_EXCEEDED));
         assert!(r.message.contains("exceeded quota: pdbs"), "{}", r.message);
         assert!(r.message.contains("the others are"), "{}", r.message);
+        assert!(
+            !r.message.contains("  "),
+            "one space between words: {}",
+            r.message
+        );
         assert!(!r.message.contains("helm upgrade"), "{}", r.message);
         let r = ready(&valid(), Some(refused(Refusal::Terminating)), &seen);
         assert_eq!((r.status, r.reason), ("False", NAMESPACE_TERMINATING));
+        assert!(
+            !r.message.contains("  "),
+            "one space between words: {}",
+            r.message
+        );
         assert!(!r.message.contains("helm upgrade"), "{}", r.message);
     }
 
