@@ -1,8 +1,14 @@
 //! The memory budget: bytes of request bodies in flight, across every
-//! connection. A body is charged from its `Content-Length` (or chunk by
-//! chunk without one) until its review is answered; a request that finds
-//! the budget spent waits up to [`Budget::wait`] for it, then is refused
-//! (503 with `Retry-After`).
+//! connection. A body is charged as its bytes arrive (never from what its
+//! `Content-Length` announces: a client that declares megabytes and sends
+//! one byte holds one byte), until its review is answered; a request that
+//! finds the budget spent waits up to the budget's wait for it, then is
+//! refused (503 with `Retry-After`).
+//!
+//! A quarter of the budget is kept for small bodies (every body of at most
+//! [`SMALL_BODY_BYTES`], which ordinary AdmissionReviews are): clients that
+//! send big bodies and stall can spend the rest, never the reserve, so a
+//! real review is still answered at once.
 //!
 //! Large bodies are reviewed one at a time ([`Budget::large_review`]).
 //!
@@ -22,9 +28,14 @@ pub const DEFAULT_BUDGET_BYTES: usize = 16 * 1024 * 1024;
 /// How long a request waits for budget by default.
 pub const DEFAULT_BUDGET_WAIT: Duration = Duration::from_secs(1);
 
+/// A body of at most this many bytes may draw on the reserve.
+pub const SMALL_BODY_BYTES: usize = 256 * 1024;
+
 #[derive(Clone, Debug)]
 pub struct Budget {
     bytes: Arc<Semaphore>,
+    /// Kept for small bodies ([`SMALL_BODY_BYTES`]): a quarter of the total.
+    reserve: Arc<Semaphore>,
     /// One review of a large body at a time: parsing can take ten times
     /// the body's size (e.g. millions of nested `[]`).
     large: Arc<Semaphore>,
@@ -39,36 +50,46 @@ impl Default for Budget {
     }
 }
 
-/// Bytes held from the budget; given back on drop.
+/// Bytes held from the budget (its shared part and its reserve); given
+/// back on drop.
 #[derive(Debug)]
 pub struct Charge {
     permit: Option<OwnedSemaphorePermit>,
+    reserved: Option<OwnedSemaphorePermit>,
     released: Arc<Notify>,
 }
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        if self.permit.take().is_some() {
+        let held = self.permit.take().is_some() | self.reserved.take().is_some();
+        if held {
             self.released.notify_waiters();
         }
     }
 }
 
+fn merged(mine: &mut Option<OwnedSemaphorePermit>, theirs: Option<OwnedSemaphorePermit>) {
+    match (mine.as_mut(), theirs) {
+        (Some(m), Some(t)) => m.merge(t),
+        (None, t) => *mine = t,
+        (Some(_), None) => {}
+    }
+}
+
 impl Charge {
     fn merge(&mut self, mut other: Charge) {
-        match (&mut self.permit, other.permit.take()) {
-            (Some(mine), Some(theirs)) => mine.merge(theirs),
-            (mine @ None, theirs) => *mine = theirs,
-            (Some(_), None) => {}
-        }
+        merged(&mut self.permit, other.permit.take());
+        merged(&mut self.reserved, other.reserved.take());
     }
 }
 
 impl Budget {
     pub fn new(total_bytes: usize, wait: Duration) -> Budget {
         let total = total_bytes.clamp(1, u32::MAX as usize);
+        let reserve = total / 4;
         Budget {
-            bytes: Arc::new(Semaphore::new(total)),
+            bytes: Arc::new(Semaphore::new(total - reserve)),
+            reserve: Arc::new(Semaphore::new(reserve)),
             large: Arc::new(Semaphore::new(1)),
             released: Arc::new(Notify::new()),
             total,
@@ -84,13 +105,15 @@ impl Budget {
     pub fn none(&self) -> Charge {
         Charge {
             permit: None,
+            reserved: None,
             released: self.released.clone(),
         }
     }
 
-    /// Charges `bytes` (at most the whole budget), waiting up to the wait
+    /// Charges `bytes` (at most the whole budget) for a body that stays
+    /// small (`small`: it may draw on the reserve), waiting up to the wait
     /// time; `None` when the budget stays spent.
-    pub async fn charge(&self, bytes: usize) -> Option<Charge> {
+    pub async fn charge(&self, bytes: usize, small: bool) -> Option<Charge> {
         let n = bytes.min(self.total) as u32;
         if n == 0 {
             return Some(self.none());
@@ -100,9 +123,16 @@ impl Budget {
             let released = self.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            if let Ok(permit) = self.bytes.clone().try_acquire_many_owned(n) {
+            let shared = self.bytes.clone().try_acquire_many_owned(n);
+            let (permit, reserved) = match shared {
+                Ok(p) => (Some(p), None),
+                Err(_) if small => (None, self.reserve.clone().try_acquire_many_owned(n).ok()),
+                Err(_) => (None, None),
+            };
+            if permit.is_some() || reserved.is_some() {
                 return Some(Charge {
-                    permit: Some(permit),
+                    permit,
+                    reserved,
                     released: self.released.clone(),
                 });
             }
@@ -113,9 +143,10 @@ impl Budget {
         }
     }
 
-    /// Adds `bytes` to `charge`; false when the budget stays spent.
-    pub async fn add(&self, charge: &mut Charge, bytes: usize) -> bool {
-        match self.charge(bytes).await {
+    /// Adds `bytes` to `charge` (`small`: as for [`Budget::charge`]); false
+    /// when the budget stays spent.
+    pub async fn add(&self, charge: &mut Charge, bytes: usize, small: bool) -> bool {
+        match self.charge(bytes, small).await {
             Some(more) => {
                 charge.merge(more);
                 true
@@ -131,9 +162,9 @@ impl Budget {
         self.large.clone().acquire_owned().await.ok()
     }
 
-    /// Bytes not charged now.
+    /// Bytes not charged now (the reserve included).
     pub fn available(&self) -> usize {
-        self.bytes.available_permits()
+        self.bytes.available_permits() + self.reserve.available_permits()
     }
 }
 
@@ -144,16 +175,22 @@ mod tests {
     #[tokio::test]
     async fn a_small_charge_passes_beside_a_waiting_big_one() {
         let budget = Budget::new(100, Duration::from_millis(300));
-        let held = budget.charge(80).await.unwrap();
+        let held = budget.charge(60, false).await.unwrap();
         let b = budget.clone();
-        let big = tokio::spawn(async move { b.charge(50).await.is_some() });
+        let big = tokio::spawn(async move { b.charge(50, false).await.is_some() });
         tokio::task::yield_now().await;
-        assert!(budget.charge(10).await.is_some(), "small one not queued");
+        assert!(
+            budget.charge(10, false).await.is_some(),
+            "small one not queued"
+        );
         assert!(!big.await.unwrap(), "big one refused after the wait");
         drop(held);
         assert_eq!(budget.available(), 100);
-        let mut c = budget.charge(60).await.unwrap();
-        assert!(budget.add(&mut c, 40).await);
+        let mut c = budget.charge(75, true).await.unwrap();
+        assert!(
+            budget.add(&mut c, 25, true).await,
+            "the reserve makes up the rest"
+        );
         assert_eq!(budget.available(), 0);
         drop(c);
         assert_eq!(budget.available(), 100);
@@ -162,12 +199,31 @@ mod tests {
     #[tokio::test]
     async fn a_waiting_charge_gets_released_bytes() {
         let budget = Budget::new(100, Duration::from_secs(30));
-        let held = budget.charge(100).await.unwrap();
+        let held = budget.charge(75, false).await.unwrap();
         let b = budget.clone();
-        let waiting = tokio::spawn(async move { b.charge(100).await.is_some() });
+        let waiting = tokio::spawn(async move { b.charge(75, false).await.is_some() });
         tokio::task::yield_now().await;
         drop(held);
         assert!(waiting.await.unwrap());
+    }
+
+    /// Big bodies that stall spend the shared part, never the reserve: a
+    /// small body is still charged at once.
+    #[tokio::test]
+    async fn the_reserve_is_kept_for_small_bodies() {
+        let budget = Budget::new(100, Duration::from_millis(50));
+        let big = budget.charge(75, false).await.unwrap();
+        assert!(
+            budget.charge(1, false).await.is_none(),
+            "no more for a big body"
+        );
+        let small = budget.charge(25, true).await.expect("the reserve");
+        assert!(
+            budget.charge(1, true).await.is_none(),
+            "the reserve spent too"
+        );
+        drop((big, small));
+        assert_eq!(budget.available(), 100);
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ use axum::routing::post;
 use http_body_util::BodyExt;
 
 use super::answered::{error_body, respond};
-use super::budget::{Budget, Charge};
+use super::budget::{Budget, Charge, SMALL_BODY_BYTES};
 use crate::admission::{self, Answer, MAX_BODY_BYTES, ReviewOptions};
 use crate::store::{PolicyStore, Snapshot};
 use crate::telemetry::{Metrics, clip};
@@ -27,7 +27,10 @@ use crate::telemetry::{Metrics, clip};
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bodies larger than this are reviewed on the blocking thread pool.
-const LARGE_BODY_BYTES: usize = 256 * 1024;
+const LARGE_BODY_BYTES: usize = SMALL_BODY_BYTES;
+
+/// The body buffer's first allocation at most (it grows with what comes).
+const INITIAL_BUFFER_BYTES: usize = 64 * 1024;
 
 /// What the HTTPS handlers share.
 #[derive(Clone, Debug)]
@@ -118,13 +121,13 @@ async fn read_body(
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
         return Err(too_large(metrics));
     }
+    // Charged as the bytes arrive, not from what the header announces: a
+    // client that declares megabytes and sends one byte holds one byte.
+    // Room is reserved in advance for no one; the buffer grows with what came.
     let declared = declared.unwrap_or(0) as usize;
-    let mut charge = budget
-        .charge(declared)
-        .await
-        .ok_or_else(|| over_budget(metrics))?;
-    let mut charged = declared;
-    let mut bytes = Vec::with_capacity(declared);
+    let small_declared = declared <= SMALL_BODY_BYTES;
+    let mut charge = budget.none();
+    let mut bytes = Vec::with_capacity(declared.min(INITIAL_BUFFER_BYTES));
     let mut body = body;
     let read = async {
         while let Some(frame) = body.frame().await {
@@ -140,11 +143,9 @@ async fn read_body(
             if len > MAX_BODY_BYTES {
                 return Err(too_large(metrics));
             }
-            if len > charged {
-                if !budget.add(&mut charge, len - charged).await {
-                    return Err(over_budget(metrics));
-                }
-                charged = len;
+            let small = small_declared && len <= SMALL_BODY_BYTES;
+            if !budget.add(&mut charge, data.len(), small).await {
+                return Err(over_budget(metrics));
             }
             bytes.extend_from_slice(&data);
         }
