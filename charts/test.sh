@@ -242,6 +242,29 @@ else
 fi
 # --- END server availability ---------------------------------------------------------------------
 
+# --- least privilege: renderings the chart refuses --------------------------------------------------
+refuse_values() { # label, expected fragment, helm args...
+  local label=$1 want=$2
+  shift 2
+  if out=$("$HELM" template khw "$CHART" --namespace khw-system --set image.repository=registry.test/khw "$@" 2>&1); then
+    fail "refuses $label" "helm template rendered"
+  elif echo "$out" | grep -qF "$want"; then
+    pass "refuses $label, saying why"
+  else
+    fail "refuses $label" "message lacks '$want': $out"
+  fi
+}
+refuse_values "governedNamespaces {kube-system} under failurePolicy=Fail" "must not contain \"kube-system\" under webhook.failurePolicy=Fail" \
+  --set 'governedNamespaces={knative-serving,kube-system}' --set webhook.failurePolicy=Fail
+refuse_values "serviceAccount.create=false without a name (the namespace's default account)" "serviceAccount.name is required" \
+  --set serviceAccount.create=false
+if "$HELM" template khw "$CHART" --namespace khw-system --set image.repository=registry.test/khw \
+  --set 'governedNamespaces={knative-serving,kube-system}' >/dev/null 2>&1; then
+  pass "governedNamespaces {kube-system} renders under failurePolicy=Ignore (the default)"
+else
+  fail "governedNamespaces {kube-system} under failurePolicy=Ignore" "refused"
+fi
+
 # --- image: the chart refuses to install an image that does not exist ----------------------------
 # (block owned by the image work: refusal of a missing/placeholder image.repository, docs carry it)
 refuse_image() { # label, expected fragment, helm args...

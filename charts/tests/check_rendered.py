@@ -363,14 +363,17 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
     def reconciler_excluded():
         h = r.webhook_config["webhooks"][0]
         sa_name = r.deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        # Of the ConfigMaps only config-leader-election reaches the webhook.
+        want = [{"name": "only-config-leader-election",
+                 "expression": "request.resource.resource != 'configmaps' || "
+                               "object.metadata.name == 'config-leader-election'"}]
         if v["reconcile"]["enabled"]:
-            eq(h.get("matchConditions"),
-               [{"name": "not-the-reconciler",
-                 "expression": f"request.userInfo.username != 'system:serviceaccount:{ns}:{sa_name}'"}],
-               "matchConditions excluding the reconciler's ServiceAccount")
-        else:
-            expect("matchConditions" not in h, "matchConditions rendered although reconcile is off")
-    rep.check(f"{label}: the reconciler's own writes are not re-mutated (matchConditions)", reconciler_excluded)
+            want.append({"name": "not-the-reconciler",
+                         "expression": f"request.userInfo.username != 'system:serviceaccount:{ns}:{sa_name}'"})
+        eq(h.get("matchConditions"), want,
+           "matchConditions: config-leader-election only, and (reconcile on) not the reconciler's ServiceAccount")
+    rep.check(f"{label}: only config-leader-election of the ConfigMaps, the reconciler's own writes not re-mutated (matchConditions)",
+              reconciler_excluded)
 
     def wiring():
         h = r.webhook_config["webhooks"][0]

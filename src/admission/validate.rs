@@ -30,28 +30,29 @@ fn target(group: &str, kind: &str) -> Option<Target> {
     }
 }
 
-/// Every error of the object, as lines; `None` when the object is not a
-/// policy object (a ConfigMap without the label).
-fn errors_of(target: Target, object: &Value) -> Option<Vec<String>> {
-    let lines = match target {
-        Target::Resource => objects::check_resource(object)
-            .err()
-            .map(|errors| {
-                errors
-                    .iter()
-                    .flat_map(policy::PolicyError::flatten)
-                    .map(|e| e.to_string())
-                    .collect()
-            })
-            .unwrap_or_default(),
+/// Every error of the object, as lines, or the warnings of the valid
+/// policy ([`policy::reach`]); `None` when the object is not a policy
+/// object (a ConfigMap without the label).
+fn errors_of(target: Target, object: &Value) -> Option<Result<Vec<String>, Vec<String>>> {
+    let checked = match target {
+        Target::Resource => objects::check_resource(object).map_err(|errors| {
+            errors
+                .iter()
+                .flat_map(policy::PolicyError::flatten)
+                .map(|e| e.to_string())
+                .collect()
+        }),
         Target::ConfigMap if objects::is_policy_configmap(object) => {
             objects::check_configmap_data(object)
-                .err()
-                .unwrap_or_default()
         }
         Target::ConfigMap => return None,
     };
-    Some(lines)
+    Some(checked.map(|p| {
+        policy::reach::warnings(&p.spec)
+            .into_iter()
+            .map(|w| format!("knative-ha-webhook: policy {}: {w}", p.name))
+            .collect()
+    }))
 }
 
 /// Answers one validating AdmissionReview given as raw bytes.
@@ -86,8 +87,11 @@ pub fn validate(body: &[u8]) -> Answer<'_> {
     };
     match checked {
         None => {}
-        Some(errors) if errors.is_empty() => reply.outcome = ReviewOutcome::Accepted,
-        Some(errors) => refuse(&mut reply, &mut response, &errors),
+        Some(Ok(warnings)) => {
+            reply.outcome = ReviewOutcome::Accepted;
+            response.warnings = warnings;
+        }
+        Some(Err(errors)) => refuse(&mut reply, &mut response, &errors),
     }
     response.uid = &reply.uid;
     let out = ReviewOut {

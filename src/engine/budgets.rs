@@ -50,11 +50,27 @@ pub(crate) const READS: &[Read] = &[
     Members(super::pdb::SPEC, &super::pdb::FIELDS),
 ];
 
-/// The Deployment a PDB was created for (None for every other object).
+/// The Deployment a PDB was created for (None for every other object). A
+/// created budget carries all of its marks: the annotation naming the
+/// Deployment, the managed-by label, and the name `<deployment>-pdb`; and
+/// it is never a budget Knative ships (`activator-pdb` with the annotation
+/// added by hand is Knative's, not ours to delete). Anyone who may edit a
+/// PDB can add an annotation; the reconciler deletes what this says it
+/// created.
 pub fn created_for(object: &Value) -> Option<&str> {
-    super::lookup(object, ANNOTATIONS)?
+    let deployment = super::lookup(object, ANNOTATIONS)?
         .get(CREATED_FOR)?
-        .as_str()
+        .as_str()?;
+    let labelled = super::lookup(object, LABELS)
+        .and_then(|l| l.get(MANAGED_BY.0))
+        .and_then(Value::as_str)
+        == Some(MANAGED_BY.1);
+    let name = super::lookup(object, &["metadata", "name"]).and_then(Value::as_str)?;
+    let named = name.strip_suffix("-pdb") == Some(deployment);
+    let shipped = crate::knative::COMPONENTS
+        .iter()
+        .any(|c| c.pdb == Some(name));
+    (labelled && named && !shipped).then_some(deployment)
 }
 
 /// Whether a created PDB was taken over: a release applied its own budget

@@ -20,6 +20,7 @@ pub mod objects;
 mod parse;
 pub mod placement;
 pub mod prune;
+pub mod reach;
 pub mod recorded;
 pub mod schema_check;
 mod spec;

@@ -129,6 +129,11 @@ fn warnings(found: &Valid) -> Vec<Line> {
             found.place
         )));
     }
+    out.extend(
+        crate::policy::reach::warnings(&found.policy.spec)
+            .into_iter()
+            .map(|w| Line::Warning(format!("{}: warning: {w}", found.place))),
+    );
     out.extend(names::misplaced(&found.policy.spec).iter().map(|m| {
         Line::Warning(format!(
             "{}: warning: {}",

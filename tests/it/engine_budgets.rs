@@ -262,3 +262,39 @@ fn no_budget_for_a_deployment_the_policy_leaves_to_the_knative_operator() {
     let left = format!("{spec}  governOperatorOwned: false\n");
     assert_eq!(wanted(&left, &objs), Vec::new());
 }
+
+/// A created budget is recognised by all of its marks, never by the
+/// annotation alone: anyone who may edit a PDB can add that, and the
+/// reconciler deletes what it created once no longer wanted. Knative's
+/// `activator-pdb` so marked stays Knative's.
+#[test]
+fn only_a_budget_with_every_mark_counts_as_created() {
+    let spec = "  replicas: 3\n  podDisruptionBudget: {maxUnavailable: 1}\n";
+    let p = policy(spec);
+    let mut objs = objects();
+    let created = budgets::wanted(&p, NS, &objs, &corpus::hpa_context());
+    let controller = created
+        .iter()
+        .find(|o| o["metadata"]["name"] == "controller-pdb")
+        .unwrap()
+        .clone();
+    assert_eq!(budgets::created_for(&controller), Some("controller"));
+    let mut unlabelled = controller.clone();
+    unlabelled["metadata"]["labels"] = json!({});
+    assert_eq!(budgets::created_for(&unlabelled), None);
+    let mut renamed = controller.clone();
+    renamed["metadata"]["name"] = json!("other-pdb");
+    assert_eq!(budgets::created_for(&renamed), None);
+    // Knative's activator-pdb, marked by hand: not the reconciler's, never
+    // deleted as unwanted.
+    let activator = objs
+        .iter_mut()
+        .find(|o| o["kind"] == "PodDisruptionBudget" && o["metadata"]["name"] == "activator-pdb")
+        .unwrap();
+    activator["metadata"]["annotations"] = json!({budgets::CREATED_FOR: "activator"});
+    activator["metadata"]["labels"] = json!({budgets::MANAGED_BY.0: budgets::MANAGED_BY.1});
+    let marked = activator.clone();
+    assert_eq!(budgets::created_for(&marked), None);
+    let plan = budgets::plan(None, NS, &objs, &corpus::hpa_context());
+    assert!(plan.is_empty(), "{plan:?}");
+}

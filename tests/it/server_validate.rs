@@ -248,3 +248,50 @@ async fn bad_requests_methods_and_metrics_are_as_on_mutate() {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
 }
+
+/// A valid policy that reaches beyond Knative (a namespace of the cluster
+/// itself, a PriorityClass kept for the cluster's critical pods) is
+/// admitted, with a warning for each that `kubectl` prints; `check` says the
+/// same.
+#[tokio::test]
+async fn a_policy_reaching_into_the_cluster_itself_is_admitted_with_warnings() {
+    let spec = r#"{"targetNamespace": "kube-system", "replicas": 3,
+        "priorityClassName": "system-node-critical"}"#;
+    let response = validate("CREATE", &hap(spec)).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let warnings: Vec<&str> = response["warnings"]
+        .as_array()
+        .map(|w| w.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(warnings.len(), 2, "{response}");
+    assert!(
+        warnings[0].contains("spec.targetNamespace: \"kube-system\""),
+        "{warnings:?}"
+    );
+    assert!(warnings[1].contains("system-node-critical"), "{warnings:?}");
+    let plain = validate(
+        "CREATE",
+        &hap(r#"{"targetNamespace": "knative-serving", "replicas": 3}"#),
+    )
+    .await;
+    assert!(
+        plain
+            .get("warnings")
+            .is_none_or(|w| w.as_array().is_some_and(|a| a.is_empty())),
+        "{plain}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.yaml");
+    std::fs::write(&file, policy_yaml(spec)).unwrap();
+    let out = support::run(&["check", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", support::stderr(&out));
+    let stderr = support::stderr(&out);
+    assert!(
+        stderr.contains("warning: spec.targetNamespace: \"kube-system\""),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: spec.priorityClassName: \"system-node-critical\""),
+        "{stderr}"
+    );
+}

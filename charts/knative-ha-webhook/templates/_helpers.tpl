@@ -134,6 +134,16 @@ so `helm template` / `helm install` fail with a clear message.
 {{- if lt (int .Values.terminationGracePeriodSeconds) (int $needed) }}
 {{- fail (printf "terminationGracePeriodSeconds (%d) must be at least server.shutdownDelay (%s) + webhook.timeoutSeconds (%d), so in-flight requests can finish before the kill" (int .Values.terminationGracePeriodSeconds) .Values.server.shutdownDelay (int .Values.webhook.timeoutSeconds)) }}
 {{- end }}
+{{- if eq .Values.webhook.failurePolicy "Fail" }}
+{{- range .Values.governedNamespaces }}
+{{- if or (hasPrefix "kube-" .) (eq . "default") }}
+{{- fail (printf "governedNamespaces must not contain %q under webhook.failurePolicy=Fail: a webhook outage would then refuse every Deployment, HPA, PDB and ConfigMap write of the cluster's own namespace; govern Knative's namespaces only, or keep failurePolicy Ignore" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and .Values.serviceAccount (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) }}
+{{- fail "serviceAccount.name is required when serviceAccount.create=false: otherwise every role would be bound to the namespace's default ServiceAccount, which every pod there runs as" }}
+{{- end }}
 {{- if and .Values.defaultPolicy.enabled (not (has .Values.defaultPolicy.spec.targetNamespace .Values.governedNamespaces)) }}
 {{- fail (printf "defaultPolicy.spec.targetNamespace %q is not one of governedNamespaces %v: the webhook would never see its objects" .Values.defaultPolicy.spec.targetNamespace .Values.governedNamespaces) }}
 {{- end }}

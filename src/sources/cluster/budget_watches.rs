@@ -103,7 +103,9 @@ mod tests {
                        "expectedPods": 3, "observedGeneration": 1},
         });
         if created {
+            let (key, value) = crate::engine::budgets::MANAGED_BY;
             v["metadata"]["annotations"] = json!({crate::engine::budgets::CREATED_FOR: selector});
+            v["metadata"]["labels"] = json!({key: value});
         }
         serde_json::from_value(v).unwrap()
     }
