@@ -6,7 +6,7 @@ import json
 import re
 import unittest
 
-from base import GOVERNED, ClusterCase, subset_diff, wait_for
+from base import GOVERNED, ClusterCase, subset_diff, wait_for, webhook_metrics
 from install import KOURIER, NAMESPACE, POLICY, SERVING_CORE, SERVING_HPA
 
 RECORDED_REPLICAS = "knativeha.dev/original-replicas"
@@ -62,6 +62,18 @@ class Admission(ClusterCase):
         changed = [k for k in specs if k[0] == "Deployment" and specs[k] != after.get(k)]
         self.assertEqual(changed, [], "server-side apply of the release changed Deployment specs")
         self.assert_stored_equals_preview()
+
+    def test_only_config_leader_election_of_the_configmaps_reaches_the_webhook(self):
+        """The webhook's rules cannot name an object; its matchConditions can: a ConfigMap write in a
+        governed namespace other than config-leader-election is never sent to the webhook."""
+        self.governed_install()
+        sent = lambda: webhook_metrics(self.api.raw("/metrics"))["request_total"]  # noqa: E731
+        before = sent()
+        for i in range(5):
+            self.kubectl.run("-n", GOVERNED, "create", "configmap", f"other-{i}", f"--from-literal=k={i}")
+        self.assertEqual(sent(), before, "a ConfigMap other than config-leader-election was sent to the webhook")
+        self.kubectl.run("-n", GOVERNED, "annotate", "configmap", "config-leader-election", "touched=yes")
+        self.assertEqual(sent(), before + 1, "config-leader-election is still sent")
 
     def test_upgrade_keeps_ha(self):
         """A previous release (v1.23.0 relabelled 1.22.0 with other image digests: the repository holds only
