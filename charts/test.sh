@@ -265,6 +265,29 @@ else
   fail "governedNamespaces {kube-system} under failurePolicy=Ignore" "refused"
 fi
 
+# The webhook's own writes bounded by a ValidatingAdmissionPolicy where the API server serves it.
+vap_out=$("$HELM" template khw "$CHART" --namespace khw-system --set image.repository=registry.test/khw \
+  --api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy 2>&1)
+if printf '%s' "$vap_out" | "$PY" -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+vap = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+binding = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+assert len(vap) == 1 and len(binding) == 1, (len(vap), len(binding))
+sa = "system:serviceaccount:khw-system:khw-knative-ha-webhook"
+assert vap[0]["spec"]["matchConditions"][0]["expression"] == f"request.userInfo.username == {sa!r}", vap[0]["spec"]["matchConditions"]
+assert binding[0]["spec"]["validationActions"] == ["Deny"]
+assert binding[0]["spec"]["policyName"] == vap[0]["metadata"]["name"]
+text = str(vap[0]["spec"]["validations"])
+for field in ("o.image == c.image", "command", "serviceAccountName", "volumes", "--disable-ha"):
+    assert field in text, field
+' && ! "$HELM" template khw "$CHART" --namespace khw-system --set image.repository=registry.test/khw 2>&1 \
+  | grep -q "kind: ValidatingAdmissionPolicy"; then
+  pass "rbac.boundWrites: a ValidatingAdmissionPolicy bounds the ServiceAccount's Deployment writes where served (none where not)"
+else
+  fail "rbac.boundWrites rendering" "$(printf '%s' "$vap_out" | tail -c 300)"
+fi
+
 # --- image: the chart refuses to install an image that does not exist ----------------------------
 # (block owned by the image work: refusal of a missing/placeholder image.repository, docs carry it)
 refuse_image() { # label, expected fragment, helm args...

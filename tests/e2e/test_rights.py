@@ -100,3 +100,63 @@ class Rights(ClusterCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class BoundWrites(ClusterCase):
+    """rbac.boundWrites (the default): a ValidatingAdmissionPolicy lets the webhook's own ServiceAccount change
+    only the Deployment fields the engine manages. Its token, stolen, cannot change an image, a command, the
+    environment or the pods' ServiceAccount of Knative's Deployments; the reconciler still brings everything
+    in line."""
+
+    def test_the_webhooks_token_is_refused_an_image_change_and_the_reconciler_still_works(self):
+        from cluster import Kubectl
+
+        self.install_chart("reconcile.interval=3s")
+        kinds = {d["kind"] for d in self.install.manifest()}
+        self.assertIn("ValidatingAdmissionPolicy", kinds, "rendered where the API server serves it")
+        self.start_server()
+        self.apply_knative()
+        self.apply_policy()
+        wait_for(lambda: self.audit().returncode == 0, "the reconciler brought Knative in line under the policy", 90)
+        stolen = Kubectl(self.install.service_account_kubeconfig())
+        container = "/spec/template/spec/containers/0"
+        refused = {
+            "image": [{"op": "replace", "path": f"{container}/image", "value": "registry.test/evil:1"}],
+            "command": [{"op": "add", "path": f"{container}/command", "value": ["/bin/sh", "-c", "id"]}],
+            "env": [{"op": "add", "path": f"{container}/env/-", "value": {"name": "X", "value": "1"}}],
+            "serviceAccountName": [{"op": "replace", "path": "/spec/template/spec/serviceAccountName",
+                                    "value": "default"}],
+        }
+        import json as _json
+        for what, patch in refused.items():
+            r = stolen.run("-n", GOVERNED, "patch", "deployment", "controller", "--type=json",
+                           "-p", _json.dumps(patch), check=False)
+            self.assertNotEqual(r.returncode, 0, f"{what}: the webhook's token changed it")
+            self.assertIn("ValidatingAdmissionPolicy", r.stderr, f"{what}: {r.stderr}")
+            print(f"\n  {what}: refused: {r.stderr.strip()[:200]}")
+        # What the engine manages still goes through with the same token.
+        r = stolen.run("-n", GOVERNED, "patch", "deployment", "controller", "--type=merge",
+                       "-p", '{"spec": {"replicas": 4}}', check=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # ... and the reconciler, as that identity, puts the policy's 3 back.
+        wait_for(lambda: self.kubectl.json("-n", GOVERNED, "deployment", "controller")["spec"]["replicas"] == 3,
+                 "the reconciler's write (replicas 4 -> 3) admitted", 60)
+        image = self.kubectl.json("-n", GOVERNED, "deployment", "controller")["spec"]["template"]["spec"]["containers"][0]["image"]
+        self.assertNotIn("evil", image)
+
+    def test_without_it_the_webhooks_token_changes_an_image(self):
+        """What rbac.boundWrites=false leaves: RBAC alone lets the same token run another image under
+        Knative's controller ServiceAccount (the threat the policy closes)."""
+        import json as _json
+
+        from cluster import Kubectl
+
+        self.install_chart("rbac.boundWrites=false")
+        self.assertNotIn("ValidatingAdmissionPolicy", {d["kind"] for d in self.install.manifest()})
+        self.start_server()
+        self.apply_knative()
+        stolen = Kubectl(self.install.service_account_kubeconfig())
+        patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "registry.test/evil:1"}]
+        r = stolen.run("-n", GOVERNED, "patch", "deployment", "controller", "--type=json", "-p", _json.dumps(patch),
+                       check=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
