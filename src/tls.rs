@@ -144,8 +144,41 @@ pub fn certified_key(
 
 /// notAfter of a DER certificate, in Unix seconds.
 pub fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
+    validity(cert).map(|(_, after)| after)
+}
+
+/// notBefore and notAfter of a DER certificate, in Unix seconds.
+pub fn validity(cert: &CertificateDer<'_>) -> Option<(i64, i64)> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
-    Some(parsed.validity().not_after.timestamp())
+    let v = parsed.validity();
+    Some((v.not_before.timestamp(), v.not_after.timestamp()))
+}
+
+/// Now, in Unix seconds.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// How long a `--self-signed` certificate is valid: a year from an hour ago
+/// (a test or local server; the chart's certificates come from
+/// cert-manager or `certs/`).
+const SELF_SIGNED_DAYS: i64 = 365;
+
+/// The UTC date (year, month, day) of Unix second `t` (days to a civil
+/// date, after Howard Hinnant's `civil_from_days`).
+fn civil_date(t: i64) -> (i32, u8, u8) {
+    let z = t.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    let year = (yoe + era * 400 + i64::from(month <= 2)) as i32;
+    (year, month, day)
 }
 
 /// Builds a server config: TLS 1.2 + 1.3, ALPN h2 and http/1.1, and a
@@ -207,8 +240,19 @@ pub struct SelfSigned {
 pub fn generate_self_signed(names: &[&str]) -> Result<SelfSigned> {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let err = TlsError::Generate;
+    let now = unix_now();
+    let ((by, bm, bd), (ay, am, ad)) = (
+        civil_date(now - 86_400),
+        civil_date(now + SELF_SIGNED_DAYS * 86_400),
+    );
+    let (not_before, not_after) = (
+        rcgen::date_time_ymd(by, bm, bd),
+        rcgen::date_time_ymd(ay, am, ad),
+    );
     let ca_key = KeyPair::generate().map_err(err)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+    ca_params.not_before = not_before;
+    ca_params.not_after = not_after;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params
         .distinguished_name
@@ -219,6 +263,8 @@ pub fn generate_self_signed(names: &[&str]) -> Result<SelfSigned> {
     let mut leaf_params =
         CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
             .map_err(err)?;
+    leaf_params.not_before = not_before;
+    leaf_params.not_after = not_after;
     leaf_params.distinguished_name.push(
         DnType::CommonName,
         names.first().copied().unwrap_or("localhost"),
@@ -229,6 +275,31 @@ pub fn generate_self_signed(names: &[&str]) -> Result<SelfSigned> {
         cert_pem: leaf.pem(),
         key_pem: leaf_key.serialize_pem(),
     })
+}
+
+/// Writes `bytes` to `path` without following a link there: into a new file
+/// beside it (created exclusively: never an existing file or link), renamed
+/// over `path` (a rename replaces a symbolic link, it never writes through
+/// one), so a link planted in a shared directory redirects nothing.
+fn write_replacing(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()));
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// Last contents seen for each watched file.
@@ -243,6 +314,9 @@ struct Seen {
 pub struct TlsReloader {
     source: TlsSource,
     current: ArcSwapOption<ServerConfig>,
+    /// notBefore and notAfter of the loaded leaf (Unix seconds; the widest
+    /// range where they cannot be read).
+    valid: (std::sync::atomic::AtomicI64, std::sync::atomic::AtomicI64),
     seen: std::sync::Mutex<Option<Seen>>,
     metrics: Metrics,
 }
@@ -258,15 +332,21 @@ impl TlsReloader {
         let reloader = Arc::new(TlsReloader {
             source: source.clone(),
             current: ArcSwapOption::empty(),
+            valid: (
+                std::sync::atomic::AtomicI64::new(i64::MIN),
+                std::sync::atomic::AtomicI64::new(i64::MAX),
+            ),
             seen: std::sync::Mutex::new(None),
             metrics,
         });
         match &source {
             TlsSource::SelfSigned { ca_out, client_ca } => {
                 let generated = generate_self_signed(&["localhost", "127.0.0.1", "::1"])?;
-                std::fs::write(ca_out, &generated.ca_pem).map_err(|error| TlsError::Write {
-                    path: ca_out.clone(),
-                    error,
+                write_replacing(ca_out, generated.ca_pem.as_bytes()).map_err(|error| {
+                    TlsError::Write {
+                        path: ca_out.clone(),
+                        error,
+                    }
                 })?;
                 let key = certified_key(
                     generated.cert_pem.as_bytes(),
@@ -293,17 +373,36 @@ impl TlsReloader {
         self.current.load_full()
     }
 
-    /// True once a certificate is loaded.
+    /// True once a certificate is loaded and within its validity period
+    /// now: an expired or not yet valid certificate makes the pod not Ready
+    /// (the API server refuses the handshake; under `failurePolicy: Ignore`
+    /// it would fail open unseen but for a gauge).
     pub fn has_certificate(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = unix_now();
         self.current.load().is_some()
+            && self.valid.0.load(Relaxed) <= now
+            && now < self.valid.1.load(Relaxed)
     }
 
     fn install(&self, key: CertifiedKey, ca: Option<(&[u8], &Path)>) -> Result<()> {
-        let expiry = key.end_entity_cert().ok().and_then(not_after);
+        use std::sync::atomic::Ordering::Relaxed;
+        let valid = key.end_entity_cert().ok().and_then(validity);
         let config = server_config(key, ca)?;
         self.current.store(Some(Arc::new(config)));
-        if let Some(t) = expiry {
-            self.metrics.certificate_expiry.set(t as f64);
+        let (before, after) = valid.unwrap_or((i64::MIN, i64::MAX));
+        self.valid.0.store(before, Relaxed);
+        self.valid.1.store(after, Relaxed);
+        if valid.is_some() {
+            self.metrics.certificate_expiry.set(after as f64);
+        }
+        let now = unix_now();
+        if now < before || after <= now {
+            tracing::warn!(
+                not_before = before,
+                not_after = after,
+                "the serving certificate is not valid now (expired, or not yet valid): not ready until a valid one is loaded"
+            );
         }
         Ok(())
     }
@@ -399,11 +498,77 @@ mod tests {
     }
 
     #[test]
-    fn expiry_is_read_from_the_leaf() {
+    fn a_self_signed_certificate_is_valid_for_a_year_not_until_4096() {
         let a = generate_self_signed(&["localhost"]).unwrap();
         let chain = parse_chain(a.cert_pem.as_bytes(), Path::new("x")).unwrap();
-        let t = not_after(&chain[0]).unwrap();
-        // rcgen's default notAfter is 4096-01-01.
-        assert_eq!(t, 67_090_118_400);
+        let (before, after) = validity(&chain[0]).unwrap();
+        let now = unix_now();
+        assert!(before <= now && now < after);
+        // rcgen's default notAfter was 4096-01-01.
+        let days = (after - now) / 86_400;
+        assert!((364..=366).contains(&days), "{days} days");
+    }
+
+    /// A certificate and key valid from `before` to `after` (Unix seconds).
+    fn certificate(before: i64, after: i64) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        let (y, m, d) = civil_date(before);
+        params.not_before = rcgen::date_time_ymd(y, m, d);
+        let (y, m, d) = civil_date(after);
+        params.not_after = rcgen::date_time_ymd(y, m, d);
+        (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn an_expired_or_not_yet_valid_certificate_is_not_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let day = 86_400;
+        let now = unix_now();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = crate::telemetry::Metrics::register(&mut registry);
+        for (before, after, ready) in [
+            (now - 10 * day, now + 10 * day, true),
+            (now - 10 * day, now - 2 * day, false),
+            (now + 2 * day, now + 10 * day, false),
+        ] {
+            let (c, k) = certificate(before, after);
+            std::fs::write(&cert, c).unwrap();
+            std::fs::write(&key, k).unwrap();
+            let source = TlsSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: None,
+            };
+            let reloader = TlsReloader::new(source, metrics.clone()).unwrap();
+            assert!(reloader.current().is_some(), "it loads");
+            assert_eq!(reloader.has_certificate(), ready, "{before}..{after}");
+        }
+    }
+
+    #[test]
+    fn civil_dates_are_right() {
+        assert_eq!(civil_date(0), (1970, 1, 1));
+        assert_eq!(civil_date(951_782_400), (2000, 2, 29));
+        assert_eq!(civil_date(1_796_601_600), (2026, 12, 7));
+    }
+
+    #[test]
+    fn the_ca_is_never_written_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("victim");
+        std::fs::write(&target, "keep").unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::os::unix::fs::symlink(&target, &ca).unwrap();
+        write_replacing(&ca, b"CA").unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        assert_eq!(std::fs::read_to_string(&ca).unwrap(), "CA");
+        assert!(
+            !std::fs::symlink_metadata(&ca)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
     }
 }
