@@ -34,6 +34,16 @@ governed component with a replica above 0 ready at the zone loss, get no Evictio
 every HPA-scaled Deployment with more than one replica selected by exactly one budget that allows at
 least one disruption. Knative ships mt-broker-filter and mt-broker-ingress without a budget.
 
+RolloutThenDrain, a drain right after a rollout (the policy's anti-affinity term carries matchLabelKeys
+[pod-template-hash], so the previous revision's terminating pods do not count): on clusters whose fake
+kubelets make a pod Ready START_S after it is bound and keep a terminating pod TERMINATING_S, Eventing v1.23.0
+under the policy, 1/1/1 per zone; ROLLOUT_ROUNDS rounds of `kubectl rollout restart` of mt-broker-filter and
+eventing-controller, then a drain of a node holding a new mt-broker-filter pod at the first moment the old
+revision's terminating pods are left in one zone only (RolloutDrain.round); then the loss of the fullest zone.
+The binary under test must leave every zone with one pod of each after every round and 2 of 3 ready at the
+zone loss; `before-synthesized` (its output without matchLabelKeys on the policy's term) and, with
+KHW_E2E_BINARY_BEFORE, `before-binary` run beside it for comparison, printed only.
+
 Needs kube-scheduler and kube-controller-manager beside kube-apiserver and etcd in KUBEBUILDER_ASSETS;
 one skip line otherwise (the real-cluster mode of test_simcluster is not supported here).
 """
