@@ -236,6 +236,25 @@ pub fn markdown_table() -> String {
     out
 }
 
+/// The chart's copy of [`COMPONENTS`]
+/// (`charts/knative-ha-webhook/files/knative-components.yaml`): per
+/// namespace, each Deployment and the PodDisruptionBudget its release ships
+/// (`""`: none). The chart grants the reconciler `patch` on exactly these
+/// Deployments (and their budgets) by `resourceNames`.
+pub fn chart_components_yaml() -> String {
+    let mut out = String::from(
+        "# Knative's Deployments per namespace and the PodDisruptionBudget each release ships (\"\": none).\n\
+         # Generated from src/knative.rs; `cargo test` keeps the two equal and prints this file when they differ.\n",
+    );
+    for ns in namespaces() {
+        out.push_str(&format!("{ns}:\n"));
+        for c in COMPONENTS.iter().filter(|c| c.namespace == ns) {
+            out.push_str(&format!("  {}: {:?}\n", c.name, c.pdb.unwrap_or("")));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,6 +295,18 @@ mod tests {
             Some(markdown_table().as_str()),
             "docs/policy.md's components table differs from src/knative.rs; put this between its markers:\n{}",
             markdown_table()
+        );
+    }
+
+    /// The chart's `files/knative-components.yaml` is [`chart_components_yaml`].
+    #[test]
+    fn the_charts_components_are_the_declaration() {
+        let file = include_str!("../charts/knative-ha-webhook/files/knative-components.yaml");
+        assert_eq!(
+            file,
+            chart_components_yaml(),
+            "charts/knative-ha-webhook/files/knative-components.yaml differs from src/knative.rs; write this there:\n{}",
+            chart_components_yaml()
         );
     }
 

@@ -54,21 +54,42 @@ EXPECTED_ROLE_RULES = [
 RECONCILE_LEASE = "knative-ha-webhook-reconcile"
 
 
-def expected_reconcile_rules(dry_run: bool) -> list[dict]:
-    verbs = ["get", "list"] if dry_run else ["get", "list", "patch"]
-    return [
-        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": verbs},
-        {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": verbs},
-        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],
-         "verbs": verbs if dry_run else verbs + ["create", "delete"]},
+# Knative's Deployments per namespace and the budget each release ships: the chart's copy of
+# src/knative.rs's declaration (a cargo test keeps the two equal).
+COMPONENTS = yaml.safe_load((Path(__file__).resolve().parents[1] / "knative-ha-webhook" / "files" /
+                             "knative-components.yaml").read_text())
+
+
+def expected_reconcile_rules(dry_run: bool, namespace: str | None, workloads: list[str]) -> list[dict]:
+    """`namespace`: the Role's (None: the ClusterRole, every namespace's names). Writes go by name: patch on
+    Knative's Deployments there and the workloads, patch/delete on their budgets; PDB create is unnamed."""
+    spaces = list(COMPONENTS) if namespace is None else [namespace]
+    names = sorted(set(workloads) | {d for ns in spaces for d in (COMPONENTS.get(ns) or {})})
+    shipped = {p for ns in spaces for p in (COMPONENTS.get(ns) or {}).values() if p}
+    pdbs = sorted(shipped | {f"{n}-pdb" for n in names})
+    rules = [
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list"]},
+        {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"],
+         "verbs": ["get", "list"] if dry_run else ["get", "list", "patch"]},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list"]},
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["config-leader-election"],
          "verbs": ["get"] if dry_run else ["get", "patch"]},
         # the KnativeServing/KnativeEventing, read for the fields the policy overrides (status.operatorOverrides)
         {"apiGroups": ["operator.knative.dev"], "resources": ["knativeservings", "knativeeventings"], "verbs": ["list"]},
-    ] + ([] if dry_run else [
+    ]
+    if dry_run:
+        return rules
+    if names:
+        rules += [
+            {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": names, "verbs": ["patch"]},
+            {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "resourceNames": pdbs,
+             "verbs": ["patch", "delete"]},
+        ]
+    return rules + [
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["create"]},
         # an Event of its own on each write (src/reconcile/events.rs): created, never patched
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
-    ])
+    ]
 
 
 EXPECTED_LEASE_RULES = [
@@ -557,7 +578,8 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
                 eq(sorted(d["metadata"]["namespace"] for d in per_ns), sorted(v["governedNamespaces"]),
                    "reconcile Roles: one per governed namespace")
             for d in per_ns:
-                eq(d["rules"], expected_reconcile_rules(rc["dryRun"]),
+                eq(d["rules"], expected_reconcile_rules(rc["dryRun"], None if cluster_rbac else d["metadata"]["namespace"],
+                                                        v["rbac"].get("workloads") or []),
                    f"reconcile {per_ns_kind} rules in {d['metadata'].get('namespace')}")
                 bound_roles.append(("ClusterRoleBinding" if cluster_rbac else "RoleBinding", d))
         for kind, bound in bound_roles:

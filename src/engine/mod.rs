@@ -310,10 +310,18 @@ fn mutate_governed(
         return Ok(Mutated::default());
     }
     if !target.governs_object()? {
-        // A user's own object: left alone, unless an earlier version that
-        // governed it left records, which are put back (as where no policy
-        // exists).
-        return restore::undo_because(namespace, object, UNGOVERNED_WHY);
+        // A user's own object: left alone, its records too. Anyone who may
+        // edit the object may write records, and putting them back would
+        // write what they say (any replicas, any PriorityClass) with the
+        // reconciler's identity: records are honoured only where a policy
+        // governs the object. `restore` (with the user's own rights) puts
+        // them back.
+        if !restore::carries_records(object) {
+            return Ok(Mutated::default());
+        }
+        return Ok(warning_only(vec![target.change(What::Warning(format!(
+            "carries the records of an earlier policy ({UNGOVERNED_WHY} now): left alone, records are honoured only where a policy governs the object; `knative-ha-webhook restore` puts the release values back"
+        )))]));
     }
     let (patcher, changes) = (target.kind.spec().mutate)(&target)?;
     match patcher {

@@ -35,6 +35,9 @@ pub(super) struct Against {
     pub hpa_targets: BTreeSet<String>,
     pub leader_election: Option<Map<String, Value>>,
     pub budgets: Option<BTreeMap<String, String>>,
+    /// The PriorityClasses that exist (the same for every namespace): one
+    /// created after a policy named it lets the held-back name be written.
+    pub priority_classes: Option<BTreeSet<String>>,
 }
 
 /// What each namespace of `snapshot` would be reconciled against.
@@ -50,6 +53,7 @@ pub(super) fn seen(snapshot: &Snapshot) -> Seen {
                     hpa_targets: snapshot.hpa_targets.get(ns).cloned().unwrap_or_default(),
                     leader_election: snapshot.leader_election.get(ns).cloned(),
                     budgets: snapshot.budgets.get(ns).cloned(),
+                    priority_classes: snapshot.priority_classes.clone(),
                 },
             )
         })
@@ -185,6 +189,7 @@ mod tests {
             hpa_targets,
             leader_election,
             budgets: None,
+            priority_classes: None,
         }
     }
 

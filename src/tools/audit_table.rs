@@ -43,6 +43,9 @@ pub fn render_table(report: &AuditReport) -> String {
             l.kind, l.namespace, l.name, l.reason
         ));
     }
+    for h in &report.held_back {
+        out.push_str(&format!("not in line: {h}\n"));
+    }
     for ns in &report.governs_nothing {
         out.push_str(&format!(
             "not in force: the policy of namespace {ns} changes nothing there: every object it targets is left alone\n"
@@ -54,7 +57,7 @@ pub fn render_table(report: &AuditReport) -> String {
         n => format!(" ({n} left alone)"),
     };
     if report.drift.is_empty() {
-        if report.governs_nothing.is_empty() {
+        if report.governs_nothing.is_empty() && report.held_back.is_empty() {
             out.push_str(&format!(
                 "in line: all {governed} governed objects match their policy{alone}\n"
             ));
@@ -114,6 +117,18 @@ mod tests {
             warnings: Vec::new(),
             ..AuditReport::default()
         }
+    }
+
+    #[test]
+    fn a_held_back_priority_class_is_not_in_line() {
+        let mut r = report(Vec::new());
+        r.held_back = vec![
+            "policy serving (knative-serving): spec.priorityClassName \"x\" is held back".into(),
+        ];
+        r.in_line = false;
+        let out = render_table(&r);
+        assert!(out.contains("not in line: policy serving"), "{out}");
+        assert!(!out.contains("in line: all"), "{out}");
     }
 
     #[test]

@@ -79,17 +79,22 @@ fn knatives_own_objects_stay_governed() {
 /// of the namespace gets its release values back (its records say what
 /// they were), as where no policy exists.
 #[test]
-fn a_users_object_changed_earlier_gets_its_values_back() {
+fn a_users_object_changed_earlier_keeps_its_records_unhonoured() {
     let p = policy(EVERYTHING);
     let mut changed = users_deployment("my-app");
     changed["spec"]["replicas"] = json!(3);
     changed["metadata"]["annotations"] = json!({"knativeha.dev/original-replicas": "1"});
+    changed["metadata"]["annotations"]["knativeha.dev/original-priority-class-name"] =
+        json!("\"system-node-critical\"");
+    // Records on an object no policy governs are not honoured: anyone who
+    // may edit it may write them (100 replicas, system-node-critical), and
+    // the reconciler would write what they say with its own identity.
     let (out, changes) = run(&p, &changed);
-    assert_eq!(out, users_deployment("my-app"), "{changes:?}");
+    assert_eq!(out, changed, "{changes:?}");
     assert!(
-        changes
-            .iter()
-            .all(|c| c.contains("not one of Knative's Deployments and not named by the policy")),
+        changes.iter().all(|c| c.contains("warning:")
+            && c.contains("not one of Knative's Deployments and not named by the policy")
+            && c.contains("knative-ha-webhook restore")),
         "{changes:?}"
     );
 }
@@ -294,4 +299,26 @@ fn a_missing_priority_class_is_held_back_not_rolled_onto() {
     assert_eq!(back.pointer(PATH), None, "{lines:?}");
     let (kept, _) = run_with(Some(&["knative-contrl-plane"]), &written);
     assert_eq!(kept.pointer(PATH), Some(&json!("knative-contrl-plane")));
+}
+
+/// Where no policy object exists (`--undo-unclaimed`), records are undone
+/// on Knative's own objects only: on a user's, whoever may edit it may
+/// have written them.
+#[test]
+fn unclaimed_records_are_undone_on_knatives_objects_only() {
+    use knative_ha_webhook::engine::restore::undo_unclaimed;
+    let mut users = users_deployment("my-app");
+    users["spec"]["replicas"] = json!(3);
+    users["metadata"]["annotations"] = json!({"knativeha.dev/original-replicas": "100"});
+    let out = undo_unclaimed(NS, &users).unwrap();
+    assert!(
+        out.mutation.patch.0.is_empty(),
+        "{:?}",
+        out.mutation.lines()
+    );
+    let mut controller = support::fixture("Deployment", NS, "controller");
+    controller["spec"]["replicas"] = json!(3);
+    controller["metadata"]["annotations"] = json!({"knativeha.dev/original-replicas": "1"});
+    let out = undo_unclaimed(NS, &controller).unwrap();
+    assert!(!out.mutation.patch.0.is_empty(), "Knative's own is undone");
 }

@@ -18,7 +18,7 @@ mod deployment;
 pub(crate) mod leader;
 mod unclaimed;
 
-pub(crate) use unclaimed::{READS as RECORDS_READS, undo_because};
+pub(crate) use unclaimed::READS as RECORDS_READS;
 pub use unclaimed::{WHY, carries_records, undo_unclaimed};
 
 use serde_json::Value;

@@ -50,16 +50,39 @@ pub fn undo_unclaimed(namespace: &str, object: &Value) -> Result<Mutated, Engine
     if !object.is_object() {
         return Err(EngineError::NotAnObject);
     }
+    if !of_knative(object) {
+        // Records are honoured only on Knative's own objects here: on any
+        // other, whoever may edit it may have written them.
+        return Ok(Mutated::default());
+    }
     undo_because(namespace, object, WHY)
+}
+
+/// Whether `object` is one of Knative's own: one of its Deployments (or
+/// its Scale), an HPA scaling one, a PDB of one (`app: <name>` or
+/// `<name>-pdb`), `config-leader-election`.
+fn of_knative(object: &Value) -> bool {
+    let str_at = |p: &str| object.pointer(p).and_then(Value::as_str);
+    let name = str_at("/metadata/name").unwrap_or_default();
+    match super::Kind::of(object) {
+        Some(super::Kind::Deployment | super::Kind::Scale) => crate::knative::is_knative(name),
+        Some(super::Kind::HorizontalPodAutoscaler) => {
+            str_at("/spec/scaleTargetRef/name").is_some_and(crate::knative::is_knative)
+        }
+        Some(super::Kind::PodDisruptionBudget) => {
+            str_at("/spec/selector/matchLabels/app").is_some_and(crate::knative::is_knative)
+                || name
+                    .strip_suffix("-pdb")
+                    .is_some_and(crate::knative::is_knative)
+        }
+        Some(super::Kind::ConfigMap) => name == super::LEADER_ELECTION_CONFIGMAP,
+        None => false,
+    }
 }
 
 /// [`super::restore`]'s patch for an object carrying records (nothing for
 /// one without), every change line saying `why` the engine undoes it.
-pub(crate) fn undo_because(
-    namespace: &str,
-    object: &Value,
-    why: &str,
-) -> Result<Mutated, EngineError> {
+fn undo_because(namespace: &str, object: &Value, why: &str) -> Result<Mutated, EngineError> {
     if !carries_records(object) {
         return Ok(Mutated::default());
     }

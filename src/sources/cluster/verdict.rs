@@ -145,7 +145,8 @@ fn message(namespace: &str, forbidden: &Forbidden) -> String {
          are not brought in line. Give the webhook's service account its rights there again: with \
          the chart's rbac.scope=namespaced, run `helm upgrade` of the release, which re-creates its \
          Roles and RoleBindings in {namespace} (deleting a namespace deletes them), or use \
-         rbac.scope=cluster",
+         rbac.scope=cluster; a Deployment of your own named in the policy's workloads is patched \
+         only when the chart's rbac.workloads lists it",
         verb = forbidden.verb,
         resource = forbidden.resource,
     )
