@@ -53,6 +53,9 @@ class Admission(ClusterCase):
 
     def test_reapply_writes_nothing(self):
         self.governed_install()
+        # In line first: the reconciler's settle pass creates the budgets of Deployments the release's
+        # apply created last (autoscaler-hpa-pdb), seconds after the apply returns.
+        wait_for(lambda: self.audit().returncode == 0, "the governed release in line (audit exit 0)", 90)
         before = self.resource_versions()
         self.apply_knative()
         self.assertEqual(self.resource_versions(), before, "a second client-side apply wrote governed objects")
