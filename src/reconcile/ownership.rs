@@ -7,7 +7,16 @@
 //! applier's next server-side apply of the release value would conflict.
 //! At admission the webhook's changes stay with the request's manager; this
 //! module does the same for the reconciler's writes: each field it took
-//! from another manager goes back to that manager, at the value written.
+//! from a server-side applier goes back to that applier, at the value
+//! written, so its next apply of the release does not conflict.
+//!
+//! Only where the replaced value was one applier's alone: a field that
+//! managers with an `Update` entry owned (a client-side `kubectl apply`,
+//! `kubectl edit`, a controller) is never handed to them (an `Update` never
+//! conflicts, and they would be handed fields the release does not set),
+//! and a field several appliers shared stays with [`FIELD_MANAGER`] (handed
+//! to each, one applier's re-apply would conflict naming another that never
+//! wrote the value; kept, the conflict names the reconciler, which did).
 //! Fields nobody owned before (the records, a new anti-affinity term) stay
 //! with [`FIELD_MANAGER`].
 //!
@@ -38,7 +47,8 @@ pub fn handed_back(before: &Value, after: &Value, manager: &str) -> Option<Vec<V
             .copied()
             .filter(|e| contains(&e["fieldsV1"], &field))
             .collect();
-        if owners.is_empty() {
+        // One server-side applier's value, replaced: its field again.
+        if owners.len() != 1 || owners[0]["operation"] != "Apply" {
             continue;
         }
         remove(&mut entries[ours]["fieldsV1"], &field);
@@ -235,7 +245,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_field_goes_back_to_every_owner() {
+    fn a_field_several_appliers_shared_stays_with_the_reconciler() {
         let before = object(json!([
             entry("kubectl", "Apply", json!({"f:spec": {"f:minReplicas": {}}})),
             entry(
@@ -249,11 +259,24 @@ mod tests {
             "Update",
             json!({"f:spec": {"f:minReplicas": {}}})
         )]));
-        let entries = handed_back(&before, &after, OURS).unwrap();
-        let managers: Vec<&str> = entries
-            .iter()
-            .map(|e| e["manager"].as_str().unwrap())
-            .collect();
-        assert_eq!(managers, ["kubectl", "argocd-controller"]);
+        assert_eq!(handed_back(&before, &after, OURS), None);
+    }
+
+    #[test]
+    fn a_field_of_a_client_side_apply_is_not_handed_to_it() {
+        let before = object(json!([entry(
+            "kubectl-client-side-apply",
+            "Update",
+            json!({"f:spec": {"f:minReplicas": {}, "f:maxReplicas": {}}})
+        )]));
+        let after = object(json!([
+            entry(
+                "kubectl-client-side-apply",
+                "Update",
+                json!({"f:spec": {"f:maxReplicas": {}}})
+            ),
+            entry(OURS, "Update", json!({"f:spec": {"f:minReplicas": {}}})),
+        ]));
+        assert_eq!(handed_back(&before, &after, OURS), None);
     }
 }

@@ -120,6 +120,36 @@ class Outage(ClusterCase):
         self.assertEqual(failed, [], "the reconciler's write took a field the release's applier sets")
         self.assertEqual(self.activator_min_replicas(), governed, "the webhook governs the apply again")
 
+    def test_a_field_two_appliers_shared_names_the_reconciler_in_a_conflict(self):
+        """Two server-side appliers (kubectl and a GitOps controller) apply the same release, so they share
+        the HPA's minReplicas; the webhook is down for a release apply, and the reconciler repairs the
+        drift. The repaired field stays the reconciler's: a re-apply without --force-conflicts conflicts
+        naming knative-ha-webhook-reconciler, which wrote the value (handed to both, the conflict named the
+        other applier, which never did)."""
+        self.install_chart("reconcile.interval=3s")
+        server = self.start_server()
+        self.apply_policy()
+        self.wait_policy("serving", "True")
+        # (A CRD of the file may not be established at the first pass: once more, as users do.)
+        self.assertEqual(self.ssa(*RELEASE_123) and self.ssa(*RELEASE_123), [])
+        server.stop()
+        for manager in ("kubectl", "gitops"):
+            for f in self.install.knative_files(*RELEASE_123):
+                self.kubectl.apply(str(f), "--server-side", f"--field-manager={manager}", "--force-conflicts",
+                                   check=False)
+        self.start_server("webhook-1")
+        wait_for(lambda: self.audit().returncode == 0, "the reconciler to repair the drift", 60)
+        hpa = json.loads(self.kubectl.run("-n", GOVERNED, "get", "hpa", "activator", "-o", "json",
+                                          "--show-managed-fields").stdout)
+        owners = {e["manager"]: json.dumps(e.get("fieldsV1", {})) for e in hpa["metadata"]["managedFields"]}
+        print(f"\n  after the repair, managers of the activator's HPA: {sorted(owners)}")
+        self.assertIn("f:minReplicas", owners.get("knative-ha-webhook-reconciler", ""), owners)
+        failed = self.ssa(*RELEASE_123)
+        print(f"  kubectl's server-side re-apply: {failed}")
+        hpa_conflicts = [f for f in failed if "minReplicas" in f]
+        self.assertTrue(all("knative-ha-webhook-reconciler" in f and "gitops" not in f for f in hpa_conflicts),
+                        failed)
+
     def activator_min_replicas(self) -> str:
         return self.kubectl.run("-n", GOVERNED, "get", "hpa", "activator", "-o", "jsonpath={.spec.minReplicas}").stdout
 
