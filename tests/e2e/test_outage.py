@@ -109,10 +109,7 @@ class Outage(ClusterCase):
         self.assertEqual(self.activator_min_replicas(), "1", "the apply during the outage took the HPA back")
         self.start_server("webhook-1")
         wait_for(lambda: self.audit().returncode == 0, "the reconciler to repair the drift", 60)
-        hpa = json.loads(self.kubectl.run("-n", GOVERNED, "get", "hpa", "activator", "-o", "json",
-                                          "--show-managed-fields").stdout)
-        owners = {e["manager"]: json.dumps(e.get("fieldsV1", {})) for e in hpa["metadata"]["managedFields"]}
-        print(f"\n  after the repair, managers of the activator's HPA: {sorted(owners)}")
+        owners = self.activator_hpa_owners()
         self.assertNotIn("f:minReplicas", owners.get("knative-ha-webhook-reconciler", ""), owners)
         self.assertIn("f:minReplicas", owners.get("kubectl", ""), owners)
         failed = self.ssa(*RELEASE_123)
@@ -139,16 +136,21 @@ class Outage(ClusterCase):
                                    check=False)
         self.start_server("webhook-1")
         wait_for(lambda: self.audit().returncode == 0, "the reconciler to repair the drift", 60)
-        hpa = json.loads(self.kubectl.run("-n", GOVERNED, "get", "hpa", "activator", "-o", "json",
-                                          "--show-managed-fields").stdout)
-        owners = {e["manager"]: json.dumps(e.get("fieldsV1", {})) for e in hpa["metadata"]["managedFields"]}
-        print(f"\n  after the repair, managers of the activator's HPA: {sorted(owners)}")
+        owners = self.activator_hpa_owners()
         self.assertIn("f:minReplicas", owners.get("knative-ha-webhook-reconciler", ""), owners)
         failed = self.ssa(*RELEASE_123)
         print(f"  kubectl's server-side re-apply: {failed}")
         hpa_conflicts = [f for f in failed if "minReplicas" in f]
         self.assertTrue(all("knative-ha-webhook-reconciler" in f and "gitops" not in f for f in hpa_conflicts),
                         failed)
+
+    def activator_hpa_owners(self) -> dict[str, str]:
+        """The activator HPA's field managers and what each owns (printed)."""
+        hpa = json.loads(self.kubectl.run("-n", GOVERNED, "get", "hpa", "activator", "-o", "json",
+                                          "--show-managed-fields").stdout)
+        owners = {e["manager"]: json.dumps(e.get("fieldsV1", {})) for e in hpa["metadata"]["managedFields"]}
+        print(f"\n  after the repair, managers of the activator's HPA: {sorted(owners)}")
+        return owners
 
     def activator_min_replicas(self) -> str:
         return self.kubectl.run("-n", GOVERNED, "get", "hpa", "activator", "-o", "jsonpath={.spec.minReplicas}").stdout
