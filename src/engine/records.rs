@@ -223,7 +223,26 @@ pub(crate) fn recorded(object: &Value, r: &RecordedField) -> Result<Option<Optio
         .as_str()
         .and_then(|t| serde_json::from_str::<Value>(t).ok())
         .ok_or_else(|| Fault::record(r.annotation, "the JSON text of the recorded value", text))?;
+    if !honoured(r, &parsed) {
+        return Ok(None);
+    }
     Ok(Some(Some(parsed).filter(|v| !v.is_null())))
+}
+
+/// Whether a recorded value is one the engine can have recorded from a
+/// release, and so may put back: anyone who may edit the object may write a
+/// record, and the reconciler would write what it says. Replicas within the
+/// policy's own bounds (0 for a Deployment scaled on demand, at most 100);
+/// never a PriorityClass Kubernetes keeps for the cluster's critical pods.
+/// Any other record is not honoured: left where it is, nothing put back.
+fn honoured(r: &RecordedField, value: &Value) -> bool {
+    if r.annotation == REPLICAS.annotation {
+        return value.is_null() || value.as_i64().is_some_and(|n| (0..=100).contains(&n));
+    }
+    if r.annotation == PRIORITY_CLASS.annotation {
+        return value.as_str().is_none_or(|c| !c.starts_with("system-"));
+    }
+    true
 }
 
 /// Records `r`'s current value on the object in `p` (a copy of `t.object`)

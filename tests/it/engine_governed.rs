@@ -322,3 +322,27 @@ fn unclaimed_records_are_undone_on_knatives_objects_only() {
     let out = undo_unclaimed(NS, &controller).unwrap();
     assert!(!out.mutation.patch.0.is_empty(), "Knative's own is undone");
 }
+
+/// A record on a governed Deployment is put back only within the policy's
+/// own bounds: whoever may edit the object may have written it, and the
+/// reconciler would write what it says.
+#[test]
+fn records_outside_the_policys_bounds_are_not_put_back() {
+    let none = policy("  leaderElection: {buckets: 2}\n");
+    let mut controller = support::fixture("Deployment", NS, "controller");
+    controller["spec"]["replicas"] = json!(3);
+    controller["spec"]["template"]["spec"]["priorityClassName"] = json!("knative-control-plane");
+    controller["metadata"]["annotations"] = json!({
+        "knativeha.dev/original-replicas": "1000",
+        "knativeha.dev/original-priority-class-name": "\"system-node-critical\""});
+    let (out, changes) = run(&none, &controller);
+    assert_eq!(out["spec"]["replicas"], 3, "{changes:?}");
+    assert_eq!(
+        out["spec"]["template"]["spec"]["priorityClassName"], "knative-control-plane",
+        "{changes:?}"
+    );
+    // Within bounds: the release's value comes back.
+    controller["metadata"]["annotations"] = json!({"knativeha.dev/original-replicas": "1"});
+    let (out, _) = run(&none, &controller);
+    assert_eq!(out["spec"]["replicas"], 1);
+}
