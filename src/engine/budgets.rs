@@ -81,12 +81,18 @@ pub fn created_for(object: &Value) -> Option<&str> {
 /// last-applied record, which the reconciler never writes.
 pub fn taken_over(object: &Value) -> bool {
     let annotations = super::lookup(object, ANNOTATIONS);
-    let spec = super::lookup(object, super::pdb::SPEC);
     created_for(object).is_some()
         && (annotations.is_some_and(|a| a.get(LAST_APPLIED).is_some_and(|v| !v.is_null()))
-            || super::pdb::FIELDS
-                .iter()
-                .all(|f| spec.and_then(|s| s.get(*f)).is_some_and(|v| !v.is_null())))
+            || holds_both_fields(object))
+}
+
+/// Whether the PDB holds both budget fields (which no writer sets alone:
+/// the API server refuses it unless a webhook takes one out).
+fn holds_both_fields(object: &Value) -> bool {
+    let spec = super::lookup(object, super::pdb::SPEC);
+    super::pdb::FIELDS
+        .iter()
+        .all(|f| spec.and_then(|s| s.get(*f)).is_some_and(|v| !v.is_null()))
 }
 
 /// At admission of a PDB [`taken_over`]: the marks of a created budget go
@@ -99,12 +105,8 @@ pub(crate) fn hand_over(t: &Target<'_>) -> Result<super::Handled, super::EngineE
     let mut p = super::patch::Patcher::new(t.object);
     let mut fields = Vec::new();
     let deployment = created_for(t.object).unwrap_or_default().to_string();
-    let spec = super::lookup(t.object, super::pdb::SPEC);
-    let both = super::pdb::FIELDS
-        .iter()
-        .all(|f| spec.and_then(|s| s.get(*f)).is_some_and(|v| !v.is_null()));
-    if both {
-        let created = spec.and_then(|s| s.get("maxUnavailable")).cloned();
+    if holds_both_fields(t.object) {
+        let created = super::lookup(t.object, &["spec", "maxUnavailable"]).cloned();
         p.remove(&["spec", "maxUnavailable"]);
         fields.push(super::FieldChange::removed(
             "spec.maxUnavailable",

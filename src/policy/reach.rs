@@ -22,20 +22,8 @@ pub fn warnings(spec: &HighAvailabilityPolicySpec) -> Vec<String> {
             "spec.targetNamespace: {ns:?} is a namespace of the cluster itself, not Knative's: the webhook (and, with failurePolicy Fail, its availability) would be in the path of every Deployment, HPA and PDB written there"
         ));
     }
-    let classes = std::iter::once((
-        "spec.priorityClassName".to_string(),
-        &spec.priority_class_name,
-    ))
-    .chain(spec.workloads.iter().enumerate().map(|(i, w)| {
-        (
-            format!("spec.workloads[{i}].priorityClassName"),
-            &w.priority_class_name,
-        )
-    }));
-    for (path, class) in classes {
-        if let Some(c) = class.as_deref()
-            && SYSTEM_PRIORITY_CLASSES.contains(&c)
-        {
+    for (path, c) in spec.priority_classes() {
+        if SYSTEM_PRIORITY_CLASSES.contains(&c) {
             out.push(format!(
                 "{path}: {c:?} is kept for the cluster's critical pods (the scheduler evicts other pods for them, and the kubelet keeps them last under node pressure); a PriorityClass of your own above ordinary workloads (examples/priorityclass.yaml) keeps Knative's control plane ahead without that"
             ));

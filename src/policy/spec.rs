@@ -83,6 +83,20 @@ impl HighAvailabilityPolicySpec {
     pub fn governs_operator_owned(&self) -> bool {
         self.govern_operator_owned != Some(false)
     }
+
+    /// Every PriorityClass the policy names, with its field
+    /// (`spec.priorityClassName`, `spec.workloads[i].priorityClassName`).
+    pub fn priority_classes(&self) -> impl Iterator<Item = (String, &str)> {
+        let global = self
+            .priority_class_name
+            .as_deref()
+            .map(|c| ("spec.priorityClassName".to_string(), c));
+        let own = self.workloads.iter().enumerate().filter_map(|(i, w)| {
+            let c = w.priority_class_name.as_deref()?;
+            Some((format!("spec.workloads[{i}].priorityClassName"), c))
+        });
+        global.into_iter().chain(own)
+    }
 }
 
 /// Leader election (Knative's `config-leader-election`).

@@ -132,14 +132,18 @@ pub async fn audit(
             priority_classes: objects::priority_classes(client, Some(policy)).await,
         };
         if let Some(known) = &ctx.priority_classes {
-            report
-                .held_back
-                .extend(held_back_classes(policy, known).into_iter().map(|(path, class)| {
-                    format!(
-                        "policy {} ({ns}): {path} {class:?} is held back: no PriorityClass {class} exists in the cluster (pods naming it would be refused)",
-                        policy.name
-                    )
-                }));
+            report.held_back.extend(
+                policy
+                    .spec
+                    .priority_classes()
+                    .filter(|(_, class)| !known.contains(*class))
+                    .map(|(path, class)| {
+                        format!(
+                            "policy {} ({ns}): {path} {class:?} is held back: no PriorityClass {class} exists in the cluster (pods naming it would be refused)",
+                            policy.name
+                        )
+                    }),
+            );
         }
         for object in &listed.objects {
             report.objects += 1;
@@ -185,31 +189,4 @@ pub async fn audit(
     report.in_line =
         report.drift.is_empty() && report.governs_nothing.is_empty() && report.held_back.is_empty();
     Ok(report)
-}
-
-/// The PriorityClass names `policy` sets that `known` lacks, with their
-/// fields: the engine holds them back, so the cluster is not what the
-/// policy asks for.
-fn held_back_classes(
-    policy: &Policy,
-    known: &std::collections::BTreeSet<String>,
-) -> Vec<(String, String)> {
-    let global = policy
-        .spec
-        .priority_class_name
-        .iter()
-        .map(|c| ("spec.priorityClassName".to_string(), c.clone()));
-    let own = policy
-        .spec
-        .workloads
-        .iter()
-        .enumerate()
-        .filter_map(|(i, w)| {
-            let c = w.priority_class_name.clone()?;
-            Some((format!("spec.workloads[{i}].priorityClassName"), c))
-        });
-    global
-        .chain(own)
-        .filter(|(_, c)| !known.contains(c))
-        .collect()
 }

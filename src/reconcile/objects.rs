@@ -50,13 +50,7 @@ pub async fn priority_classes(
     policy: Option<&crate::policy::Policy>,
 ) -> Option<BTreeSet<String>> {
     use k8s_openapi::api::scheduling::v1::PriorityClass;
-    let named = policy.is_some_and(|p| {
-        p.spec.priority_class_name.is_some()
-            || p.spec
-                .workloads
-                .iter()
-                .any(|w| w.priority_class_name.is_some())
-    });
+    let named = policy.is_some_and(|p| p.spec.priority_classes().next().is_some());
     if !named {
         return None;
     }

@@ -34,13 +34,7 @@ pub(crate) fn counts(item: Item) -> Option<String> {
 /// Whether any of `policies` names a PriorityClass (only then is the
 /// cluster's list watched).
 pub(crate) fn named<'a>(mut policies: impl Iterator<Item = &'a Policy>) -> bool {
-    policies.any(|p| {
-        p.spec.priority_class_name.is_some()
-            || p.spec
-                .workloads
-                .iter()
-                .any(|w| w.priority_class_name.is_some())
-    })
+    policies.any(|p| p.spec.priority_classes().next().is_some())
 }
 
 /// The PriorityClasses that exist, once the watch has listed them (None:
