@@ -463,3 +463,37 @@ class SimCluster:
                      if p.get("status", {}).get("phase") == "Running")
         self.kubectl.run("-n", "default", "delete", "deployment", "burst", "--wait=false")
         return f"{placed}/{replicas} burst pods ran"
+
+
+class OwnPlaneCase:
+    """A mixin for ClusterCase scenarios that each need a control plane of their own: with the controllers
+    they name, and with a scheduler also the fake kubelets of NODES (stopped in tearDown)."""
+
+    kubelets: FakeKubelets | None = None
+
+    def start_own_plane(self, controllers: str, scheduler: bool) -> None:
+        import tempfile
+
+        from base import binary
+        from install import Install
+
+        parent = os.environ.get("KHW_E2E_WORKDIR") or None
+        self.workdir = tempfile.mkdtemp(prefix=f"{self._testMethodName}-", dir=parent)
+        self.api = cluster.LocalControlPlane(os.environ["KUBEBUILDER_ASSETS"], self.workdir, controllers,
+                                             scheduler=scheduler)
+        try:
+            self.api.start()
+            self.kubectl = self.api.kubectl
+            self.install = Install(self.api, binary(), self.workdir)
+            if scheduler:
+                self.kubelets = FakeKubelets(Api(self.api.server, self.api.admin_token), NODES)
+                self.kubelets.register()
+                self.kubelets.start()
+        except BaseException:
+            self.api.stop()
+            raise
+
+    def tearDown(self):
+        if self.kubelets is not None:
+            self.kubelets.stop()
+        super().tearDown()

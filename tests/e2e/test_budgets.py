@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 import ssl
-import tempfile
 import threading
 import time
 import unittest
@@ -44,11 +43,9 @@ from pathlib import Path
 
 import yaml
 
-import cluster
-from base import GOVERNED, ClusterCase, binary, wait_for
-from install import Install, ROOT
-from kubelet import Api, FakeKubelets
-from simcluster import NODES
+from base import GOVERNED, ClusterCase, wait_for
+from install import ROOT
+from simcluster import OwnPlaneCase
 
 CREATED_FOR = "knativeha.dev/created-for"
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -122,10 +119,8 @@ def runs(codes: list[tuple[float, int, str]]) -> list[str]:
     return out
 
 
-class Budgets(ClusterCase):
+class Budgets(OwnPlaneCase, ClusterCase):
     """Each scenario on its own control plane (PLANES); B with fake kubelets."""
-
-    kubelets: FakeKubelets | None = None
 
     @classmethod
     def setUpClass(cls):
@@ -137,26 +132,7 @@ class Budgets(ClusterCase):
         missing = [b for b in NEEDS.get(self._testMethodName, ()) if not (assets / b).exists()]
         if missing:
             self.skipTest(f"e2e budgets: {self._testMethodName}: skipped: KUBEBUILDER_ASSETS has no {', '.join(missing)}")
-        parent = os.environ.get("KHW_E2E_WORKDIR") or None
-        self.workdir = tempfile.mkdtemp(prefix=f"{self._testMethodName}-", dir=parent)
-        controllers, scheduler = PLANES[self._testMethodName]
-        self.api = cluster.LocalControlPlane(str(assets), self.workdir, controllers, scheduler=scheduler)
-        try:
-            self.api.start()
-            self.kubectl = self.api.kubectl
-            self.install = Install(self.api, binary(), self.workdir)
-            if scheduler:
-                self.kubelets = FakeKubelets(Api(self.api.server, self.api.admin_token), NODES)
-                self.kubelets.register()
-                self.kubelets.start()
-        except BaseException:
-            self.api.stop()
-            raise
-
-    def tearDown(self):
-        if self.kubelets is not None:
-            self.kubelets.stop()
-        super().tearDown()
+        self.start_own_plane(*PLANES[self._testMethodName])
 
     # -- helpers -------------------------------------------------------------------------------
     def pdb(self, name: str) -> dict | None:

@@ -34,16 +34,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import time
 import unittest
 from pathlib import Path
 
 import cluster
-from base import GOVERNED, ClusterCase, binary
-from install import Install, ROOT
-from kubelet import Api, FakeKubelets
-from simcluster import NODES
+from base import GOVERNED, ClusterCase
+from install import ROOT
+from simcluster import OwnPlaneCase
 
 TYPO = "knative-contrl-plane"
 RIGHT = "knative-control-plane"  # examples/priorityclass.yaml
@@ -72,10 +70,8 @@ def warnings(stderr: str) -> list[str]:
     return [ln.removeprefix("Warning: ").strip() for ln in stderr.splitlines() if ln.startswith("Warning:")]
 
 
-class PriorityClassTypo(ClusterCase):
+class PriorityClassTypo(OwnPlaneCase, ClusterCase):
     """Each scenario on its own control plane with the scheduler, the controllers and fake kubelets."""
-
-    kubelets: FakeKubelets | None = None
 
     @classmethod
     def setUpClass(cls):
@@ -84,24 +80,7 @@ class PriorityClassTypo(ClusterCase):
             raise unittest.SkipTest(SKIP_LINE)
 
     def setUp(self):
-        parent = os.environ.get("KHW_E2E_WORKDIR") or None
-        self.workdir = tempfile.mkdtemp(prefix=f"{self._testMethodName}-", dir=parent)
-        self.api = cluster.LocalControlPlane(os.environ["KUBEBUILDER_ASSETS"], self.workdir, CONTROLLERS, scheduler=True)
-        try:
-            self.api.start()
-            self.kubectl = self.api.kubectl
-            self.install = Install(self.api, binary(), self.workdir)
-            self.kubelets = FakeKubelets(Api(self.api.server, self.api.admin_token), NODES)
-            self.kubelets.register()
-            self.kubelets.start()
-        except BaseException:
-            self.api.stop()
-            raise
-
-    def tearDown(self):
-        if self.kubelets is not None:
-            self.kubelets.stop()
-        super().tearDown()
+        self.start_own_plane(CONTROLLERS, True)
 
     # -- what the Deployments are doing --------------------------------------------------------
     def deployments(self) -> dict[str, dict]:
