@@ -15,7 +15,9 @@
 # scripts/check/check-docker-context runs this stage's RUN steps (cargo build -> cargo check) on exactly
 # that context, so a target the manifest declares but the context hides fails the test command.
 
-FROM rust:1.95-bookworm AS builder
+# Base images are pinned by digest (the tag says which release it was; .github/dependabot.yml
+# proposes the next): a rebuild gets the bytes that were reviewed, never what a moved tag points at.
+FROM rust:1.95-bookworm@sha256:6258907abe69656e41cd992e0b705cdcfabcbbe3db374f92ed2d47121282d4a1 AS builder
 WORKDIR /src
 
 # Dependencies first, in their own layer: rebuilt only when Cargo.toml / Cargo.lock change.
@@ -45,7 +47,7 @@ COPY benches ./benches
 RUN touch src/lib.rs src/main.rs \
  && cargo build --release --locked
 
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM gcr.io/distroless/cc-debian12:nonroot@sha256:9dac0a79194e45a7da0158a9c6da57b217585af0786db3845d1f0ec1a0dd182f
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="knative-ha-webhook" \

@@ -187,9 +187,33 @@ args, vols = c["args"], dep["spec"]["template"]["spec"]["volumes"]
 mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
 def ca_arg():
     return args[args.index("--client-ca") + 1] if "--client-ca" in args else None
+svcs = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+hook_svc = svcs["khw-knative-ha-webhook"]
 if case == "defaults":
-    assert not nps, "no NetworkPolicy by default"
+    # On by default: the admission port open to every source (the API server's own address is not
+    # portable), the metrics port closed to every pod; the webhook's Service carries admission only.
+    (np,) = nps
+    ing = np["spec"]["ingress"]
+    assert ing == [{"ports": [{"port": 8443, "protocol": "TCP"}]}], "admission port only: %s" % ing
+    assert [p["name"] for p in hook_svc["spec"]["ports"]] == ["https"], hook_svc["spec"]["ports"]
+    assert list(svcs) == ["khw-knative-ha-webhook"], "no metrics Service by default: %s" % list(svcs)
     assert ca_arg() is None, "no --client-ca by default"
+elif case == "networkpolicy-off":
+    assert not nps, "networkPolicy.enabled=false renders none"
+elif case == "networkpolicy-peers":
+    (np,) = nps
+    ing = np["spec"]["ingress"]
+    assert ing[0]["from"] == [{"ipBlock": {"cidr": "10.0.0.0/16"}},
+                              {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                               "podSelector": {"matchLabels": {"k8s-app": "konnectivity-agent"}}}], ing[0]
+elif case == "metrics-service":
+    msvc = svcs["khw-knative-ha-webhook-metrics"]
+    assert [p["name"] for p in msvc["spec"]["ports"]] == ["metrics"], msvc["spec"]["ports"]
+    assert [p["name"] for p in hook_svc["spec"]["ports"]] == ["https"], hook_svc["spec"]["ports"]
+    (sm,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    sel = sm["spec"]["selector"]["matchLabels"].items()
+    assert sel <= msvc["metadata"]["labels"].items(), "ServiceMonitor selects the metrics Service"
+    assert not sel <= hook_svc["metadata"]["labels"].items(), "ServiceMonitor does not select the webhook's Service"
 elif case == "networkpolicy":
     (np,) = nps
     ing = np["spec"]["ingress"]
@@ -214,12 +238,24 @@ print("ok")
 PYEOF
 )
 np_render() { "$HELM" template khw "$CHART" --namespace khw-system --set image.repository=registry.test/knative-ha-webhook "$@" 2>&1; }
-for case in defaults networkpolicy networkpolicy-open clientca-secret clientca-configmap; do
+cat >"$work/np-peers.yaml" <<'EOF'
+networkPolicy:
+  admissionFrom:
+    - 10.0.0.0/16
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: kube-system}}
+      podSelector: {matchLabels: {k8s-app: konnectivity-agent}}
+EOF
+for case in defaults networkpolicy networkpolicy-open networkpolicy-off networkpolicy-peers metrics-service \
+  clientca-secret clientca-configmap; do
   case $case in
     defaults) set_args=() ;;
-    networkpolicy) set_args=(--set networkPolicy.enabled=true --set 'networkPolicy.admissionFrom={10.0.0.0/16,192.168.1.10/32}'
+    networkpolicy) set_args=(--set 'networkPolicy.admissionFrom={10.0.0.0/16,192.168.1.10/32}'
       --set networkPolicy.metricsNamespaceLabels.kubernetes\\.io/metadata\\.name=monitoring) ;;
     networkpolicy-open) set_args=(--set networkPolicy.enabled=true) ;;
+    networkpolicy-off) set_args=(--set networkPolicy.enabled=false) ;;
+    networkpolicy-peers) set_args=(-f "$work/np-peers.yaml") ;;
+    metrics-service) set_args=(--set serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1/ServiceMonitor
+      --set networkPolicy.metricsNamespaceLabels.kubernetes\\.io/metadata\\.name=monitoring) ;;
     clientca-secret) set_args=(--set clientCA.secretName=my-ca --set clientCA.key=bundle.pem) ;;
     clientca-configmap) set_args=(--set clientCA.configMapName=my-ca --set clientCA.key=bundle.pem) ;;
   esac
@@ -258,6 +294,8 @@ refuse_values "governedNamespaces {kube-system} under failurePolicy=Fail" "must 
   --set 'governedNamespaces={knative-serving,kube-system}' --set webhook.failurePolicy=Fail
 refuse_values "serviceAccount.create=false without a name (the namespace's default account)" "serviceAccount.name is required" \
   --set serviceAccount.create=false
+refuse_values "serviceMonitor.enabled with the metrics port closed to every pod" "networkPolicy.metricsNamespaceLabels" \
+  --set serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1/ServiceMonitor
 if "$HELM" template khw "$CHART" --namespace khw-system --set image.repository=registry.test/khw \
   --set 'governedNamespaces={knative-serving,kube-system}' >/dev/null 2>&1; then
   pass "governedNamespaces {kube-system} renders under failurePolicy=Ignore (the default)"

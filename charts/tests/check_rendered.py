@@ -241,7 +241,16 @@ class Rendered:
 
     @property
     def service(self) -> dict:
-        return self.one("Service")
+        """The webhook's Service (the one the API server calls)."""
+        found = [d for d in self.of_kind("Service") if d["metadata"]["labels"].get(METRICS_COMPONENT[0]) is None]
+        expect(len(found) == 1, f"expected exactly one webhook Service, found {len(found)}")
+        return found[0]
+
+    @property
+    def metrics_services(self) -> list[dict]:
+        """The separate metrics Services (service.exposeMetrics, serviceMonitor.enabled)."""
+        return [d for d in self.of_kind("Service")
+                if d["metadata"]["labels"].get(METRICS_COMPONENT[0]) == METRICS_COMPONENT[1]]
 
     @property
     def webhook_config(self) -> dict:
@@ -415,10 +424,17 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
         expect(selector_matches({"matchLabels": svc["spec"]["selector"]},
                                 r.deployment["spec"]["template"]["metadata"]["labels"]),
                "Service selector does not select the webhook pods")
-        metrics = [p for p in svc["spec"]["ports"] if p["name"] == "metrics"]
-        eq(len(metrics), 1, "Service metrics ports")
-        eq(r.container_port(metrics[0]["targetPort"]), listen_port(args["--metrics-listen"]),
-           "Service metrics targetPort vs --metrics-listen")
+        eq([p["name"] for p in svc["spec"]["ports"]], ["https"], "the webhook Service carries admission only")
+        want_metrics = bool(v["service"].get("exposeMetrics") or v["serviceMonitor"]["enabled"])
+        eq(len(r.metrics_services), int(want_metrics), "metrics Services (service.exposeMetrics, serviceMonitor.enabled)")
+        for msvc in r.metrics_services:
+            (metrics,) = msvc["spec"]["ports"]
+            eq(metrics["port"], v["service"]["metricsPort"], "metrics Service port vs service.metricsPort")
+            eq(r.container_port(metrics["targetPort"]), listen_port(args["--metrics-listen"]),
+               "metrics Service targetPort vs --metrics-listen")
+            expect(selector_matches({"matchLabels": msvc["spec"]["selector"]},
+                                    r.deployment["spec"]["template"]["metadata"]["labels"]),
+                   "metrics Service selector does not select the webhook pods")
         eq(args.get("--governed-namespaces"), ",".join(v["governedNamespaces"]),
            "--governed-namespaces vs governedNamespaces")
     rep.check(f"{label}: Service 443 -> --listen port and webhook path {MUTATE_PATH}", wiring)
@@ -735,17 +751,20 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
             sm = sms[0]
             eq(sm["apiVersion"], "monitoring.coreos.com/v1", "apiVersion")
             eq(sm["spec"]["namespaceSelector"], {"matchNames": [ns]}, "namespaceSelector")
-            expect(selector_matches(sm["spec"]["selector"], r.service["metadata"]["labels"]),
-                   "ServiceMonitor selector does not select the Service")
+            (msvc,) = r.metrics_services
+            expect(selector_matches(sm["spec"]["selector"], msvc["metadata"]["labels"]),
+                   "ServiceMonitor selector does not select the metrics Service")
+            expect(not selector_matches(sm["spec"]["selector"], r.service["metadata"]["labels"]),
+                   "ServiceMonitor selector selects the webhook's own Service")
             ep = sm["spec"]["endpoints"]
             eq(len(ep), 1, "endpoints")
-            svc_ports = {p["name"] for p in r.service["spec"]["ports"]}
+            svc_ports = {p["name"] for p in msvc["spec"]["ports"]}
             expect(ep[0]["port"] in svc_ports, f"endpoint port {ep[0]['port']!r} is not a Service port name")
             eq(ep[0]["path"], "/metrics", "endpoint path")
             eq(ep[0]["interval"], v["serviceMonitor"]["interval"], "interval")
             for k, val in v["serviceMonitor"].get("labels", {}).items():
                 eq(sm["metadata"]["labels"].get(k), val, f"label {k}")
-        rep.check(f"{label}: ServiceMonitor scrapes the Service's metrics port at /metrics", servicemonitor)
+        rep.check(f"{label}: ServiceMonitor scrapes the metrics Service's port at /metrics", servicemonitor)
     else:
         rep.check(f"{label}: no ServiceMonitor unless serviceMonitor.enabled and the cluster serves {SERVICE_MONITOR_API}",
                   lambda: eq(len(sms), 0, "ServiceMonitors"))
@@ -765,6 +784,7 @@ def check_rendering(r: Rendered, rep: Report, label: str, crd_schema: dict | Non
 
 # The Prometheus Operator's APIs: the chart renders its objects only where the cluster serves them.
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
+METRICS_COMPONENT = ("app.kubernetes.io/component", "metrics")
 PROMETHEUS_RULE_API = "monitoring.coreos.com/v1/PrometheusRule"
 MONITORING_APIS = [SERVICE_MONITOR_API, PROMETHEUS_RULE_API]
 # Scenarios rendered as on a cluster lacking some of them (default: both served).
@@ -1014,13 +1034,14 @@ def scenarios(ca_bundle: str) -> list[tuple[str, str, str, dict]]:
           "reconcile": {"dryRun": True, "podTemplates": False, "interval": "5m", "rate": 2.5}}),
         ("service-monitor", "khw", "monitoring-test",
          {"serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}},
+          "networkPolicy": {"metricsNamespaceLabels": {"kubernetes.io/metadata.name": "monitoring"}},
           "prometheusRule": {"enabled": True, "severity": "critical", "labels": {"release": "prometheus"}}}),
         # Enabled, but the cluster lacks the Prometheus Operator's CRDs (SCENARIO_API_VERSIONS):
         # nothing rendered for them (an install would fail on `no matches for kind`), NOTES say so.
         ("monitoring-without-crds", "khw", "khw-system",
-         {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}),
+         {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "networkPolicy": {"metricsNamespaceLabels": {"kubernetes.io/metadata.name": "monitoring"}}}),
         ("monitoring-servicemonitor-crd-only", "khw", "khw-system",
-         {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}),
+         {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "networkPolicy": {"metricsNamespaceLabels": {"kubernetes.io/metadata.name": "monitoring"}}}),
         # A writing reconciler that leaves pod templates out: no drift alert (drift persists by
         # design); the alert windows are values.
         ("alerts-no-pod-templates", "khw", "khw-system",
@@ -1183,7 +1204,7 @@ def main() -> int:
         unexpected = {d["kind"] for d in r.docs} - CUSTOM_KINDS - {
             "Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
             "RoleBinding", "PodDisruptionBudget", "MutatingWebhookConfiguration",
-            "ValidatingWebhookConfiguration"}
+            "ValidatingWebhookConfiguration", "NetworkPolicy"}
         rep.check(f"{label}: only known kinds rendered", lambda: expect(not unexpected, f"unexpected kinds {unexpected}"))
         path = out_dir / f"{label}.builtin.yaml"
         path.write_text(yaml.safe_dump_all(builtin, sort_keys=False))
@@ -1239,13 +1260,13 @@ def main() -> int:
             expect(res.returncode == 0, res.stderr.strip())
             text = [d for d in load_docs(res.stdout) if "notes" in d][0]["notes"]
             r = Rendered(res.stdout, release, ns, deep_merge(defaults, over), apis)
-            svc = r.service["metadata"]["name"]
-            mport = [p["port"] for p in r.service["spec"]["ports"] if p["name"] == "metrics"][0]
+            deploy = r.deployment["metadata"]["name"]
+            mport = listen_port(r.args()["--metrics-listen"])
             governed = r.values["governedNamespaces"][0]
             for want in (f"kubectl -n {ns} get pods -l app.kubernetes.io/instance={release}",
                          f"kubectl -n {governed} create deployment",
                          "kubectl apply --dry-run=server -o yaml",
-                         f"kubectl -n {ns} port-forward svc/{svc} {mport}:{mport}",
+                         f"kubectl -n {ns} port-forward deploy/{deploy} {mport}:{mport}",
                          f"curl -s localhost:{mport}/metrics",
                          "knativeha.dev/policy"):
                 expect(want in text, f"NOTES.txt lacks {want!r}")

@@ -6,6 +6,12 @@ Called by scripts/measure/attack, which starts the server. Loopback only, bounde
 its connections for HOLD seconds while a probe sends a normal review (a new TLS connection each
 time) every 0.25 s, and prints the probe latency, how many held connections the server closed and
 when, and the server's peak RSS (VmRSS sampled from /proc/PID/status every 50 ms).
+
+Experiments (--only takes a comma list of these names; empty runs them all): raw_tcp, tls_silent,
+slow_headers, h2_pings, h2_no_read, metrics_idle (held connections); declared_length (8 TLS
+connections each declaring Content-Length: 2097152 and sending one byte of the body, held; its line
+also gives the probes' and the held connections' answers by HTTP status); bombs (8 clients sending
+7 MiB array bombs).
 """
 from __future__ import annotations
 
@@ -79,8 +85,9 @@ async def one_probe(ctx: Ctx) -> tuple[float, int]:
     return time.monotonic() - start, status
 
 
-async def hold(ctx: Ctx, kind: str, closed: list, t0: float) -> None:
-    """Opens one hostile connection of `kind` and holds it; records when the server closed it."""
+async def hold(ctx: Ctx, kind: str, closed: list, t0: float, answers: list | None = None) -> None:
+    """Opens one hostile connection of `kind` and holds it; records when the server closed it
+    (and, given `answers`, the HTTP status of what the server answered on it)."""
     port = ctx.metrics_port if kind == "metrics_idle" else ctx.port
     try:
         if kind in ("raw_tcp", "metrics_idle"):
@@ -95,6 +102,10 @@ async def hold(ctx: Ctx, kind: str, closed: list, t0: float) -> None:
     try:
         if kind == "slow_headers":
             w.write(b"POST /mutate HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        elif kind == "declared_length":
+            # Declares a 2 MiB body, sends one byte of it, then nothing.
+            w.write(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 2097152\r\n\r\n{")
         elif kind == "h2_pings":
             w.write(PREFACE + frame(0x4, 0, 0))
         elif kind == "h2_no_read":
@@ -117,6 +128,8 @@ async def hold(ctx: Ctx, kind: str, closed: list, t0: float) -> None:
                 data = await asyncio.wait_for(r.read(4096), 1 if kind in ("slow_headers", "h2_pings") else 5)
                 if not data:
                     break
+                if answers is not None and data.startswith(b"HTTP/1.1 "):
+                    answers.append(int(data.split()[1]))
             except asyncio.TimeoutError:
                 pass
             if kind == "slow_headers":
@@ -130,8 +143,9 @@ async def hold(ctx: Ctx, kind: str, closed: list, t0: float) -> None:
             return
     except Exception:
         pass
+    finally:
+        w.close()   # also when cancelled: no held connection outlives its experiment
     closed.append(("closed", time.monotonic() - t0))
-    w.close()
 
 
 async def sample_rss(ctx: Ctx, stop: asyncio.Event, peak: list) -> None:
@@ -146,7 +160,13 @@ async def probe_loop(ctx: Ctx, stop: asyncio.Event, lat: list, metrics: bool) ->
         await asyncio.sleep(0.25)
 
 
-def summary(name: str, lat: list, closed: list | None, peak_kib: int, n: int) -> dict:
+def by_status(codes) -> dict:
+    codes = list(codes)
+    return {str(c): sum(1 for x in codes if x == c) for c in sorted(set(codes))}
+
+
+def summary(name: str, lat: list, closed: list | None, peak_kib: int, n: int,
+            extra: dict | None = None) -> dict:
     ok = [t for t, s in lat if s == 200]
     out = {
         "experiment": name,
@@ -162,6 +182,7 @@ def summary(name: str, lat: list, closed: list | None, peak_kib: int, n: int) ->
         out["refused"] = sum(1 for k, _ in closed if k == "refused")
         out["still_open_at_end"] = sum(1 for k, _ in closed if k == "held")
         out["last_close_s"] = round(max(times), 1) if times else None
+    out.update(extra or {})
     print(json.dumps(out), flush=True)
     return out
 
@@ -183,6 +204,27 @@ async def held_experiment(ctx: Ctx, kind: str, n: int) -> dict:
         h.cancel()
     await rss
     return summary(kind, lat, closed, peak[0], n)
+
+
+async def declared_length_experiment(ctx: Ctx, n: int = 8) -> dict:
+    """n TLS connections each declare Content-Length: 2097152 (2 MiB), send one byte of the body and
+    hold for HOLD s (a server that charges its body budget from the declared length is spent)."""
+    stop, peak, lat, closed, answers = asyncio.Event(), [0], [], [], []
+    t0 = time.monotonic()
+    rss = asyncio.create_task(sample_rss(ctx, stop, peak))
+    holders = [asyncio.create_task(hold(ctx, "declared_length", closed, t0, answers)) for _ in range(n)]
+    await asyncio.sleep(0.5)   # their heads are in before the first probe
+    probe = asyncio.create_task(probe_loop(ctx, stop, lat, False))
+    await asyncio.sleep(HOLD)
+    stop.set()
+    await probe
+    await asyncio.wait(holders, timeout=10)
+    for h in holders:
+        h.cancel()
+    await asyncio.gather(*holders, return_exceptions=True)
+    await rss
+    return summary("declared_length", lat, closed, peak[0], n,
+                   {"probe_answers": by_status(s for _, s in lat), "held_answers": by_status(answers)})
 
 
 async def bomb(ctx: Ctx, stop: asyncio.Event, codes: list) -> None:
@@ -235,6 +277,8 @@ async def main() -> None:
     for kind in kinds:
         if not a.only or kind in a.only.split(","):
             await held_experiment(ctx, kind, 20 if kind == "h2_no_read" else a.held)
+    if not a.only or "declared_length" in a.only.split(","):
+        await declared_length_experiment(ctx)
     if not a.only or "bombs" in a.only.split(","):
         await bomb_experiment(ctx)
     with open(f"/proc/{ctx.pid}/status") as f:

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::change::{FieldChange, What};
 use super::patch::Patcher;
 use super::reads::Read::{self, Members, Whole};
-use super::records::ANNOTATIONS;
+use super::records::{ANNOTATIONS, hpa_original_honoured};
 use super::records::{ORIGINAL_MAX, ORIGINAL_MIN, WRITTEN_MAX, WRITTEN_MIN};
 use super::{EngineError, Fault, Handled, Target};
 
@@ -76,9 +76,22 @@ fn rule((orig_min, orig_max): (i64, i64), n: Option<i64>) -> (i64, i64) {
 /// The originals to start from, and what says why they are not the recorded
 /// ones (the fields set since the engine's last write; empty when none).
 fn originals(t: &Target<'_>, current: (i64, i64)) -> Result<((i64, i64), String), EngineError> {
-    let Some(orig) = pair(t, [ORIGINAL_MIN, ORIGINAL_MAX])? else {
+    let Some(recorded) = pair(t, [ORIGINAL_MIN, ORIGINAL_MAX])? else {
         return Ok((current, String::new()));
     };
+    // A recorded bound above what the HPA holds and the policy's bound was
+    // not recorded by the engine: that field starts from what it holds.
+    let honoured = |orig: i64, now: i64| {
+        if hpa_original_honoured(orig, now) {
+            orig
+        } else {
+            now
+        }
+    };
+    let orig = (
+        honoured(recorded.0, current.0),
+        honoured(recorded.1, current.1),
+    );
     let Some(written) = pair(t, [WRITTEN_MIN, WRITTEN_MAX])? else {
         // RecordedField by an earlier engine: one of its writes, or set since.
         if current == orig || current == rule(orig, Some(current.0)) {

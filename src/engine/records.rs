@@ -25,6 +25,7 @@ use super::patch::Patcher;
 use super::reads::Read::{self, Members, Whole};
 use super::{EngineError, Fault, Target};
 use crate::policy::schema_check::show;
+use crate::policy::validate::MAX_REPLICAS;
 
 /// PodDisruptionBudget: the budget the engine replaced (its
 /// `minAvailable`/`maxUnavailable`, as JSON text; [`super::pdb`]).
@@ -223,7 +224,7 @@ pub(crate) fn recorded(object: &Value, r: &RecordedField) -> Result<Option<Optio
         .as_str()
         .and_then(|t| serde_json::from_str::<Value>(t).ok())
         .ok_or_else(|| Fault::record(r.annotation, "the JSON text of the recorded value", text))?;
-    if !honoured(r, &parsed) {
+    if !honoured(r, &parsed, object) {
         return Ok(None);
     }
     Ok(Some(Some(parsed).filter(|v| !v.is_null())))
@@ -233,16 +234,37 @@ pub(crate) fn recorded(object: &Value, r: &RecordedField) -> Result<Option<Optio
 /// release, and so may put back: anyone who may edit the object may write a
 /// record, and the reconciler would write what it says. Replicas within the
 /// policy's own bounds (0 for a Deployment scaled on demand, at most 100);
-/// never a PriorityClass Kubernetes keeps for the cluster's critical pods.
-/// Any other record is not honoured: left where it is, nothing put back.
-fn honoured(r: &RecordedField, value: &Value) -> bool {
+/// never a PriorityClass Kubernetes keeps for the cluster's critical pods;
+/// an HPA bound no higher than `object` holds now or the policy's bound
+/// ([`hpa_original_honoured`]). Any other record is not honoured: left where
+/// it is, nothing put back.
+fn honoured(r: &RecordedField, value: &Value, object: &Value) -> bool {
     if r.annotation == REPLICAS.annotation {
-        return value.is_null() || value.as_i64().is_some_and(|n| (0..=100).contains(&n));
+        return value.is_null()
+            || value
+                .as_i64()
+                .is_some_and(|n| (0..=i64::from(MAX_REPLICAS)).contains(&n));
     }
     if r.annotation == PRIORITY_CLASS.annotation {
         return value.as_str().is_none_or(|c| !c.starts_with("system-"));
     }
+    if r.annotation == HPA_MIN.annotation || r.annotation == HPA_MAX.annotation {
+        let current = super::lookup(object, r.path).and_then(Value::as_i64);
+        return value.is_null()
+            || value
+                .as_i64()
+                .is_some_and(|n| hpa_original_honoured(n, current.unwrap_or(0)));
+    }
     true
+}
+
+/// Whether an HPA's recorded original bound `original` may be put back
+/// where the field holds `current`: the engine only ever raises an HPA's
+/// bounds, so an original it recorded is never above what it wrote; one
+/// above both that and the policy's replica bound was written by someone
+/// else (`maxReplicas: 2147483647`).
+pub(crate) fn hpa_original_honoured(original: i64, current: i64) -> bool {
+    original >= 0 && original <= current.max(i64::from(MAX_REPLICAS))
 }
 
 /// Records `r`'s current value on the object in `p` (a copy of `t.object`)

@@ -346,3 +346,40 @@ fn records_outside_the_policys_bounds_are_not_put_back() {
     let (out, _) = run(&none, &controller);
     assert_eq!(out["spec"]["replicas"], 1);
 }
+
+/// An HPA's recorded originals are put back only where they are no higher
+/// than what the HPA holds now or the policy's replica bound: the engine
+/// only ever raises an HPA's bounds, so a true original never is, and a
+/// record of `maxReplicas: 2147483647` written by whoever may edit the HPA
+/// is not what the reconciler writes.
+#[test]
+fn hpa_records_above_what_the_hpa_holds_are_not_put_back() {
+    let mut hpa = support::fixture("HorizontalPodAutoscaler", NS, "activator");
+    hpa["spec"]["minReplicas"] = json!(1);
+    hpa["spec"]["maxReplicas"] = json!(20);
+    // The engine's marks of its last write are forged too (they match
+    // what the HPA holds), so the record looks like the engine's own.
+    hpa["metadata"]["annotations"] = json!({
+        "knativeha.dev/original-min-replicas": "1",
+        "knativeha.dev/original-max-replicas": "2147483647",
+        "knativeha.dev/written-min-replicas": "1",
+        "knativeha.dev/written-max-replicas": "20"});
+    // Removed (a policy that does not set replicas): nothing to put back.
+    let (out, changes) = run(&policy("  leaderElection: {buckets: 2}\n"), &hpa);
+    assert_eq!(out["spec"]["maxReplicas"], 20, "{changes:?}");
+    // In force: the rule starts from what the HPA holds.
+    let (out, changes) = run(&policy("  replicas: 3\n"), &hpa);
+    assert_eq!(out["spec"]["minReplicas"], 3, "{changes:?}");
+    assert_eq!(out["spec"]["maxReplicas"], 22, "{changes:?}");
+    // A true original (below what the engine wrote) still comes back.
+    hpa["spec"]["minReplicas"] = json!(3);
+    hpa["spec"]["maxReplicas"] = json!(22);
+    hpa["metadata"]["annotations"] = json!({
+        "knativeha.dev/original-min-replicas": "1",
+        "knativeha.dev/original-max-replicas": "20",
+        "knativeha.dev/written-min-replicas": "3",
+        "knativeha.dev/written-max-replicas": "22"});
+    let (out, changes) = run(&policy("  leaderElection: {buckets: 2}\n"), &hpa);
+    assert_eq!(out["spec"]["minReplicas"], 1, "{changes:?}");
+    assert_eq!(out["spec"]["maxReplicas"], 20, "{changes:?}");
+}

@@ -144,6 +144,9 @@ so `helm template` / `helm install` fail with a clear message.
 {{- if and .Values.serviceAccount (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) }}
 {{- fail "serviceAccount.name is required when serviceAccount.create=false: otherwise every role would be bound to the namespace's default ServiceAccount, which every pod there runs as" }}
 {{- end }}
+{{- if and .Values.serviceMonitor.enabled .Values.networkPolicy.enabled (not .Values.networkPolicy.metricsNamespaceLabels) }}
+{{- fail "serviceMonitor.enabled: Prometheus could not scrape, the NetworkPolicy closes the metrics port to every pod; set networkPolicy.metricsNamespaceLabels to the labels of Prometheus' namespace (e.g. kubernetes.io/metadata.name: monitoring)" }}
+{{- end }}
 {{- if and .Values.defaultPolicy.enabled (not (has .Values.defaultPolicy.spec.targetNamespace .Values.governedNamespaces)) }}
 {{- fail (printf "defaultPolicy.spec.targetNamespace %q is not one of governedNamespaces %v: the webhook would never see its objects" .Values.defaultPolicy.spec.targetNamespace .Values.governedNamespaces) }}
 {{- end }}
