@@ -211,6 +211,44 @@ class LocalControlPlane(ApiServer):
             f.close()
         self.procs = []
 
+    def apiserver_ready(self, timeout_s: float = 5) -> bool:
+        """Whether kube-apiserver's /readyz answers ok now."""
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        req = urllib.request.Request(self.server + "/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=timeout_s) as r:
+                return r.read() == b"ok"
+        except urllib.error.HTTPError as e:
+            e.close()
+            return False
+        except OSError:
+            return False
+
+    def restart_apiserver(self, down_s: float = 0.0, timeout_s: float = 120, grace_s: float = 30) -> float:
+        """kube-apiserver stopped (SIGTERM, SIGKILL after `grace_s`: its graceful termination keeps watches
+        open until then) and started again `down_s` later with the same command: the same port,
+        certificates, tokens and etcd (its log appended). Returns the seconds from the signal to /readyz ok
+        again."""
+        i = next(i for i, (n, _p, _f) in enumerate(self.procs) if n == "kube-apiserver")
+        name, proc, log = self.procs[i]
+        t = time.monotonic()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        log.close()
+        time.sleep(down_s)
+        f = open(f"{self.dir}/{name}.log", "a")
+        self.procs[i] = (name, subprocess.Popen(proc.args, stdout=f, stderr=subprocess.STDOUT), f)
+        wait_for(self.apiserver_ready, f"kube-apiserver /readyz after a restart (log: {self.dir}/{name}.log)",
+                 timeout_s, 0.5)
+        return time.monotonic() - t
+
     def _spawn(self, name: str, cmd: list[str]) -> None:
         f = open(f"{self.dir}/{name}.log", "w")
         self.procs.append((name, subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT), f))
