@@ -14,15 +14,15 @@ use crate::engine::Kind;
 /// `kind` (one of the governed kinds) and `result` labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
-    pub kind: String,
+    pub kind: &'static str,
     /// `success`, `conflict` (the precondition failed; re-read and retried)
     /// or `error`.
-    pub result: String,
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
-    pub kind: String,
+    pub kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -38,13 +38,13 @@ pub struct LeftAloneLabels {
     pub target_namespace: String,
     /// `opted-out`, `excluded` or `operator-owned`
     /// ([`crate::engine::standing::LeftAlone::label`]).
-    pub reason: String,
+    pub reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RunLabel {
     /// `success` or `error`.
-    pub result: String,
+    pub result: &'static str,
 }
 
 /// The reconciler's metrics. Cheap to clone.
@@ -120,18 +120,18 @@ impl ReconcileMetrics {
         for kind in crate::engine::kinds::listed() {
             m.drift
                 .get_or_create(&KindLabel {
-                    kind: kind.as_str().to_string(),
+                    kind: kind.as_str(),
                 })
                 .set(0);
         }
         m
     }
 
-    pub fn write(&self, kind: Kind, result: &str) {
+    pub fn write(&self, kind: Kind, result: &'static str) {
         self.writes
             .get_or_create(&WriteLabels {
-                kind: kind.as_str().to_string(),
-                result: result.to_string(),
+                kind: kind.as_str(),
+                result,
             })
             .inc();
     }
@@ -139,7 +139,7 @@ impl ReconcileMetrics {
     pub fn run(&self, ok: bool) {
         self.runs
             .get_or_create(&RunLabel {
-                result: if ok { "success" } else { "error" }.to_string(),
+                result: if ok { "success" } else { "error" },
             })
             .inc();
     }
@@ -186,7 +186,7 @@ impl ReconcileMetrics {
             self.left_alone
                 .get_or_create(&LeftAloneLabels {
                     target_namespace: namespace.to_string(),
-                    reason: reason.to_string(),
+                    reason,
                 })
                 .set(i64::try_from(count(reason)).unwrap_or(i64::MAX));
         }
@@ -223,7 +223,7 @@ impl ReconcileMetrics {
                 for reason in crate::engine::standing::LeftAlone::LABELS {
                     self.left_alone.remove(&LeftAloneLabels {
                         target_namespace: ns.clone(),
-                        reason: reason.to_string(),
+                        reason,
                     });
                 }
                 false
@@ -240,7 +240,7 @@ impl ReconcileMetrics {
                 .sum();
             self.drift
                 .get_or_create(&KindLabel {
-                    kind: kind.as_str().to_string(),
+                    kind: kind.as_str(),
                 })
                 .set(total);
         }

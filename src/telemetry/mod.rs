@@ -47,7 +47,7 @@ pub struct ResultLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    pub reason: String,
+    pub reason: &'static str,
 }
 
 /// The server's metrics. Cheap to clone (every metric is an `Arc` inside).
@@ -185,19 +185,15 @@ impl Metrics {
             .inc();
     }
 
-    pub fn http_error(&self, reason: &str) {
+    pub fn http_error(&self, reason: &'static str) {
         self.http_errors
-            .get_or_create(&ReasonLabels {
-                reason: reason.to_string(),
-            })
+            .get_or_create(&ReasonLabels { reason })
             .inc();
     }
 
     pub fn connection_error(&self, reason: &'static str) {
         self.connection_errors
-            .get_or_create(&ReasonLabels {
-                reason: reason.to_string(),
-            })
+            .get_or_create(&ReasonLabels { reason })
             .inc();
     }
 }

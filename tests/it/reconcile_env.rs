@@ -285,13 +285,7 @@ impl Env {
     pub(crate) async fn wait_runs(&self, i: usize, n: u64) {
         let m = self.reconcilers[i].metrics.clone();
         wait_until("a successful reconcile run", async || {
-            (m.runs
-                .get_or_create(&RunLabel {
-                    result: "success".into(),
-                })
-                .get()
-                >= n)
-                .then_some(())
+            (m.runs.get_or_create(&RunLabel { result: "success" }).get() >= n).then_some(())
         })
         .await;
     }
@@ -329,13 +323,8 @@ impl Env {
     }
 }
 
-pub(crate) fn writes(m: &ReconcileMetrics, kind: &str, result: &str) -> u64 {
-    m.writes
-        .get_or_create(&WriteLabels {
-            kind: kind.into(),
-            result: result.into(),
-        })
-        .get()
+pub(crate) fn writes(m: &ReconcileMetrics, kind: &'static str, result: &'static str) -> u64 {
+    m.writes.get_or_create(&WriteLabels { kind, result }).get()
 }
 
 pub(crate) fn total_writes(m: &ReconcileMetrics) -> u64 {
@@ -350,8 +339,6 @@ pub(crate) fn total_writes(m: &ReconcileMetrics) -> u64 {
     .sum()
 }
 
-pub(crate) fn drift_gauge(m: &ReconcileMetrics, kind: &str) -> i64 {
-    m.drift
-        .get_or_create(&KindLabel { kind: kind.into() })
-        .get()
+pub(crate) fn drift_gauge(m: &ReconcileMetrics, kind: &'static str) -> i64 {
+    m.drift.get_or_create(&KindLabel { kind }).get()
 }

@@ -86,7 +86,7 @@ async fn a_policy_that_leaves_every_operator_owned_object_alone_says_so() {
         .left_alone
         .get_or_create(&LeftAloneLabels {
             target_namespace: SERVING.into(),
-            reason: "operator-owned".into(),
+            reason: "operator-owned",
         })
         .get();
     assert_eq!(gauge, left.len() as i64);
@@ -191,13 +191,7 @@ async fn the_operator_fields_the_policy_overrides_are_named_in_status_and_an_eve
     // KnativeServing edited to the policy's replicas: no pass is due (no
     // policy, HPA or config-leader-election change), yet the status follows.
     let m = env.reconcilers[r].metrics.clone();
-    let runs = || {
-        m.runs
-            .get_or_create(&RunLabel {
-                result: "success".into(),
-            })
-            .get()
-    };
+    let runs = || m.runs.get_or_create(&RunLabel { result: "success" }).get();
     let (mut last, mut quiet) = (runs(), 0);
     wait_until("the reconciler idle", async || {
         let now = runs();

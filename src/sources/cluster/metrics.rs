@@ -10,13 +10,13 @@ use prometheus_client::registry::Registry;
 /// `configmaps` or `hpas`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
-    pub source: String,
+    pub source: &'static str,
 }
 
 /// `state` label: `valid`, `invalid` or `conflict`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
-    pub state: String,
+    pub state: &'static str,
 }
 
 /// The cluster source's metrics, registered once at start-up.
@@ -103,19 +103,15 @@ impl ClusterMetrics {
         m
     }
 
-    pub(crate) fn set_up(&self, source: &str, up: bool) {
+    pub(crate) fn set_up(&self, source: &'static str, up: bool) {
         self.source_up
-            .get_or_create(&SourceLabel {
-                source: source.to_string(),
-            })
+            .get_or_create(&SourceLabel { source })
             .set(i64::from(up));
     }
 
-    pub(crate) fn watch_error(&self, source: &str) {
+    pub(crate) fn watch_error(&self, source: &'static str) {
         self.watch_errors
-            .get_or_create(&SourceLabel {
-                source: source.to_string(),
-            })
+            .get_or_create(&SourceLabel { source })
             .inc();
     }
 }

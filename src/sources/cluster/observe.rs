@@ -41,11 +41,11 @@ pub(super) fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
         metrics
             .policies
             .get_or_create(&SourceLabel {
-                source: source.label().to_string(),
+                source: source.label(),
             })
             .set(by_origin.get(&origin).copied().unwrap_or(0));
     }
-    let mut by_state: BTreeMap<&str, i64> = [
+    let mut by_state: BTreeMap<&'static str, i64> = [
         ("valid", 0),
         ("invalid", 0),
         ("conflict", 0),
@@ -73,7 +73,7 @@ pub(super) fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
         (Origin::ConfigMap, Source::ConfigMaps),
     ] {
         let label = SourceLabel {
-            source: source.label().to_string(),
+            source: source.label(),
         };
         let count = |by: &BTreeMap<Origin, i64>| by.get(&origin).copied().unwrap_or(0);
         metrics
@@ -88,9 +88,7 @@ pub(super) fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
     for (state, n) in by_state {
         metrics
             .policy_status
-            .get_or_create(&StateLabel {
-                state: state.to_string(),
-            })
+            .get_or_create(&StateLabel { state })
             .set(n);
     }
 }
