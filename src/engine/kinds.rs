@@ -12,6 +12,9 @@
 //! - the arm of `Target::governs_object` the compiler asks for;
 //! - the chart's webhook rule and RBAC, which
 //!   `engine_governed::the_chart_names_every_governed_kind` asks for;
+//! - the docs' kind lists (docs/server.md's `kind` label values,
+//!   docs/policy.md's "Object | Change" table), which
+//!   `docs_tables::the_docs_list_every_governed_kind` asks for;
 //! - for the reconciler's tests, the resource in the fake API server
 //!   (`testkit/src/fakeapi`), which serves what a real one would.
 

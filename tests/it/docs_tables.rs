@@ -105,3 +105,56 @@ fn the_docs_name_every_metric_and_only_those() {
         "the docs name metrics that do not exist: {unknown:?}"
     );
 }
+
+/// The governed kinds the docs list are [`KINDS`]: the `kind` label's values
+/// in docs/server.md, and a row of docs/policy.md's "Object | Change" table
+/// for each kind the reconciler lists (its first `apiVersion` in backticks,
+/// then its name). A new kind
+/// fails here until both name it.
+#[test]
+fn the_docs_list_every_governed_kind() {
+    use knative_ha_webhook::engine::kinds::KINDS;
+    let read = |p: &str| std::fs::read_to_string(support::repo_path(p)).unwrap();
+    let server = read("docs/server.md");
+    let start = server
+        .find("`kind` is one of")
+        .expect("docs/server.md: the kind label's values");
+    let end = start
+        + server[start..]
+            .find("`operation`")
+            .expect("the operation label after it");
+    // The values, without the notes in parentheses after them.
+    let mut values = String::new();
+    let mut depth = 0;
+    for c in server[start + "`kind` is one of".len()..end].chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ if depth == 0 => values.push(c),
+            _ => {}
+        }
+    }
+    let named: BTreeSet<&str> = values.split('`').skip(1).step_by(2).collect();
+    let mut want: BTreeSet<&str> = KINDS.iter().map(|k| k.name).collect();
+    want.extend(["HighAvailabilityPolicy", "other"]);
+    assert_eq!(named, want, "docs/server.md's kind label values");
+
+    let policy = read("docs/policy.md");
+    let table = &policy[policy
+        .find("| Object | Change |")
+        .expect("docs/policy.md's Object | Change table")..];
+    let rows: Vec<&str> = table
+        .lines()
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.split('|').nth(1))
+        .collect();
+    for k in KINDS.iter().filter(|k| k.listed) {
+        let version = format!("`{}`", k.api_versions[0]);
+        assert!(
+            rows.iter()
+                .any(|r| r.trim().starts_with(&version) && r.contains(k.name)),
+            "docs/policy.md's Object | Change table has no row for {version} {}: {rows:?}",
+            k.name
+        );
+    }
+}
