@@ -39,6 +39,8 @@ pub struct KindSpec {
     pub group: &'static str,
     pub version: &'static str,
     pub plural: &'static str,
+    /// The kind of that resource's objects (a Scale's: `Deployment`).
+    pub resource_kind: &'static str,
     /// The resource the webhook is registered for.
     pub webhook_resource: &'static str,
     /// How change lines name its objects (a Scale's name the Deployment).
@@ -65,6 +67,7 @@ pub const KINDS: [KindSpec; 5] = [
         group: "apps",
         version: "v1",
         plural: "deployments",
+        resource_kind: "Deployment",
         webhook_resource: "deployments",
         prefix: "deployment",
         listed: true,
@@ -85,6 +88,7 @@ pub const KINDS: [KindSpec; 5] = [
         group: "",
         version: "v1",
         plural: "configmaps",
+        resource_kind: "ConfigMap",
         webhook_resource: "configmaps",
         prefix: "configmap",
         listed: true,
@@ -99,6 +103,7 @@ pub const KINDS: [KindSpec; 5] = [
         group: "autoscaling",
         version: "v2",
         plural: "horizontalpodautoscalers",
+        resource_kind: "HorizontalPodAutoscaler",
         webhook_resource: "horizontalpodautoscalers",
         prefix: "horizontalpodautoscaler",
         listed: true,
@@ -113,6 +118,7 @@ pub const KINDS: [KindSpec; 5] = [
         group: "policy",
         version: "v1",
         plural: "poddisruptionbudgets",
+        resource_kind: "PodDisruptionBudget",
         webhook_resource: "poddisruptionbudgets",
         prefix: "poddisruptionbudget",
         listed: true,
@@ -127,6 +133,7 @@ pub const KINDS: [KindSpec; 5] = [
         group: "apps",
         version: "v1",
         plural: "deployments",
+        resource_kind: "Deployment",
         webhook_resource: "deployments/scale",
         prefix: "deployment",
         listed: false,

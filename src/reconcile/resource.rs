@@ -4,17 +4,14 @@ use kube::api::{ApiResource, GroupVersionKind};
 
 use crate::engine::Kind;
 
-/// The API resource a governed kind is read and written as. The reconciler
-/// lists the four kinds; a `Scale` is the Deployment's subresource, seen only
-/// at admission (its Deployment is what is read and written).
+/// The API resource a governed kind is read and written as, as its
+/// [`crate::engine::kinds::KINDS`] entry declares it (a `Scale`, the
+/// Deployment's subresource seen only at admission, is read and written as
+/// its Deployment).
 pub fn api_resource(kind: Kind) -> ApiResource {
-    let read_as = match kind {
-        Kind::Scale => Kind::Deployment,
-        other => other,
-    }
-    .spec();
+    let spec = kind.spec();
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(read_as.group, read_as.version, read_as.name),
-        read_as.plural,
+        &GroupVersionKind::gvk(spec.group, spec.version, spec.resource_kind),
+        spec.plural,
     )
 }
