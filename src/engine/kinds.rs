@@ -9,7 +9,9 @@
 //! Governing a new kind (say `apps/v1` StatefulSets) takes:
 //! - a [`Kind`] variant and one entry here, naming its handler module
 //!   (`mutate` and `READS`, the paths it reads);
-//! - the arm of `Target::governs_object` the compiler asks for;
+//! - the arms the compiler asks for: `Target::governs_object`, `restore`'s
+//!   own marks and fields (`engine::restore`), the reconciler's hold-back of
+//!   unsafe writes (`reconcile::plan`);
 //! - the chart's webhook rule and RBAC, which
 //!   `engine_governed::the_chart_names_every_governed_kind` asks for;
 //! - the docs' kind lists (docs/server.md's `kind` label values,

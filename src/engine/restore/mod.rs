@@ -106,27 +106,36 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
             None => {}
         }
     }
-    if kind == Kind::HorizontalPodAutoscaler
-        && let Some(pt) = p.as_mut()
-    {
-        // The engine's record of its own last write goes with the originals.
-        for key in [super::records::WRITTEN_MIN, super::records::WRITTEN_MAX] {
-            remove_pruned(pt, &["metadata", "annotations", key]);
+    // Each kind's own marks and fields, beyond its records (exhaustive: a
+    // new kind is asked for here by the compiler).
+    match kind {
+        Kind::HorizontalPodAutoscaler => {
+            if let Some(pt) = p.as_mut() {
+                // The engine's record of its own last write goes with the originals.
+                for key in [super::records::WRITTEN_MIN, super::records::WRITTEN_MAX] {
+                    remove_pruned(pt, &["metadata", "annotations", key]);
+                }
+            }
         }
-    }
-    if kind == Kind::PodDisruptionBudget {
-        let restored = super::pdb::restore_original(object, &mut p).map_err(|e| n.malformed(e))?;
-        match restored {
-            Some(fields) => changes.extend(
-                fields
-                    .into_iter()
-                    .map(|f| n.restored(What::Fields(vec![f]))),
-            ),
-            None => changes.extend(last_applied_pdb(&n, object, &mut p)),
+        Kind::PodDisruptionBudget => {
+            let restored =
+                super::pdb::restore_original(object, &mut p).map_err(|e| n.malformed(e))?;
+            match restored {
+                Some(fields) => changes.extend(
+                    fields
+                        .into_iter()
+                        .map(|f| n.restored(What::Fields(vec![f]))),
+                ),
+                None => changes.extend(last_applied_pdb(&n, object, &mut p)),
+            }
         }
-    }
-    if kind == Kind::Deployment {
-        changes.extend(deployment::engine_owned(&n, object, &mut p).map_err(|e| n.malformed(e))?);
+        Kind::Deployment => {
+            changes
+                .extend(deployment::engine_owned(&n, object, &mut p).map_err(|e| n.malformed(e))?);
+        }
+        // Its records are all it carries; a Scale is restored through its
+        // Deployment.
+        Kind::ConfigMap | Kind::Scale => {}
     }
     Ok(match p {
         Some(p) if !p.ops.is_empty() => Mutated {
