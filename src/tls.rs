@@ -161,25 +161,11 @@ fn unix_now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// How long a `--self-signed` certificate is valid: a year from an hour ago
+/// How long a `--self-signed` certificate is valid: from a day ago to a year
+/// from now
 /// (a test or local server; the chart's certificates come from
 /// cert-manager or `certs/`).
 const SELF_SIGNED_DAYS: i64 = 365;
-
-/// The UTC date (year, month, day) of Unix second `t` (days to a civil
-/// date, after Howard Hinnant's `civil_from_days`).
-fn civil_date(t: i64) -> (i32, u8, u8) {
-    let z = t.div_euclid(86_400) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-    let year = (yoe + era * 400 + i64::from(month <= 2)) as i32;
-    (year, month, day)
-}
 
 /// Builds a server config: TLS 1.2 + 1.3, ALPN h2 and http/1.1, and a
 /// required, verified client certificate when `client_ca` is given.
@@ -240,14 +226,10 @@ pub struct SelfSigned {
 pub fn generate_self_signed(names: &[&str]) -> Result<SelfSigned> {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let err = TlsError::Generate;
-    let now = unix_now();
-    let ((by, bm, bd), (ay, am, ad)) = (
-        civil_date(now - 86_400),
-        civil_date(now + SELF_SIGNED_DAYS * 86_400),
-    );
+    let now = time::OffsetDateTime::now_utc();
     let (not_before, not_after) = (
-        rcgen::date_time_ymd(by, bm, bd),
-        rcgen::date_time_ymd(ay, am, ad),
+        now - time::Duration::days(1),
+        now + time::Duration::days(SELF_SIGNED_DAYS),
     );
     let ca_key = KeyPair::generate().map_err(err)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
@@ -513,10 +495,9 @@ mod tests {
     fn certificate(before: i64, after: i64) -> (String, String) {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-        let (y, m, d) = civil_date(before);
-        params.not_before = rcgen::date_time_ymd(y, m, d);
-        let (y, m, d) = civil_date(after);
-        params.not_after = rcgen::date_time_ymd(y, m, d);
+        let at = |t: i64| time::OffsetDateTime::from_unix_timestamp(t).unwrap();
+        params.not_before = at(before);
+        params.not_after = at(after);
         (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
     }
 
@@ -545,13 +526,6 @@ mod tests {
             assert!(reloader.current().is_some(), "it loads");
             assert_eq!(reloader.has_certificate(), ready, "{before}..{after}");
         }
-    }
-
-    #[test]
-    fn civil_dates_are_right() {
-        assert_eq!(civil_date(0), (1970, 1, 1));
-        assert_eq!(civil_date(951_782_400), (2000, 2, 29));
-        assert_eq!(civil_date(1_796_601_600), (2026, 12, 7));
     }
 
     #[test]
