@@ -187,34 +187,19 @@ def summary(name: str, lat: list, closed: list | None, peak_kib: int, n: int,
     return out
 
 
-async def held_experiment(ctx: Ctx, kind: str, n: int) -> dict:
-    stop, peak, lat, closed = asyncio.Event(), [0], [], []
+async def held_experiment(ctx: Ctx, kind: str, n: int, settle_s: float = 0.0) -> dict:
+    """n hostile connections of `kind` (opened 200 at a time), held for HOLD s while the probe runs;
+    `settle_s` lets their requests in before the first probe. For `declared_length` the line also gives
+    the probes' and the held connections' answers by HTTP status."""
+    stop, peak, lat, closed, answers = asyncio.Event(), [0], [], [], []
     t0 = time.monotonic()
     rss = asyncio.create_task(sample_rss(ctx, stop, peak))
     holders = []
     for i in range(0, n, 200):
-        holders += [asyncio.create_task(hold(ctx, kind, closed, t0)) for _ in range(min(200, n - i))]
+        holders += [asyncio.create_task(hold(ctx, kind, closed, t0, answers)) for _ in range(min(200, n - i))]
         await asyncio.sleep(0.05)
+    await asyncio.sleep(settle_s)
     probe = asyncio.create_task(probe_loop(ctx, stop, lat, kind == "metrics_idle"))
-    await asyncio.sleep(HOLD)
-    stop.set()
-    await probe
-    await asyncio.wait(holders, timeout=10)
-    for h in holders:
-        h.cancel()
-    await rss
-    return summary(kind, lat, closed, peak[0], n)
-
-
-async def declared_length_experiment(ctx: Ctx, n: int = 8) -> dict:
-    """n TLS connections each declare Content-Length: 2097152 (2 MiB), send one byte of the body and
-    hold for HOLD s (a server that charges its body budget from the declared length is spent)."""
-    stop, peak, lat, closed, answers = asyncio.Event(), [0], [], [], []
-    t0 = time.monotonic()
-    rss = asyncio.create_task(sample_rss(ctx, stop, peak))
-    holders = [asyncio.create_task(hold(ctx, "declared_length", closed, t0, answers)) for _ in range(n)]
-    await asyncio.sleep(0.5)   # their heads are in before the first probe
-    probe = asyncio.create_task(probe_loop(ctx, stop, lat, False))
     await asyncio.sleep(HOLD)
     stop.set()
     await probe
@@ -223,8 +208,10 @@ async def declared_length_experiment(ctx: Ctx, n: int = 8) -> dict:
         h.cancel()
     await asyncio.gather(*holders, return_exceptions=True)
     await rss
-    return summary("declared_length", lat, closed, peak[0], n,
-                   {"probe_answers": by_status(s for _, s in lat), "held_answers": by_status(answers)})
+    extra = None
+    if kind == "declared_length":
+        extra = {"probe_answers": by_status(s for _, s in lat), "held_answers": by_status(answers)}
+    return summary(kind, lat, closed, peak[0], n, extra)
 
 
 async def bomb(ctx: Ctx, stop: asyncio.Event, codes: list) -> None:
@@ -278,7 +265,9 @@ async def main() -> None:
         if not a.only or kind in a.only.split(","):
             await held_experiment(ctx, kind, 20 if kind == "h2_no_read" else a.held)
     if not a.only or "declared_length" in a.only.split(","):
-        await declared_length_experiment(ctx)
+        # 8 connections declaring 2 MiB and sending one byte of it: a server charging its body
+        # budget from the declared length would be spent.
+        await held_experiment(ctx, "declared_length", 8, settle_s=0.5)
     if not a.only or "bombs" in a.only.split(","):
         await bomb_experiment(ctx)
     with open(f"/proc/{ctx.pid}/status") as f:
