@@ -3,8 +3,8 @@
 //! 100 KiB and 1 MiB ConfigMaps so the growth with object size is visible,
 //! each in the governed namespace and in an ungoverned one.
 //!
-//! - `mutate`: `engine::mutate` on an already parsed object (the engine alone);
-//! - `parse_and_mutate`: JSON bytes -> `serde_json::Value` -> `engine::mutate`
+//! - `mutate`: `engine::outcome` on an already parsed object (the engine alone);
+//! - `parse_and_mutate`: JSON bytes -> `serde_json::Value` -> `engine::outcome`
 //!   (what the request path pays per object besides TLS and HTTP);
 //! - `mutate_again`: the second admission of an object that already carries
 //!   the patch (the idempotent path of a re-apply).
@@ -13,7 +13,7 @@
 
 use std::sync::LazyLock;
 
-use knative_ha_webhook::engine::{self, Context, Input, Operation};
+use knative_ha_webhook::engine::{self, Answering, Input, Operation, Snapshot};
 use knative_ha_webhook::policy::Policy;
 use serde_json::Value;
 use testkit::corpus;
@@ -29,8 +29,13 @@ static POLICY: LazyLock<Policy> = LazyLock::new(|| {
     Policy::from_yaml(corpus::POLICY_YAML).expect("examples/policy.yaml is valid")
 });
 
-// The HPAs of 2-serving-core.yaml target activator and webhook.
-static CONTEXT: LazyLock<Context> = LazyLock::new(corpus::hpa_context);
+// The policy, and the HPAs of 2-serving-core.yaml (they target activator
+// and webhook).
+static SNAPSHOT: LazyLock<Snapshot> = LazyLock::new(|| corpus::governing(&POLICY));
+
+fn outcome(input: &Input<'_>) -> engine::Result<engine::Mutation> {
+    engine::outcome(Answering::Governed(&SNAPSHOT), input).map(|o| o.mutation)
+}
 
 const UNGOVERNED_CASES: &[&str] = &[
     "deployment/controller",
@@ -78,8 +83,7 @@ static CASES: LazyLock<Vec<(String, Case)>> = LazyLock::new(|| {
                 namespace,
                 object: &object,
             };
-            let mutation = engine::mutate(&POLICY, &input, &CONTEXT)
-                .unwrap_or_else(|e| panic!("{label}: engine error {e}"));
+            let mutation = outcome(&input).unwrap_or_else(|e| panic!("{label}: engine error {e}"));
             let mut patched = object.clone();
             json_patch::patch(&mut patched, &mutation.patch)
                 .unwrap_or_else(|e| panic!("{label}: patch does not apply: {e}"));
@@ -116,7 +120,7 @@ fn mutate(bencher: divan::Bencher, name: &str) {
                 namespace: c.namespace,
                 object: divan::black_box(&c.object),
             };
-            engine::mutate(&POLICY, &input, &CONTEXT)
+            outcome(&input)
         });
 }
 
@@ -133,7 +137,7 @@ fn parse_and_mutate(bencher: divan::Bencher, name: &str) {
                 namespace: c.namespace,
                 object: &object,
             };
-            engine::mutate(&POLICY, &input, &CONTEXT).map(|m| m.patch.0.len())
+            outcome(&input).map(|m| m.patch.0.len())
         });
 }
 
@@ -146,7 +150,7 @@ fn mutate_again(bencher: divan::Bencher, name: &str) {
             namespace: c.namespace,
             object: divan::black_box(&c.patched),
         };
-        engine::mutate(&POLICY, &input, &CONTEXT)
+        outcome(&input)
     });
 }
 
@@ -164,21 +168,8 @@ fn mutate_again(bencher: divan::Bencher, name: &str) {
 /// - `log_line`: the per-review JSON log line, formatted into a sink through
 ///   the format `serve` uses.
 mod review {
-    use std::sync::LazyLock;
-
+    use super::{SNAPSHOT, corpus};
     use knative_ha_webhook::admission::{self, ReviewOptions};
-    use knative_ha_webhook::store::Snapshot;
-
-    use super::corpus;
-
-    static SNAPSHOT: LazyLock<Snapshot> = LazyLock::new(|| {
-        let mut snapshot = Snapshot::from_policies([super::POLICY.clone()]);
-        snapshot.hpa_targets.insert(
-            corpus::GOVERNED.to_string(),
-            super::CONTEXT.hpa_targets.clone(),
-        );
-        snapshot
-    });
 
     const BODIES: &[&str] = &["governed", "ungoverned"];
 
@@ -225,8 +216,12 @@ mod review {
         let view = admission::parse(&SNAPSHOT, body("governed"))
             .expect("a usable review")
             .expect("an object");
-        let governed = SNAPSHOT.governed(corpus::GOVERNED).expect("governed");
-        bencher.bench(|| governed.mutate(corpus::GOVERNED, divan::black_box(&view)));
+        let input = knative_ha_webhook::engine::Input {
+            operation: knative_ha_webhook::engine::Operation::Create,
+            namespace: corpus::GOVERNED,
+            object: &view,
+        };
+        bencher.bench(|| super::outcome(divan::black_box(&input)));
     }
 
     /// The per-review line, through the format `serve` uses

@@ -14,12 +14,12 @@
 //!   and `reconcile` (bringing running objects in line, `audit`, `restore`)
 //! - `admission` (the AdmissionReview wire protocol) and `sources` (policy
 //!   file and cluster watchers that publish snapshots)
-//! - `store` (the snapshot the request path reads) and `findings` (what
+//! - `store` (where the request path reads the current snapshot) and `findings` (what
 //!   the reconciler's passes found it may do per namespace, for the
 //!   cluster source to report)
-//! - `engine`: the pure mutation, policy + object -> patch + changes as
-//!   data (`engine::outcome` is the one way in; `engine::kinds` declares
-//!   the governed kinds)
+//! - `engine`: the pure mutation, snapshot + object -> patch + changes as
+//!   data (`engine::outcome` is the one way in, `engine::Snapshot` its one
+//!   input; `engine::kinds` declares the governed kinds)
 //! - `policy`: the HighAvailabilityPolicy model and its validation
 //! - `knative`: Knative's components, declared once (what the engine's
 //!   rules, the policy's name checks and docs/policy.md's table read)

@@ -1,5 +1,5 @@
 //! Real Knative objects with fields replaced/removed/retyped/added, and
-//! arbitrary JSON, into `engine::mutate`: never a panic; a patch applies to
+//! arbitrary JSON, into `engine::outcome`: never a panic; a patch applies to
 //! the object, a second admission of the result yields no patch, and no
 //! patch outside the governed namespace or for DELETE/CONNECT.
 #![no_main]
@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 
 use arbitrary::Unstructured;
-use knative_ha_webhook::engine::{self, Context, Input, Operation};
+use knative_ha_webhook::engine::{self, Answering, Input, Operation, Snapshot};
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook_fuzz::{corpus, fuzzgen};
 use libfuzzer_sys::fuzz_target;
@@ -16,7 +16,7 @@ use serde_json::Value;
 static POLICY: LazyLock<Policy> =
     LazyLock::new(|| Policy::from_yaml(corpus::POLICY_YAML).expect("examples/policy.yaml"));
 static OBJECTS: LazyLock<Vec<(String, Value)>> = LazyLock::new(corpus::governed_objects);
-static CONTEXT: LazyLock<Context> = LazyLock::new(corpus::hpa_context);
+static SNAPSHOT: LazyLock<Snapshot> = LazyLock::new(|| corpus::governing(&POLICY));
 const OPERATIONS: [Operation; 4] = [
     Operation::Create,
     Operation::Update,
@@ -50,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
         namespace,
         object: &object,
     };
-    let Ok(mutation) = engine::mutate(&POLICY, &first, &CONTEXT) else {
+    let Ok(mutation) = engine::outcome(Answering::Governed(&SNAPSHOT), &first).map(|o| o.mutation) else {
         return;
     };
     if mutation.is_empty() {
@@ -73,6 +73,6 @@ fuzz_target!(|data: &[u8]| {
         object: &patched,
     };
     let second =
-        engine::mutate(&POLICY, &again, &CONTEXT).expect("the engine accepts its own result");
+        engine::outcome(Answering::Governed(&SNAPSHOT), &again).map(|o| o.mutation).expect("the engine accepts its own result");
     assert!(second.is_empty(), "not idempotent: {:?}", second.patch);
 });

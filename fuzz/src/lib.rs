@@ -6,7 +6,7 @@
 use std::sync::LazyLock;
 
 use knative_ha_webhook::admission::{OnError, ReviewOptions};
-use knative_ha_webhook::store::Snapshot;
+use knative_ha_webhook::engine::Snapshot;
 
 pub use testkit::{corpus, fuzzgen, oracle};
 

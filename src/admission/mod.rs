@@ -33,8 +33,7 @@ use request::ObjectIn;
 pub use request::{ECHO_BYTES, MAX_UID_BYTES};
 pub use validate::validate;
 
-use crate::engine::{self, Operation};
-use crate::store::Snapshot;
+use crate::engine::{self, Operation, Snapshot};
 use crate::telemetry::{clip, loggable};
 
 /// The warning attached while the policy sources are still syncing.
@@ -166,7 +165,7 @@ fn wants_view(snapshot: &Snapshot) -> impl Fn(&str, &str) -> bool + '_ {
     |operation, namespace| {
         matches!(operation, "CREATE" | "UPDATE")
             && snapshot.synced
-            && snapshot.governed(namespace).is_some()
+            && snapshot.policy_for(namespace).is_some()
     }
 }
 
@@ -218,9 +217,11 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
         if !snapshot.synced {
             reply.outcome = ReviewOutcome::NotSynced;
             response.warnings.push(NOT_SYNCED_WARNING.to_string());
-        } else if let Some(governed) = snapshot.governed(&reply.namespace) {
+        } else if snapshot.policy_for(&reply.namespace).is_some() {
             let object = request.object;
-            if let Err(message) = apply_policy(&governed, object, &mut reply, &mut response, opts) {
+            let governed =
+                apply_policy(snapshot, operation, object, &mut reply, &mut response, opts);
+            if let Err(message) = governed {
                 return bad_request(message);
             }
         } else if opts.undo_unclaimed
@@ -249,17 +250,26 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
 /// warnings (or the engine's failure) into the answer. `Err` is a bad
 /// request: an object the server cannot read.
 fn apply_policy<'r>(
-    governed: &crate::store::NamespacePolicy<'_>,
+    snapshot: &Snapshot,
+    operation: Operation,
     object: Option<ObjectIn<'_>>,
     reply: &mut Reviewed<'r>,
     response: &mut ResponseOut<'_>,
     opts: &ReviewOptions,
 ) -> Result<(), BadReview> {
+    let mutate = |object: &Value| {
+        let input = engine::Input {
+            operation,
+            namespace: &reply.namespace,
+            object,
+        };
+        engine::outcome(engine::Answering::Governed(snapshot), &input).map(|o| o.mutation)
+    };
     let mutation = match object {
-        None => governed.mutate(&reply.namespace, &Value::Null),
-        Some(ObjectIn::View(view)) => governed.mutate(&reply.namespace, &view),
+        None => mutate(&Value::Null),
+        Some(ObjectIn::View(view)) => mutate(&view),
         Some(ObjectIn::Raw(raw)) => match engine::view::parse(raw.get()) {
-            Ok(object) => governed.mutate(&reply.namespace, &object),
+            Ok(object) => mutate(&object),
             // Only a number out of range gets here (the text was
             // scanned already): the full parse refused those too.
             Err(e) => return Err(BadReview::Object(e)),
@@ -286,8 +296,11 @@ fn undo_unclaimed(
         return Ok(());
     }
     let object = engine::view::parse(raw.get()).map_err(BadReview::Object)?;
-    let mutation = engine::outcome(engine::Answering::Unclaimed, &reply.namespace, &object)
-        .map(|o| o.mutation);
+    let mutation = engine::outcome(
+        engine::Answering::Unclaimed,
+        &engine::Input::update(&reply.namespace, &object),
+    )
+    .map(|o| o.mutation);
     answer(mutation, reply, response, opts);
     if reply.outcome == ReviewOutcome::Unchanged {
         // Records, but nothing to put back: admitted as any object there.

@@ -18,9 +18,10 @@ use prometheus_client::registry::Registry;
 pub use signals::{shutdown_signal, shutdown_signal_then_exit};
 
 use crate::admission::OnError;
+use crate::engine::Snapshot;
 use crate::server::{Listeners, ServerError, Settings};
 use crate::sources::file::FileSource;
-use crate::store::{PolicyStore, Snapshot};
+use crate::store::PolicyStore;
 use crate::telemetry::Metrics;
 use crate::tls::{TlsReloader, TlsSource};
 

@@ -63,12 +63,9 @@ fn offline(manifests: &[PathBuf]) -> anyhow::Result<ExitCode> {
                 ));
                 continue;
             }
-            let outcome = crate::engine::outcome(
-                crate::engine::Answering::Restore,
-                namespace_of(&doc.value),
-                &doc.value,
-            )
-            .map_err(|e| anyhow::anyhow!("{}: {e}", doc.display()))?;
+            let input = crate::engine::Input::update(namespace_of(&doc.value), &doc.value);
+            let outcome = crate::engine::outcome(crate::engine::Answering::Restore, &input)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", doc.display()))?;
             changes.extend(outcome.mutation.lines());
             objects.push(outcome.object.unwrap_or(doc.value));
         }

@@ -27,7 +27,7 @@ use serde_json::{Map, Value, json};
 
 use super::reads::Read::{self, Members};
 use super::records::ANNOTATIONS;
-use super::{Cause, Change, Context, Kind, Target, What};
+use super::{Cause, Change, Facts, Kind, Snapshot, Target, What};
 use crate::policy::Policy;
 use crate::policy::disruption;
 
@@ -127,10 +127,15 @@ pub(crate) fn hand_over(t: &Target<'_>) -> Result<super::Handled, super::EngineE
     Ok((Some(p), vec![change]))
 }
 
-/// The PDBs `policy` wants created in `namespace`, given what is there:
-/// `objects` holds the namespace's Deployments and PDBs (other kinds are
-/// skipped). A Deployment's replicas are those the engine gives it.
-pub fn wanted(policy: &Policy, namespace: &str, objects: &[Value], ctx: &Context) -> Vec<Value> {
+/// The PDBs the snapshot's policy for `namespace` wants created there,
+/// given what is there: `objects` holds the namespace's Deployments and
+/// PDBs (other kinds are skipped). A Deployment's replicas are those the
+/// engine gives it. None where no policy governs the namespace.
+pub fn wanted(snapshot: &Snapshot, namespace: &str, objects: &[Value]) -> Vec<Value> {
+    let Some(policy) = snapshot.policy_for(namespace) else {
+        return Vec::new();
+    };
+    let facts = snapshot.facts(namespace);
     let pdbs: Vec<&Value> = objects
         .iter()
         .filter(|o| Kind::of(o) == Some(Kind::PodDisruptionBudget))
@@ -138,7 +143,7 @@ pub fn wanted(policy: &Policy, namespace: &str, objects: &[Value], ctx: &Context
     objects
         .iter()
         .filter(|o| Kind::of(o) == Some(Kind::Deployment))
-        .filter_map(|d| budget_for(policy, namespace, d, &pdbs, ctx))
+        .filter_map(|d| budget_for(policy, namespace, d, &pdbs, facts))
         .collect()
 }
 
@@ -147,14 +152,12 @@ fn budget_for(
     namespace: &str,
     deployment: &Value,
     pdbs: &[&Value],
-    ctx: &Context,
+    facts: Facts<'_>,
 ) -> Option<Value> {
     let name = deployment.pointer("/metadata/name")?.as_str()?;
     let target = Target {
         policy,
-        hpa_targets: &ctx.hpa_targets,
-        leader_election: ctx.leader_election.as_ref(),
-        priority_classes: ctx.priority_classes.as_ref(),
+        facts,
         kind: Kind::Deployment,
         namespace,
         name,
@@ -170,7 +173,7 @@ fn budget_for(
         return None;
     }
     let ships_one = crate::knative::component(name).is_some_and(|c| c.pdb.is_some());
-    if ships_one && !ctx.hpa_targets.contains(super::HPAS_LISTED) {
+    if ships_one && !facts.hpa_targets.contains(super::HPAS_LISTED) {
         // The release ships a budget for it (the activator's
         // `activator-pdb`), and what is listed may be only part of the
         // namespace (`preview`'s manifests): not made up beside it.
@@ -180,7 +183,7 @@ fn budget_for(
     let allowed = if target.is_hpa_backed(name) {
         hpa_scaled(&target, name, field, value)?
     } else {
-        let replicas = replicas_after_engine(policy, namespace, deployment, ctx)?;
+        let replicas = replicas_after_engine(policy, namespace, deployment, facts)?;
         json!(
             disruption::disruptions_allowed(field == "minAvailable", value, replicas)
                 .filter(|a| *a >= 1)?
@@ -234,14 +237,9 @@ fn replicas_after_engine(
     policy: &Policy,
     namespace: &str,
     deployment: &Value,
-    ctx: &Context,
+    facts: Facts<'_>,
 ) -> Option<i64> {
-    let mutated = super::outcome(
-        super::Answering::Policy(policy, ctx.facts()),
-        namespace,
-        deployment,
-    )
-    .ok()?;
+    let mutated = super::mutate_governed(policy, namespace, deployment, facts).ok()?;
     let object = mutated.object.as_ref().unwrap_or(deployment);
     let replicas = object
         .pointer("/spec/replicas")
@@ -322,16 +320,13 @@ pub struct BudgetChange {
     pub action: Action,
 }
 
-/// What the created PDBs of `namespace` need so that they are what
-/// `policy` wants (none where no policy governs it: each is deleted).
-/// `listed` holds the namespace's objects as the reconciler lists them.
-pub fn plan(
-    policy: Option<&Policy>,
-    namespace: &str,
-    listed: &[Value],
-    ctx: &Context,
-) -> Vec<BudgetChange> {
-    let wanted = policy.map_or_else(Vec::new, |p| wanted(p, namespace, listed, ctx));
+/// What the created PDBs of `namespace` need so that they are what the
+/// snapshot's policy there wants (none where no policy governs it: each is
+/// deleted). `listed` holds the namespace's objects as the reconciler
+/// lists them.
+pub fn plan(snapshot: &Snapshot, namespace: &str, listed: &[Value]) -> Vec<BudgetChange> {
+    let policy = snapshot.policy_for(namespace);
+    let wanted = wanted(snapshot, namespace, listed);
     let cause = || {
         policy.map_or_else(
             || Cause::Because("no policy governs the namespace".to_string()),
@@ -427,10 +422,11 @@ mod tests {
 
     fn created(max_unavailable: i64) -> Value {
         let mut pdb = wanted(
-            &policy("  replicas: 3\n  podDisruptionBudget: {maxUnavailable: 1}\n"),
+            &Snapshot::from_policies([policy(
+                "  replicas: 3\n  podDisruptionBudget: {maxUnavailable: 1}\n",
+            )]),
             "knative-serving",
             &[controller()],
-            &Context::default(),
         )
         .remove(0);
         pdb["spec"]["maxUnavailable"] = json!(max_unavailable);
@@ -439,7 +435,8 @@ mod tests {
     }
 
     fn actions(policy: Option<&Policy>, listed: &[Value]) -> Vec<String> {
-        plan(policy, "knative-serving", listed, &Context::default())
+        let snapshot = Snapshot::from_policies(policy.cloned());
+        plan(&snapshot, "knative-serving", listed)
             .iter()
             .map(|c| c.change.to_string())
             .collect()

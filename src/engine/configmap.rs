@@ -165,7 +165,7 @@ fn merged_timing_problem(
 }
 
 /// True for the keys of `config-leader-election` the duration rules read
-/// (kebab-case and legacy): what [`super::Context::leader_election`] needs.
+/// (kebab-case and legacy): what a snapshot's `leader_election` ([`super::Facts::leader_election`]) needs.
 pub fn is_duration_key(key: &str) -> bool {
     TIMING_KEYS.contains(&key) || LEGACY_KEYS.contains(&key)
 }
@@ -178,14 +178,14 @@ pub fn duration_data(data: &Map<String, Value>) -> Map<String, Value> {
         .collect()
 }
 
-/// In [`super::Context::leader_election`]: the ConfigMap carries the opt-out
+/// In a snapshot's `leader_election` ([`super::Facts::leader_election`]): the ConfigMap carries the opt-out
 /// label (a ConfigMap key never holds a `/`, so this cannot be a data key).
 pub const SKIPPED_MARK: &str = "knativeha.dev/skipped";
-/// In [`super::Context::leader_election`]: the Knative Operator's resource
+/// In a snapshot's `leader_election` ([`super::Facts::leader_election`]): the Knative Operator's resource
 /// owning the ConfigMap (`Kind/name`).
 pub const OPERATOR_OWNER_MARK: &str = "knativeha.dev/operator-owner";
 
-/// What [`super::Context::leader_election`] holds of a whole
+/// What a snapshot's `leader_election` ([`super::Facts::leader_election`]) holds of a whole
 /// `config-leader-election` object: its duration keys, and whether the
 /// engine leaves it unchanged whatever the policy (the opt-out label) or
 /// unless the policy governs the Operator's objects.

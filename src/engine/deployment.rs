@@ -312,7 +312,8 @@ fn priority_class(
     else {
         return records::undo(t, p, &PRIORITY_CLASS, changes);
     };
-    if t.priority_classes
+    if t.facts
+        .priority_classes
         .is_some_and(|known| !known.contains(want))
     {
         // Rolled onto it, the Deployment could create no pod: held back,

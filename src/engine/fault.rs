@@ -66,7 +66,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::engine::{Context, EngineError, Input, Operation};
+    use crate::engine::{Answering, EngineError, Input, Operation, Snapshot};
 
     fn deployment() -> Value {
         json!({"apiVersion": "apps/v1", "kind": "Deployment",
@@ -84,7 +84,11 @@ mod tests {
             namespace: "knative-serving",
             object: &object,
         };
-        let err = crate::engine::mutate(&policy, &input, &Context::default()).unwrap_err();
+        let err = crate::engine::outcome(
+            Answering::Governed(&Snapshot::from_policies([policy])),
+            &input,
+        )
+        .unwrap_err();
         let EngineError::Malformed { fault, .. } = &err else {
             panic!("{err:?}");
         };

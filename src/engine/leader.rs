@@ -138,6 +138,7 @@ fn settings_annotation(
         return Ok(false);
     }
     if let Some(why) = t
+        .facts
         .leader_election
         .and_then(|data| super::configmap::left_unchanged(t, data))
     {
@@ -154,6 +155,7 @@ fn settings_annotation(
         return Ok(false);
     }
     let held_back = t
+        .facts
         .leader_election
         .is_some_and(|data| super::configmap::durations_held_back(t, le, data));
     let want = settings_hash_text(le, held_back);

@@ -1,6 +1,7 @@
-//! The mutation engine: a pure function from (policy, admission operation,
-//! object, context) to an RFC 6902 patch plus the changes as data
-//! ([`Change`]), reached through [`outcome`]. No I/O, no clocks, no globals.
+//! The mutation engine: a pure function from a [`Snapshot`] (the policies
+//! and what the cluster is known to hold) and one admitted object to an
+//! RFC 6902 patch plus the changes as data ([`Change`]), reached through
+//! [`outcome`]. No I/O, no clocks, no globals.
 //!
 //! Rules (docs/policy.md is the user-facing version):
 //! - only CREATE/UPDATE of objects in `policy.spec.targetNamespace` are
@@ -30,35 +31,35 @@ pub mod reads;
 pub mod records;
 pub mod restore;
 pub mod scale;
+mod snapshot;
 pub mod standing;
 mod target;
 pub mod view;
 
 pub use change::{Cause, Change, FieldChange, Reason, What};
 pub use fault::Fault;
+pub use snapshot::{Facts, Snapshot, Unclaimed};
 pub(crate) use target::{Target, check_parents, lookup};
 
 use reads::Read::{self, Members};
-
-use std::collections::BTreeSet;
 
 use serde_json::Value;
 
 use crate::policy::Policy;
 
-/// In [`Context::hpa_targets`]: an HPA that carries the opt-out label
+/// In a snapshot's `hpa_targets`: an HPA that carries the opt-out label
 /// ([`SKIP_LABEL`]) targets the Deployment named after this prefix (a
 /// Deployment name holds no `:`). The policy does not raise such an HPA, so
 /// its Deployment runs what it runs without the policy.
 pub const SKIPPED_HPA_TARGET: &str = "knativeha.dev/skipped-hpa:";
 
-/// In [`Context::hpa_targets`]: the set lists every HPA of the namespace
+/// In a snapshot's `hpa_targets`: the set lists every HPA of the namespace
 /// (a cluster listing, a synced watch; never `preview`'s manifests, which
 /// may be partial), so an HPA-backed Deployment without an entry has no
 /// HPA for the policy to raise.
 pub const HPAS_LISTED: &str = "knativeha.dev/every-hpa-listed";
 
-/// The entry of [`Context::hpa_targets`] for an HPA targeting `deployment`;
+/// The entry of a snapshot's `hpa_targets` for an HPA targeting `deployment`;
 /// `skipped`: the HPA carries the opt-out label.
 pub fn hpa_target_entry(deployment: &str, skipped: bool) -> String {
     if skipped {
@@ -117,26 +118,6 @@ pub enum Operation {
     Connect,
 }
 
-/// What the engine knows besides the object itself.
-#[derive(Clone, Debug, Default)]
-pub struct Context {
-    /// Names of Deployments in the object's namespace that some
-    /// HorizontalPodAutoscaler targets (in addition to the built-in
-    /// Knative HPA-backed names).
-    pub hpa_targets: BTreeSet<String>,
-    /// The `data` of the namespace's `config-leader-election` ConfigMap
-    /// (only its duration keys are read), `None` when unknown or absent.
-    /// A leader-elected Deployment's hash leaves out the policy's durations
-    /// when this data makes the ConfigMap hold them back
-    /// (`configmap::durations_held_back`): it follows what Knative reads.
-    pub leader_election: Option<serde_json::Map<String, Value>>,
-    /// The PriorityClasses that exist in the cluster, when known (the
-    /// server's watch, the reconciler); None where not (offline). A
-    /// policy's `priorityClassName` missing from a known set is held back
-    /// with a warning: pods naming it are refused.
-    pub priority_classes: Option<BTreeSet<String>>,
-}
-
 /// The result of mutating one object.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Mutation {
@@ -188,6 +169,18 @@ pub struct Input<'a> {
     pub object: &'a serde_json::Value,
 }
 
+impl<'a> Input<'a> {
+    /// An UPDATE of `object` in `namespace`: what a write to an existing
+    /// object is admitted as.
+    pub fn update(namespace: &'a str, object: &'a Value) -> Input<'a> {
+        Input {
+            operation: Operation::Update,
+            namespace,
+            object,
+        }
+    }
+}
+
 /// A mutation together with the mutated object (`None` when unchanged).
 #[derive(Clone, Debug, Default)]
 pub struct Mutated {
@@ -228,55 +221,12 @@ impl Kind {
     }
 }
 
-/// Mutates `input.object` according to `policy`. Objects outside
-/// `policy.spec.target_namespace` never get a patch.
-pub fn mutate(policy: &Policy, input: &Input<'_>, ctx: &Context) -> Result<Mutation> {
-    mutate_object(policy, input, ctx).map(|o| o.mutation)
-}
-
-/// Like [`mutate`], also returning the mutated object (what applying the
-/// patch yields), for `preview` and tests.
-pub fn mutate_object(policy: &Policy, input: &Input<'_>, ctx: &Context) -> Result<Mutated> {
-    if !input.object.is_object() {
-        return Err(EngineError::NotAnObject);
-    }
-    if !matches!(input.operation, Operation::Create | Operation::Update) {
-        return Ok(Mutated::default());
-    }
-    outcome(
-        Answering::Policy(policy, ctx.facts()),
-        input.namespace,
-        input.object,
-    )
-}
-
-/// What the engine knows of an object's namespace, borrowed: what a
-/// [`Context`] holds, or the server's snapshot lends.
-#[derive(Clone, Copy, Debug)]
-pub struct Facts<'a> {
-    /// [`Context::hpa_targets`].
-    pub hpa_targets: &'a BTreeSet<String>,
-    /// [`Context::leader_election`].
-    pub leader_election: Option<&'a serde_json::Map<String, Value>>,
-    /// [`Context::priority_classes`].
-    pub priority_classes: Option<&'a BTreeSet<String>>,
-}
-
-impl Context {
-    pub fn facts(&self) -> Facts<'_> {
-        Facts {
-            hpa_targets: &self.hpa_targets,
-            leader_election: self.leader_election.as_ref(),
-            priority_classes: self.priority_classes.as_ref(),
-        }
-    }
-}
-
 /// What answers for an object.
 #[derive(Clone, Copy, Debug)]
 pub enum Answering<'a> {
-    /// The policy governing its namespace, with what is known there.
-    Policy(&'a Policy, Facts<'a>),
+    /// The policy the snapshot holds for the object's namespace, with what
+    /// the snapshot knows there; nothing where it holds none.
+    Governed(&'a Snapshot),
     /// No policy object exists at all: the engine's records are undone
     /// ([`restore::undo_unclaimed`]).
     Unclaimed,
@@ -284,13 +234,23 @@ pub enum Answering<'a> {
     Restore,
 }
 
-/// The one way from an object to the engine's outcome, for a CREATE or
-/// UPDATE of `object` in `namespace` (the caller checked the operation):
-/// admission, `preview`, `audit`, the reconciler and `restore` all come
-/// here. Objects outside a policy's `targetNamespace` never get a patch.
-pub fn outcome(by: Answering<'_>, namespace: &str, object: &Value) -> Result<Mutated> {
+/// The one way into the engine: the outcome of a CREATE or UPDATE of
+/// `input.object` (any other operation changes nothing), for admission,
+/// `preview`, `audit`, the reconciler and `restore` alike. Objects outside
+/// a policy's `targetNamespace` never get a patch.
+pub fn outcome(by: Answering<'_>, input: &Input<'_>) -> Result<Mutated> {
+    let (namespace, object) = (input.namespace, input.object);
+    if matches!(by, Answering::Governed(_)) && !object.is_object() {
+        return Err(EngineError::NotAnObject);
+    }
+    if !matches!(input.operation, Operation::Create | Operation::Update) {
+        return Ok(Mutated::default());
+    }
     match by {
-        Answering::Policy(policy, facts) => mutate_governed(policy, namespace, object, facts),
+        Answering::Governed(snapshot) => match snapshot.policy_for(namespace) {
+            Some(policy) => mutate_governed(policy, namespace, object, snapshot.facts(namespace)),
+            None => Ok(Mutated::default()),
+        },
         Answering::Unclaimed => restore::undo_unclaimed(namespace, object),
         Answering::Restore => restore::restore(namespace, object),
     }

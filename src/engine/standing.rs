@@ -125,9 +125,7 @@ pub(crate) fn aimed<'a>(
         .unwrap_or("");
     Ok(Some(Target {
         policy,
-        hpa_targets: facts.hpa_targets,
-        leader_election: facts.leader_election,
-        priority_classes: facts.priority_classes,
+        facts,
         kind,
         namespace,
         name,

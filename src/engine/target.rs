@@ -1,25 +1,19 @@
 //! What a kind handler sees of the object and the policy ([`Target`]), and
 //! the typed reads of object fields that report a malformed object.
 
-use std::collections::BTreeSet;
-
 use serde_json::Value;
 
 use super::change::What;
 use super::reads::Read::{self, Whole};
-use super::{Cause, Change, EngineError, Fault, Kind, hpa};
+use super::{Cause, Change, EngineError, Facts, Fault, Kind, hpa};
 use crate::knative;
 use crate::policy::{Policy, WorkloadOverride};
 
 /// What a kind handler sees.
 pub(crate) struct Target<'a> {
     pub policy: &'a Policy,
-    /// [`Context::hpa_targets`].
-    pub hpa_targets: &'a BTreeSet<String>,
-    /// [`Context::leader_election`].
-    pub leader_election: Option<&'a serde_json::Map<String, Value>>,
-    /// [`Context::priority_classes`].
-    pub priority_classes: Option<&'a BTreeSet<String>>,
+    /// What is known in the namespace.
+    pub facts: Facts<'a>,
     pub kind: Kind,
     pub namespace: &'a str,
     pub name: &'a str,
@@ -153,23 +147,24 @@ impl Target<'_> {
 
     pub fn is_hpa_backed(&self, deployment: &str) -> bool {
         knative::is_hpa_scaled(deployment)
-            || self.hpa_targets.contains(deployment)
+            || self.facts.hpa_targets.contains(deployment)
             || self.hpa_skipped(deployment)
     }
 
     /// True when every HPA of the namespace is known and none targets
     /// `deployment` ([`super::HPAS_LISTED`]).
     pub fn hpa_absent(&self, deployment: &str) -> bool {
-        self.hpa_targets.contains(super::HPAS_LISTED)
-            && !self.hpa_targets.contains(deployment)
+        self.facts.hpa_targets.contains(super::HPAS_LISTED)
+            && !self.facts.hpa_targets.contains(deployment)
             && !self.hpa_skipped(deployment)
     }
 
     /// True when the HPA scaling `deployment` carries the opt-out label:
     /// the policy does not raise it ([`super::SKIPPED_HPA_TARGET`]).
     pub fn hpa_skipped(&self, deployment: &str) -> bool {
-        !self.hpa_targets.is_empty()
+        !self.facts.hpa_targets.is_empty()
             && self
+                .facts
                 .hpa_targets
                 .contains(&format!("{}{deployment}", super::SKIPPED_HPA_TARGET))
     }

@@ -29,7 +29,7 @@
 //! The view is one shape for all four governed kinds (their paths barely
 //! overlap), so it needs no look at `apiVersion`/`kind` first. The mutated
 //! object `mutate_object` returns is the view's, not the original's: use the
-//! view only for [`super::mutate`] (the patch and the change lines).
+//! view only for [`super::outcome`] (the patch and the change lines).
 
 use std::borrow::Cow;
 use std::fmt;

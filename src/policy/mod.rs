@@ -29,7 +29,8 @@ pub mod validate;
 pub mod wrapped;
 
 pub use parse::{
-    DocumentRead, Documents, parse_policies, read_documents, split_documents, written_target,
+    Claims, DocumentRead, Documents, parse_policies, read_documents, split_documents,
+    written_target,
 };
 pub use spec::{
     AntiAffinityType, HighAvailabilityPolicy, HighAvailabilityPolicySpec,

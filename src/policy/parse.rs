@@ -1,6 +1,8 @@
 //! Loading policies: one document (JSON value or YAML text) through the
 //! schema check and the semantic rules, and multi-document files.
 
+use std::collections::BTreeMap;
+
 use super::{HighAvailabilityPolicy, Policy, PolicyError, Result, prune, validate, wrapped};
 
 impl Policy {
@@ -41,7 +43,7 @@ impl Policy {
 
 /// The `spec.targetNamespace` a policy document names, valid or not (a
 /// non-empty string); None when it names none (for the namespaces a policy
-/// object claims even while it is invalid: `store::Unclaimed`).
+/// object claims even while it is invalid: `engine::Unclaimed`).
 pub fn written_target(doc: &serde_json::Value) -> Option<String> {
     let target = doc.get("spec")?.get("targetNamespace")?.as_str()?;
     (!target.is_empty()).then(|| target.to_string())
@@ -142,12 +144,34 @@ pub fn read_documents(text: &str) -> Documents {
     out
 }
 
+/// One policy per target namespace: the policy claiming each namespace so
+/// far, and where it was read. Every reader of several policies (a file,
+/// `check`'s and `preview`'s files) claims through it.
+#[derive(Debug, Default)]
+pub struct Claims(BTreeMap<String, (String, String)>);
+
+impl Claims {
+    /// Claims `policy`'s target namespace for it, read at `place`; the
+    /// error (for `spec.targetNamespace`) names the policy already there.
+    pub fn claim(&mut self, policy: &Policy, place: &str) -> std::result::Result<(), String> {
+        let ns = &policy.spec.target_namespace;
+        if let Some((other, other_place)) = self.0.get(ns) {
+            return Err(format!(
+                "{ns:?} is already governed by policy {other:?} ({other_place}); one policy per namespace"
+            ));
+        }
+        self.0
+            .insert(ns.clone(), (policy.name.clone(), place.to_string()));
+        Ok(())
+    }
+}
+
 /// Parses a multi-document policy file ([`read_documents`]): every
 /// non-empty document must be a valid policy, a policy ConfigMap or a list
 /// of them. Errors name the (1-based) document index, the list item and the
 /// ConfigMap. Two policies for the same target namespace are an error.
 pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
-    let mut policies: Vec<Policy> = Vec::new();
+    let (mut policies, mut claims) = (Vec::new(), Claims::default());
     let mut errors = Vec::new();
     for read in read_documents(text).reads {
         let policy = match &read.outcome {
@@ -157,16 +181,13 @@ pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
                 continue;
             }
         };
-        let target = &policy.spec.target_namespace;
-        match policies.iter().find(|p| &p.spec.target_namespace == target) {
-            Some(other) => errors.push(read.placed(PolicyError::invalid(
-                "spec.targetNamespace",
-                format!(
-                    "{target:?} is already governed by policy {:?}; one policy per namespace",
-                    other.name
-                ),
-            ))),
-            None => policies.push(policy.clone()),
+        let place = match read.item {
+            Some(item) => format!("document {}, item {item}", read.index),
+            None => format!("document {}", read.index),
+        };
+        match claims.claim(policy, &place) {
+            Err(e) => errors.push(read.placed(PolicyError::invalid("spec.targetNamespace", e))),
+            Ok(()) => policies.push(policy.clone()),
         }
     }
     if !errors.is_empty() {

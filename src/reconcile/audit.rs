@@ -126,17 +126,14 @@ pub async fn audit(
             source: source.clone(),
         });
         let listed = objects::list_namespace(client, ns).await?;
-        let ctx = crate::engine::Context {
-            hpa_targets: listed.hpa_targets.clone(),
-            leader_election: listed.leader_election.clone(),
-            priority_classes: objects::priority_classes(client, Some(policy)).await,
-        };
-        if let Some(known) = &ctx.priority_classes {
+        let mut known = super::outcome::known_in(ns, Some(policy), None, &listed);
+        known.priority_classes = objects::priority_classes(client, Some(policy)).await;
+        if let Some(classes) = &known.priority_classes {
             report.held_back.extend(
                 policy
                     .spec
                     .priority_classes()
-                    .filter(|(_, class)| !known.contains(*class))
+                    .filter(|(_, class)| !classes.contains(*class))
                     .map(|(path, class)| {
                         format!(
                             "policy {} ({ns}): {path} {class:?} is held back: no PriorityClass {class} exists in the cluster (pods naming it would be refused)",
@@ -147,7 +144,7 @@ pub async fn audit(
         }
         for object in &listed.objects {
             report.objects += 1;
-            let drift = plan::plan(policy, ns, object, &ctx, true)
+            let drift = plan::plan(&known, ns, object, true)
                 .map_err(|error| ReconcileError::Engine(Box::new(error)))?;
             if let Some(d) = drift {
                 report.drift.push(ObjectDrift {
@@ -159,7 +156,7 @@ pub async fn audit(
             }
         }
         let operator = super::coverage::list_operator(client, ns).await;
-        let coverage = super::coverage::coverage(policy, ns, &listed, &ctx, &operator);
+        let coverage = super::coverage::coverage(&known, ns, &listed, &operator);
         if coverage.governs_nothing() {
             report.governs_nothing.push(ns.clone());
         }
@@ -174,7 +171,7 @@ pub async fn audit(
         report
             .operator_overrides
             .extend(coverage.overrides.iter().map(ToString::to_string));
-        for change in crate::engine::budgets::plan(Some(policy), ns, &listed.objects, &ctx) {
+        for change in crate::engine::budgets::plan(&known, ns, &listed.objects) {
             report.drift.push(ObjectDrift {
                 kind: Kind::PodDisruptionBudget.as_str(),
                 namespace: ns.clone(),

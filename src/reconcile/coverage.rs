@@ -9,27 +9,29 @@ use serde_json::Value;
 use super::error::is_not_found;
 use super::objects::Listed;
 use crate::engine::standing::{Standing, standing};
-use crate::engine::{Context, Kind};
+use crate::engine::{Kind, Snapshot};
 use crate::findings::{Coverage, Untouched};
 use crate::knative_operator;
-use crate::policy::Policy;
 
-/// The coverage of `policy` over what was listed in `namespace`, with the
-/// Knative Operator's resources there (`operator`). A malformed object
-/// counts as governed: the engine's error is reported where it writes.
+/// The coverage of the snapshot's policy for `namespace` over what was
+/// listed there, with the Knative Operator's resources there (`operator`).
+/// A malformed object counts as governed: the engine's error is reported
+/// where it writes. Nothing where no policy governs the namespace.
 pub fn coverage(
-    policy: &Policy,
+    snapshot: &Snapshot,
     namespace: &str,
     listed: &Listed,
-    ctx: &Context,
     operator: &[Value],
 ) -> Coverage {
     let mut out = Coverage::default();
+    let Some(policy) = snapshot.policy_for(namespace) else {
+        return out;
+    };
     for object in &listed.objects {
         let Some(kind) = Kind::of(object) else {
             continue;
         };
-        match standing(policy, namespace, object, ctx.facts()) {
+        match standing(policy, namespace, object, snapshot.facts(namespace)) {
             Ok(Standing::Untargeted) => {}
             Ok(Standing::Governed) | Err(_) => out.targets += 1,
             Ok(Standing::LeftAlone(why)) => {

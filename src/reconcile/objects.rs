@@ -38,7 +38,7 @@ pub struct Listed {
     /// Deployments some listed HPA scales.
     pub hpa_targets: BTreeSet<String>,
     /// The duration keys of the listed `config-leader-election`
-    /// ([`crate::engine::Context::leader_election`]).
+    /// ([`crate::engine::Facts::leader_election`]).
     pub leader_election: Option<Map<String, Value>>,
 }
 

@@ -1,13 +1,14 @@
 //! What one object's reconciliation came to ([`Reconciled`])
 //! and the pieces of a run that need no API server: the change lines of
-//! a drift and the engine's context.
+//! a drift and what the engine knows of a namespace.
 
 use std::collections::BTreeSet;
 
 use super::objects;
 use super::plan::Drift;
 use super::report::ObjectResult;
-use crate::engine::Context;
+use crate::engine::Snapshot;
+use crate::policy::Policy;
 
 /// What happened to one object, and whether it still differs from its policy.
 pub(super) struct Reconciled {
@@ -56,19 +57,22 @@ pub(super) fn changes_text(d: &Drift) -> String {
         .join("; ")
 }
 
-/// The engine's context: the HPA targets listed now and those in the
-/// snapshot; `config-leader-election` as listed now.
-pub(super) fn context_for(
+/// What the engine knows of `namespace`: its policy, the HPA targets
+/// listed now and those in the server's snapshot, `config-leader-election`
+/// as listed now.
+pub(super) fn known_in(
+    namespace: &str,
+    policy: Option<&Policy>,
     snapshot_targets: Option<&BTreeSet<String>>,
     listed: &objects::Listed,
-) -> Context {
+) -> Snapshot {
     let mut hpa_targets = listed.hpa_targets.clone();
     if let Some(t) = snapshot_targets {
         hpa_targets.extend(t.iter().cloned());
     }
-    Context {
+    Snapshot::from_policies(policy.cloned()).knowing(
+        namespace,
         hpa_targets,
-        leader_election: listed.leader_election.clone(),
-        priority_classes: None,
-    }
+        listed.leader_election.clone(),
+    )
 }

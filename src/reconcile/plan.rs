@@ -8,8 +8,7 @@ use json_patch::{Patch, PatchOperation, TestOperation};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::engine::{self, Change, Context, EngineError, Input, Kind, Operation};
-use crate::policy::Policy;
+use crate::engine::{self, Answering, Change, EngineError, Input, Kind, Snapshot};
 
 /// The JSON pointer of a Deployment's pod template.
 pub const POD_TEMPLATE: &str = "/spec/template";
@@ -143,9 +142,8 @@ fn hold_back_unsafe(
 /// runs again on the object with its pod template already as the policy
 /// wants it; the lines that remain are the others.
 fn pod_template_lines(
-    policy: &Policy,
+    snapshot: &Snapshot,
     input: &Input<'_>,
-    ctx: &Context,
     outcome: &engine::Mutated,
 ) -> Result<BTreeSet<Change>, EngineError> {
     let mut aligned = input.object.clone();
@@ -158,14 +156,11 @@ fn pod_template_lines(
     ) {
         *slot = wanted.clone();
     }
-    let rest = engine::mutate(
-        policy,
-        &Input {
-            object: &aligned,
-            ..*input
-        },
-        ctx,
-    )?;
+    let aligned = Input {
+        object: &aligned,
+        ..*input
+    };
+    let rest = engine::outcome(Answering::Governed(snapshot), &aligned)?.mutation;
     let rest: BTreeSet<&Change> = rest.changes.iter().collect();
     Ok(outcome
         .mutation
@@ -184,18 +179,13 @@ fn pod_template_lines(
 /// on a Deployment that would keep `--disable-ha` with replicas != 1, and
 /// the `config-leader-election` keys (their restart is a pod template change).
 pub fn plan(
-    policy: &Policy,
+    snapshot: &Snapshot,
     namespace: &str,
     object: &Value,
-    ctx: &Context,
     pod_templates: bool,
 ) -> Result<Option<Drift>, EngineError> {
-    let input = Input {
-        operation: Operation::Update,
-        namespace,
-        object,
-    };
-    let outcome = engine::mutate_object(policy, &input, ctx)?;
+    let input = Input::update(namespace, object);
+    let outcome = engine::outcome(Answering::Governed(snapshot), &input)?;
     if outcome.mutation.is_empty() {
         return Ok(None);
     }
@@ -217,7 +207,7 @@ pub fn plan(
     let template_lines = if template_ops.is_empty() {
         BTreeSet::new()
     } else {
-        pod_template_lines(policy, &input, ctx, &outcome)?
+        pod_template_lines(snapshot, &input, &outcome)?
     };
     let changes = outcome
         .mutation
@@ -260,11 +250,11 @@ mod tests {
     use crate::policy::Policy;
     use serde_json::json;
 
-    fn policy() -> Policy {
-        Policy::from_yaml(
+    fn governing() -> Snapshot {
+        Snapshot::from_policies([Policy::from_yaml(
             "apiVersion: knativeha.dev/v1alpha1\nkind: HighAvailabilityPolicy\nmetadata: {name: serving}\nspec:\n  targetNamespace: knative-serving\n  replicas: 3\n  podAntiAffinity: {type: Preferred}\n",
         )
-        .expect("policy")
+        .expect("policy")])
     }
 
     fn deployment(replicas: i64) -> Value {
@@ -288,15 +278,9 @@ mod tests {
 
     #[test]
     fn template_changes_are_marked_and_can_be_held_back() {
-        let d = plan(
-            &policy(),
-            "knative-serving",
-            &deployment(1),
-            &Context::default(),
-            true,
-        )
-        .unwrap()
-        .expect("drift");
+        let d = plan(&governing(), "knative-serving", &deployment(1), true)
+            .unwrap()
+            .expect("drift");
         assert_eq!(d.changes.len(), 2, "{:?}", d.changes);
         let replicas = d
             .changes
@@ -317,15 +301,9 @@ mod tests {
         );
         assert_eq!(d.held_back, 0);
 
-        let d = plan(
-            &policy(),
-            "knative-serving",
-            &deployment(1),
-            &Context::default(),
-            false,
-        )
-        .unwrap()
-        .expect("drift");
+        let d = plan(&governing(), "knative-serving", &deployment(1), false)
+            .unwrap()
+            .expect("drift");
         // The record of the release's replicas goes with them.
         assert_eq!(
             paths(&d.patch),
@@ -340,15 +318,9 @@ mod tests {
 
     #[test]
     fn only_template_drift_with_templates_excluded_leaves_an_empty_patch() {
-        let d = plan(
-            &policy(),
-            "knative-serving",
-            &deployment(3),
-            &Context::default(),
-            false,
-        )
-        .unwrap()
-        .expect("drift");
+        let d = plan(&governing(), "knative-serving", &deployment(3), false)
+            .unwrap()
+            .expect("drift");
         assert!(d.patch.0.is_empty());
         assert!(d.guarded_patch().is_none());
         assert!(d.rolls_pods());
@@ -356,15 +328,9 @@ mod tests {
 
     #[test]
     fn guarded_patch_starts_with_a_resource_version_test() {
-        let d = plan(
-            &policy(),
-            "knative-serving",
-            &deployment(1),
-            &Context::default(),
-            true,
-        )
-        .unwrap()
-        .expect("drift");
+        let d = plan(&governing(), "knative-serving", &deployment(1), true)
+            .unwrap()
+            .expect("drift");
         let p = serde_json::to_value(d.guarded_patch().unwrap()).unwrap();
         assert_eq!(
             p[0],
@@ -375,21 +341,14 @@ mod tests {
 
     #[test]
     fn in_line_and_foreign_objects_have_no_drift() {
-        let pol = policy();
-        let ctx = Context::default();
+        let pol = governing();
         let mut applied = deployment(1);
-        let d = plan(&pol, "knative-serving", &applied, &ctx, true)
+        let d = plan(&pol, "knative-serving", &applied, true)
             .unwrap()
             .unwrap();
         json_patch::patch(&mut applied, &d.patch).unwrap();
-        assert_eq!(
-            plan(&pol, "knative-serving", &applied, &ctx, true).unwrap(),
-            None
-        );
-        assert_eq!(
-            plan(&pol, "other", &deployment(1), &ctx, true).unwrap(),
-            None
-        );
+        assert_eq!(plan(&pol, "knative-serving", &applied, true).unwrap(), None);
+        assert_eq!(plan(&pol, "other", &deployment(1), true).unwrap(), None);
     }
 
     #[test]

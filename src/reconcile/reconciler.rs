@@ -13,8 +13,9 @@ use super::metrics::ReconcileMetrics;
 use super::rate::RateLimiter;
 use super::run::{MayWrite, Pass, RunOptions};
 use super::schedule::{self, Schedule};
+use crate::engine::Snapshot;
 use crate::findings::{Board, Found};
-use crate::store::{PolicyStore, Snapshot};
+use crate::store::PolicyStore;
 
 /// The running reconciler.
 pub struct Reconciler {

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::error::{self, ReconcileError};
 use super::objects::{self, Attempt, RetryError};
-use crate::engine::{self, Kind};
+use crate::engine::{self, Kind, Snapshot};
 use crate::errors::InWords;
 
 /// The field manager of `restore`'s writes.
@@ -173,7 +173,7 @@ pub async fn restore_namespace(
         objects: listed.objects.len(),
         restored: Vec::new(),
     };
-    for change in engine::budgets::plan(None, namespace, &listed.objects, &Default::default()) {
+    for change in engine::budgets::plan(&Snapshot::default(), namespace, &listed.objects) {
         let mut restored = Restored {
             kind: Kind::PodDisruptionBudget.as_str(),
             name: change.name.clone(),
@@ -190,7 +190,10 @@ pub async fn restore_namespace(
     }
     for object in &listed.objects {
         let (kind, name) = names(object);
-        let outcome = match engine::outcome(engine::Answering::Restore, namespace, object) {
+        let outcome = match engine::outcome(
+            engine::Answering::Restore,
+            &engine::Input::update(namespace, object),
+        ) {
             Ok(o) => o,
             Err(e) => {
                 report.restored.push(Restored {
@@ -271,7 +274,10 @@ impl objects::Attempts for RestoreAttempts<'_> {
     type Answer = Result<(), WriteError>;
 
     async fn attempt(&mut self, current: &Value, _: u32) -> Attempt<Self::Answer> {
-        let outcome = match engine::outcome(engine::Answering::Restore, self.namespace, current) {
+        let outcome = match engine::outcome(
+            engine::Answering::Restore,
+            &engine::Input::update(self.namespace, current),
+        ) {
             Ok(outcome) if outcome.mutation.is_empty() => return Attempt::Done(Ok(())),
             Ok(outcome) => outcome,
             Err(e) => return Attempt::Done(Err(WriteError::Engine(e))),
@@ -294,7 +300,10 @@ impl objects::Attempts for RestoreAttempts<'_> {
 /// applied it again at admission.
 fn readmitted(written: &Value) -> Result<(), WriteError> {
     let namespace = written["metadata"]["namespace"].as_str().unwrap_or("");
-    match engine::outcome(engine::Answering::Restore, namespace, written) {
+    match engine::outcome(
+        engine::Answering::Restore,
+        &engine::Input::update(namespace, written),
+    ) {
         Ok(o) if o.mutation.is_empty() => Ok(()),
         _ => Err(WriteError::Readmitted),
     }
@@ -312,7 +321,10 @@ pub fn plan_unclaimed(
     object: &Value,
     pod_templates: bool,
 ) -> Result<Option<super::Drift>, engine::EngineError> {
-    let outcome = engine::outcome(engine::Answering::Unclaimed, namespace, object)?;
+    let outcome = engine::outcome(
+        engine::Answering::Unclaimed,
+        &engine::Input::update(namespace, object),
+    )?;
     let Some(kind) = Kind::of(object).filter(|_| !outcome.mutation.is_empty()) else {
         return Ok(None);
     };

@@ -12,13 +12,13 @@ use super::error::Result;
 use super::events::EventWriter;
 use super::metrics::ReconcileMetrics;
 use super::objects;
-use super::outcome::context_for;
+use super::outcome::known_in;
 use super::rate::RateLimiter;
 use super::report::RunReport;
-use crate::engine::{Context, Kind};
+use crate::engine::Kind;
+use crate::engine::Snapshot;
 use crate::findings::{Forbidden, Found};
 use crate::policy::Policy;
-use crate::store::Snapshot;
 
 pub use super::error::MAX_ATTEMPTS;
 
@@ -138,8 +138,8 @@ impl<'a> Run<'a> {
 /// or none (no policy object names the namespace any more: the engine's
 /// records are undone, [`super::restore::plan_unclaimed`]).
 struct Target<'a> {
-    policy: Option<&'a Policy>,
-    ctx: &'a Context,
+    /// The namespace's policy (if any) and what is known there.
+    known: &'a Snapshot,
     namespace: &'a str,
     kind: Kind,
     name: &'a str,
@@ -201,8 +201,8 @@ impl Run<'_> {
         snapshot_targets: Option<&BTreeSet<String>>,
     ) -> Result<()> {
         let listed = objects::list_namespace(self.pass.client, namespace).await?;
-        let mut ctx = context_for(snapshot_targets, &listed);
-        ctx.priority_classes = objects::priority_classes(self.pass.client, policy).await;
+        let mut known = known_in(namespace, policy, snapshot_targets, &listed);
+        known.priority_classes = objects::priority_classes(self.pass.client, policy).await;
         let mut drift: BTreeMap<&'static str, i64> = BTreeMap::new();
         for object in &listed.objects {
             let Some(kind) = Kind::of(object) else {
@@ -210,8 +210,7 @@ impl Run<'_> {
             };
             let name = object["metadata"]["name"].as_str().unwrap_or_default();
             let target = Target {
-                policy,
-                ctx: &ctx,
+                known: &known,
                 namespace,
                 kind,
                 name,
@@ -225,7 +224,7 @@ impl Run<'_> {
             self.report.objects.insert(key, outcome.result);
         }
         let kind = Kind::PodDisruptionBudget;
-        for change in crate::engine::budgets::plan(policy, namespace, &listed.objects, &ctx) {
+        for change in crate::engine::budgets::plan(&known, namespace, &listed.objects) {
             let span = object_span(kind, namespace, &change.name);
             let outcome = self.budget(namespace, &change).instrument(span).await;
             if outcome.drift_left {
@@ -235,9 +234,9 @@ impl Run<'_> {
             self.report.objects.insert(key, outcome.result);
         }
         self.pass.metrics.set_drift(namespace, &drift);
-        if let Some(policy) = policy {
+        if policy.is_some() {
             let operator = super::coverage::list_operator(self.pass.client, namespace).await;
-            let coverage = super::coverage::coverage(policy, namespace, &listed, &ctx, &operator);
+            let coverage = super::coverage::coverage(&known, namespace, &listed, &operator);
             self.pass.metrics.set_left_alone(namespace, &coverage);
             self.report
                 .found

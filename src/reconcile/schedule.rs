@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
+use crate::engine::Snapshot;
 use crate::policy::Policy;
-use crate::store::Snapshot;
 
 /// After a run for a change: when the changed namespaces are run once more.
 pub const SETTLE: Duration = Duration::from_secs(10);

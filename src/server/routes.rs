@@ -19,7 +19,8 @@ use http_body_util::BodyExt;
 use super::answered::{error_body, respond};
 use super::budget::{Budget, Charge, SMALL_BODY_BYTES};
 use crate::admission::{self, Answer, MAX_BODY_BYTES, ReviewOptions};
-use crate::store::{PolicyStore, Snapshot};
+use crate::engine::Snapshot;
+use crate::store::PolicyStore;
 use crate::telemetry::{Metrics, clip};
 
 /// Reading a request body must finish within this time (the API server

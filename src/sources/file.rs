@@ -8,9 +8,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::engine::{Snapshot, Unclaimed};
 use crate::policy::{Policy, PolicyError};
 use crate::scope::AllowedNamespaces;
-use crate::store::{PolicyStore, Snapshot, Unclaimed};
+use crate::store::PolicyStore;
 use crate::telemetry::Metrics;
 
 /// How often the file is re-read.

@@ -1,4 +1,4 @@
-//! Policy sources: they build [`crate::store::Snapshot`]s and publish them
+//! Policy sources: they build [`crate::engine::Snapshot`]s and publish them
 //! to a [`crate::store::PolicyStore`].
 //!
 //! - `file`: a policy file, re-read when it changes (`serve --policy-file`).

@@ -7,11 +7,10 @@
 //! Knative Deployments get a warning. Exit 0 when all are valid, 1
 //! otherwise (`cmd::check`).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::policy::names::{self, Unmatched};
-use crate::policy::{DocumentRead, Policy, PolicyError};
+use crate::policy::{self, DocumentRead, Policy, PolicyError};
 
 /// A valid policy and where it came from.
 struct Valid {
@@ -155,8 +154,7 @@ fn warnings(found: &Valid) -> Vec<Line> {
 /// valid when no line is an error.
 pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
     let mut out = Vec::new();
-    // target namespace -> (policy name, place), across every file
-    let mut governed: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let mut claims = policy::Claims::default();
     for path in files {
         let (name, text) = match crate::manifest::read_input(path) {
             Ok(input) => input,
@@ -174,14 +172,13 @@ pub fn check_files(files: &[PathBuf]) -> Vec<Line> {
                 }
             };
             let ns = &found.policy.spec.target_namespace;
-            if let Some((other, other_place)) = governed.get(ns) {
+            if let Err(e) = claims.claim(&found.policy, &found.place) {
                 out.push(Line::Error(format!(
-                    "{}: spec.targetNamespace: {ns:?} is already governed by policy {other:?} ({other_place}); one policy per namespace",
+                    "{}: spec.targetNamespace: {e}",
                     found.place
                 )));
                 continue;
             }
-            governed.insert(ns.clone(), (found.policy.name.clone(), found.place.clone()));
             let from = found
                 .configmap
                 .as_ref()

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use serde_json::{Map, Value, json};
 
-use crate::engine::{self, Context, Input, Kind, Operation};
+use crate::engine::{self, Answering, Input, Kind, Operation, Snapshot};
 use crate::policy::{self, Policy};
 
 pub use crate::manifest::Document;
@@ -25,7 +25,7 @@ pub fn parse_manifests(file: &str, text: &str) -> anyhow::Result<Vec<Document>> 
 /// Loads policies from files (each may hold several documents). Two
 /// policies for the same namespace are an error.
 pub fn load_policies(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<String, Policy>> {
-    let mut by_ns: BTreeMap<String, (String, Policy)> = BTreeMap::new();
+    let (mut by_ns, mut claims) = (BTreeMap::new(), policy::Claims::default());
     for path in paths {
         let (name, text) = crate::manifest::read_input(path)?;
         let policies = policy::parse_policies(&text).map_err(|e| {
@@ -33,18 +33,13 @@ pub fn load_policies(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<String, Polic
             anyhow::anyhow!("invalid policy:\n{}", lines.join("\n"))
         })?;
         for p in policies {
-            if let Some((other_file, other)) = by_ns.get(&p.spec.target_namespace) {
-                bail!(
-                    "{name}: policy {:?} targets namespace {:?}, already governed by policy {:?} from {other_file}; one policy per namespace",
-                    p.name,
-                    p.spec.target_namespace,
-                    other.name
-                );
+            if let Err(e) = claims.claim(&p, &name) {
+                bail!("{name}: policy {:?}: spec.targetNamespace: {e}", p.name);
             }
-            by_ns.insert(p.spec.target_namespace.clone(), (name.clone(), p));
+            by_ns.insert(p.spec.target_namespace.clone(), p);
         }
     }
-    Ok(by_ns.into_iter().map(|(ns, (_, p))| (ns, p)).collect())
+    Ok(by_ns)
 }
 
 /// `metadata.namespace`, `default` when absent or empty.
@@ -81,7 +76,7 @@ pub fn hpa_targets(docs: &[Document]) -> BTreeMap<String, BTreeSet<String>> {
 }
 
 /// The duration keys of each namespace's `config-leader-election` in the
-/// input ([`Context::leader_election`]).
+/// input ([`engine::Facts::leader_election`]).
 pub fn leader_election_data(docs: &[Document]) -> BTreeMap<String, Map<String, Value>> {
     docs.iter()
         .filter(|d| Kind::of(&d.value) == Some(Kind::ConfigMap))
@@ -138,32 +133,24 @@ pub fn preview_documents(
     policies: &BTreeMap<String, Policy>,
     docs: Vec<Document>,
 ) -> anyhow::Result<Vec<Previewed>> {
-    let targets = hpa_targets(&docs);
-    let leader_election = leader_election_data(&docs);
-    let context = |namespace: &str| Context {
-        hpa_targets: targets.get(namespace).cloned().unwrap_or_default(),
-        leader_election: leader_election.get(namespace).cloned(),
-        // Offline: not known, the name is written unchecked.
-        priority_classes: None,
+    // Offline: the PriorityClasses are not known, a name is written unchecked.
+    let snapshot = Snapshot {
+        hpa_targets: hpa_targets(&docs),
+        leader_election: leader_election_data(&docs),
+        ..Snapshot::from_policies(policies.values().cloned())
     };
-    let created = created_budgets(policies, &docs, &context);
+    let created = created_budgets(&snapshot, &docs);
     let mut out = Vec::with_capacity(docs.len() + created.len());
     for doc in docs {
         let namespace = namespace_of(&doc.value).to_string();
-        let (object, mutation) = match policies.get(&namespace) {
-            None => (None, engine::Mutation::default()),
-            Some(policy) => {
-                let ctx = context(&namespace);
-                let input = Input {
-                    operation: Operation::Create,
-                    namespace: &namespace,
-                    object: &doc.value,
-                };
-                let outcome = engine::mutate_object(policy, &input, &ctx)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", doc.display()))?;
-                (outcome.object, outcome.mutation)
-            }
+        let input = Input {
+            operation: Operation::Create,
+            namespace: &namespace,
+            object: &doc.value,
         };
+        let outcome = engine::outcome(Answering::Governed(&snapshot), &input)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", doc.display()))?;
+        let (object, mutation) = (outcome.object, outcome.mutation);
         let object = object.unwrap_or_else(|| doc.value.clone());
         out.push(Previewed {
             doc,
@@ -178,20 +165,15 @@ pub fn preview_documents(
 /// The PodDisruptionBudgets the reconciler would create for governed
 /// Deployments of the manifests that no PDB of the manifests covers
 /// ([`engine::budgets`]), after the documents, each with its change line.
-fn created_budgets(
-    policies: &BTreeMap<String, Policy>,
-    docs: &[Document],
-    context: &dyn Fn(&str) -> Context,
-) -> Vec<Previewed> {
+fn created_budgets(snapshot: &Snapshot, docs: &[Document]) -> Vec<Previewed> {
     let mut out = Vec::new();
-    for (namespace, policy) in policies {
+    for namespace in snapshot.policies.keys() {
         let objects: Vec<Value> = docs
             .iter()
             .filter(|d| namespace_of(&d.value) == namespace)
             .map(|d| d.value.clone())
             .collect();
-        for change in engine::budgets::plan(Some(policy), namespace, &objects, &context(namespace))
-        {
+        for change in engine::budgets::plan(snapshot, namespace, &objects) {
             let engine::budgets::Action::Create(pdb) = change.action else {
                 continue;
             };

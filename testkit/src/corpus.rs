@@ -6,7 +6,8 @@
 
 use std::collections::BTreeSet;
 
-use knative_ha_webhook::engine::Context;
+use knative_ha_webhook::engine::Snapshot;
+use knative_ha_webhook::policy::Policy;
 use serde_json::{Value, json};
 
 pub const SERVING_CORE: &str =
@@ -26,12 +27,10 @@ pub fn hpa_targets() -> BTreeSet<String> {
     BTreeSet::from(["activator".to_string(), "webhook".to_string()])
 }
 
-/// The engine's context for the manifests: [`hpa_targets`] have an HPA.
-pub fn hpa_context() -> Context {
-    Context {
-        hpa_targets: hpa_targets(),
-        ..Default::default()
-    }
+/// A snapshot where `policy` governs its namespace, and [`GOVERNED`]'s
+/// [`hpa_targets`] have an HPA (as the manifests' HPAs say).
+pub fn governing(policy: &Policy) -> Snapshot {
+    Snapshot::from_policies([policy.clone()]).knowing(GOVERNED, hpa_targets(), None)
 }
 
 /// The three manifests, repository-relative (for the CLI tests' arguments).

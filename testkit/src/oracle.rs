@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use knative_ha_webhook::admission::{self, OnError, ReviewOptions};
+use knative_ha_webhook::engine::Snapshot;
 use knative_ha_webhook::policy::Policy;
-use knative_ha_webhook::store::Snapshot;
 use serde_json::Value;
 
 use crate::corpus;

@@ -63,19 +63,17 @@ fn drifting(api: &FakeApi, policy: &Policy) -> BTreeSet<(String, String)> {
                 .map(str::to_string)
         })
         .collect();
-    let ctx = knative_ha_webhook::engine::Context {
-        hpa_targets: targets,
-        ..Default::default()
-    };
+    let known = knative_ha_webhook::engine::Snapshot::from_policies([policy.clone()])
+        .knowing(SERVING, targets, None);
     objects.retain(|o| o["metadata"]["namespace"] == SERVING);
     let mut drifting: BTreeSet<(String, String)> = objects
         .iter()
-        .filter_map(|o| plan::plan(policy, SERVING, o, &ctx, true).unwrap())
+        .filter_map(|o| plan::plan(&known, SERVING, o, true).unwrap())
         .map(|d| (d.kind.as_str().to_string(), d.name))
         .collect();
     // The budgets the reconciler creates count as drift until they exist.
     drifting.extend(
-        knative_ha_webhook::engine::budgets::plan(Some(policy), SERVING, &objects, &ctx)
+        knative_ha_webhook::engine::budgets::plan(&known, SERVING, &objects)
             .into_iter()
             .map(|c| ("PodDisruptionBudget".to_string(), c.name)),
     );

@@ -2,7 +2,7 @@
 //! policy wants created, on Knative's own v1.23.0 objects.
 
 use crate::support;
-use knative_ha_webhook::engine::budgets;
+use knative_ha_webhook::engine::{Snapshot, budgets};
 use serde_json::{Value, json};
 use support::corpus;
 use support::serving_policy as policy;
@@ -18,7 +18,7 @@ fn objects() -> Vec<Value> {
 
 /// `name: maxUnavailable` of each wanted PDB.
 fn wanted(spec: &str, objects: &[Value]) -> Vec<(String, Value)> {
-    budgets::wanted(&policy(spec), NS, objects, &corpus::hpa_context())
+    budgets::wanted(&corpus::governing(&policy(spec)), NS, objects)
         .into_iter()
         .map(|p| {
             assert_eq!(
@@ -124,7 +124,7 @@ fn never_where_another_budget_selects_the_pods_or_holds_the_name() {
     );
     // A PDB this tool created for the Deployment does not count against it.
     let mut objs = objects();
-    let created = budgets::wanted(&policy(spec), NS, &objs, &corpus::hpa_context());
+    let created = budgets::wanted(&corpus::governing(&policy(spec)), NS, &objs);
     objs.extend(created);
     assert_eq!(
         names(&wanted(spec, &objs)),
@@ -142,7 +142,7 @@ fn the_webhook_leaves_a_created_budget_alone() {
     // The PDB rule would write "50%" into a PDB of the controller; the
     // created one states the disruptions that allows at 3 replicas.
     let p = policy("  replicas: 3\n  podDisruptionBudget: {maxUnavailable: \"50%\"}\n");
-    let created = budgets::wanted(&p, NS, &objects(), &corpus::hpa_context());
+    let created = budgets::wanted(&corpus::governing(&p), NS, &objects());
     let pdb = created
         .iter()
         .find(|o| o["metadata"]["name"] == "controller-pdb")
@@ -163,7 +163,7 @@ fn the_webhook_leaves_a_created_budget_alone() {
 fn a_release_budget_of_the_same_name_takes_a_created_one_over() {
     let spec = "  replicas: 3\n  podDisruptionBudget: {maxUnavailable: 1}\n";
     let p = policy(spec);
-    let created = budgets::wanted(&p, NS, &objects(), &corpus::hpa_context());
+    let created = budgets::wanted(&corpus::governing(&p), NS, &objects());
     let pdb = created
         .iter()
         .find(|o| o["metadata"]["name"] == "controller-pdb")
@@ -196,7 +196,7 @@ fn a_release_budget_of_the_same_name_takes_a_created_one_over() {
         let mut objs = objects();
         objs.push(out);
         assert!(!names(&wanted(spec, &objs)).contains(&"controller-pdb"));
-        let plan = budgets::plan(Some(&p), NS, &objs, &corpus::hpa_context());
+        let plan = budgets::plan(&corpus::governing(&p), NS, &objs);
         assert!(plan.iter().all(|c| c.name != "controller-pdb"), "{plan:?}");
     }
     // The reconciler's own write of the created budget is not a take-over.
@@ -218,10 +218,11 @@ fn hpa_scaled_deployments_without_a_budget_get_one_that_keeps_scaling() {
     app["spec"]["selector"] = json!({"matchLabels": {"app": "ingress"}});
     app["spec"]["template"]["metadata"]["labels"] = json!({"app": "ingress"});
     objs.push(app);
-    let mut ctx = corpus::hpa_context();
-    ctx.hpa_targets.insert("ingress".into());
+    let mut targets = corpus::hpa_targets();
+    targets.insert("ingress".into());
     let created = |spec: &str| -> Option<Value> {
-        budgets::wanted(&policy(spec), NS, &objs, &ctx)
+        let known = Snapshot::from_policies([policy(spec)]).knowing(NS, targets.clone(), None);
+        budgets::wanted(&known, NS, &objs)
             .into_iter()
             .find(|p| p["metadata"]["name"] == "ingress-pdb")
             .map(|p| p["spec"]["maxUnavailable"].clone())
@@ -272,7 +273,7 @@ fn only_a_budget_with_every_mark_counts_as_created() {
     let spec = "  replicas: 3\n  podDisruptionBudget: {maxUnavailable: 1}\n";
     let p = policy(spec);
     let mut objs = objects();
-    let created = budgets::wanted(&p, NS, &objs, &corpus::hpa_context());
+    let created = budgets::wanted(&corpus::governing(&p), NS, &objs);
     let controller = created
         .iter()
         .find(|o| o["metadata"]["name"] == "controller-pdb")
@@ -295,6 +296,6 @@ fn only_a_budget_with_every_mark_counts_as_created() {
     activator["metadata"]["labels"] = json!({budgets::MANAGED_BY.0: budgets::MANAGED_BY.1});
     let marked = activator.clone();
     assert_eq!(budgets::created_for(&marked), None);
-    let plan = budgets::plan(None, NS, &objs, &corpus::hpa_context());
+    let plan = budgets::plan(&Default::default(), NS, &objs);
     assert!(plan.is_empty(), "{plan:?}");
 }

@@ -19,10 +19,13 @@ fn changes(policy: &Policy, object: &Value) -> Vec<Change> {
         namespace: GOVERNED,
         object,
     };
-    engine::mutate_object(policy, &input, &support::corpus::hpa_context())
-        .expect("engine")
-        .mutation
-        .changes
+    engine::outcome(
+        engine::Answering::Governed(&support::corpus::governing(policy)),
+        &input,
+    )
+    .expect("engine")
+    .mutation
+    .changes
 }
 
 /// The one change whose first field is `field`.

@@ -6,7 +6,7 @@ use crate::support;
 
 use std::collections::BTreeSet;
 
-use knative_ha_webhook::engine::{self, Context, Input, Operation};
+use knative_ha_webhook::engine::{self, Input, Operation};
 use knative_ha_webhook::policy::Policy;
 use serde_json::{Value, json};
 use support::{apply_rfc6902, fixture, load_policy};
@@ -17,7 +17,12 @@ fn run(policy: &Policy, namespace: &str, object: &Value) -> (Value, Vec<String>)
         namespace,
         object,
     };
-    let m = engine::mutate(policy, &input, &Context::default()).expect("engine succeeds");
+    let m = engine::outcome(
+        engine::Answering::Governed(&engine::Snapshot::from_policies([Policy::clone(policy)])),
+        &input,
+    )
+    .map(|o| o.mutation)
+    .expect("engine succeeds");
     without_hash(serde_json::to_value(&m.patch).unwrap(), m.lines())
 }
 
@@ -347,7 +352,12 @@ fn delete_and_connect_are_never_mutated() {
             namespace: "knative-serving",
             object: &object,
         };
-        let m = engine::mutate(&policy, &input, &Context::default()).unwrap();
+        let m = engine::outcome(
+            engine::Answering::Governed(&engine::Snapshot::from_policies([Policy::clone(&policy)])),
+            &input,
+        )
+        .map(|o| o.mutation)
+        .unwrap();
         assert!(m.is_empty() && m.changes.is_empty(), "{operation:?}");
     }
     let input = Input {
@@ -356,9 +366,13 @@ fn delete_and_connect_are_never_mutated() {
         object: &object,
     };
     assert!(
-        !engine::mutate(&policy, &input, &Context::default())
-            .unwrap()
-            .is_empty()
+        !engine::outcome(
+            engine::Answering::Governed(&engine::Snapshot::from_policies([Policy::clone(&policy)])),
+            &input
+        )
+        .map(|o| o.mutation)
+        .unwrap()
+        .is_empty()
     );
 }
 
@@ -484,18 +498,26 @@ fn hpa_targets_from_context_are_not_given_replicas() {
         namespace: "knative-serving",
         object: &object,
     };
-    let plain = engine::mutate(&policy, &input, &Context::default()).unwrap();
+    let plain = engine::outcome(
+        engine::Answering::Governed(&engine::Snapshot::from_policies([Policy::clone(&policy)])),
+        &input,
+    )
+    .map(|o| o.mutation)
+    .unwrap();
     assert!(
         serde_json::to_value(&plain.patch)
             .unwrap()
             .to_string()
             .contains("/spec/replicas")
     );
-    let ctx = Context {
-        hpa_targets: BTreeSet::from(["autoscaler".to_string()]),
-        ..Default::default()
-    };
-    let m = engine::mutate(&policy, &input, &ctx).unwrap();
+    let known = engine::Snapshot::from_policies([policy.clone()]).knowing(
+        "knative-serving",
+        BTreeSet::from(["autoscaler".to_string()]),
+        None,
+    );
+    let m = engine::outcome(engine::Answering::Governed(&known), &input)
+        .unwrap()
+        .mutation;
     let (patch, changes) = without_hash(serde_json::to_value(&m.patch).unwrap(), m.lines());
     assert_eq!(
         patch,
@@ -604,9 +626,13 @@ fn malformed_governed_objects_are_errors_naming_object_and_field() {
             namespace: ns,
             object: &object,
         };
-        let err = engine::mutate(&policy, &input, &Context::default())
-            .expect_err(field)
-            .to_string();
+        let err = engine::outcome(
+            engine::Answering::Governed(&engine::Snapshot::from_policies([Policy::clone(&policy)])),
+            &input,
+        )
+        .map(|o| o.mutation)
+        .expect_err(field)
+        .to_string();
         assert!(err.contains(who) && err.contains(field), "{err}");
     }
     let input = Input {
@@ -614,7 +640,14 @@ fn malformed_governed_objects_are_errors_naming_object_and_field() {
         namespace: ns,
         object: &json!("not an object"),
     };
-    assert!(engine::mutate(&policy, &input, &Context::default()).is_err());
+    assert!(
+        engine::outcome(
+            engine::Answering::Governed(&engine::Snapshot::from_policies([Policy::clone(&policy)])),
+            &input
+        )
+        .map(|o| o.mutation)
+        .is_err()
+    );
 }
 
 #[test]
@@ -858,7 +891,12 @@ fn priority_class_is_set_recorded_and_put_back() {
             namespace: "knative-serving",
             object,
         };
-        let m = engine::mutate(policy, &input, &Context::default()).unwrap();
+        let m = engine::outcome(
+            engine::Answering::Governed(&engine::Snapshot::from_policies([Policy::clone(policy)])),
+            &input,
+        )
+        .map(|o| o.mutation)
+        .unwrap();
         (serde_json::to_value(&m.patch).unwrap(), m.lines())
     };
     let mut policy = example_policy();

@@ -166,20 +166,20 @@ fn a_budget_is_judged_at_one_replica_where_the_hpa_opts_out() {
 /// no HPA for the policy to raise: it runs what it runs, counted as 1.
 #[test]
 fn a_budget_is_judged_at_one_replica_where_the_hpa_is_absent() {
-    use knative_ha_webhook::engine::{self, Context, HPAS_LISTED, Input};
+    use knative_ha_webhook::engine::{self, HPAS_LISTED, Input};
     let p = policy("  replicas: 3\n  podDisruptionBudget: {minAvailable: 2}\n");
     let pdb = support::fixture("PodDisruptionBudget", NS, "activator-pdb");
     let run_with = |targets: &[&str]| {
-        let ctx = Context {
-            hpa_targets: targets.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        };
+        let targets = targets.iter().map(|s| s.to_string()).collect();
+        let known = engine::Snapshot::from_policies([p.clone()]).knowing(NS, targets, None);
         let input = Input {
             operation: Operation::Update,
             namespace: NS,
             object: &pdb,
         };
-        engine::mutate(&p, &input, &ctx).unwrap()
+        engine::outcome(engine::Answering::Governed(&known), &input)
+            .unwrap()
+            .mutation
     };
     // The activator's HPA listed: 3 run, minAvailable 2 lets one go.
     assert!(
@@ -263,20 +263,22 @@ fn the_chart_names_every_governed_kind() {
 /// before goes back to the release's value; not known (offline), written.
 #[test]
 fn a_missing_priority_class_is_held_back_not_rolled_onto() {
-    use knative_ha_webhook::engine::{self, Context, Input};
+    use knative_ha_webhook::engine::{self, Input};
     let p = policy("  replicas: 3\n  priorityClassName: knative-contrl-plane\n");
     let controller = support::fixture("Deployment", NS, "controller");
     let run_with = |known: Option<&[&str]>, object: &Value| {
-        let ctx = Context {
+        let snapshot = engine::Snapshot {
             priority_classes: known.map(|k| k.iter().map(|s| s.to_string()).collect()),
-            ..Default::default()
+            ..engine::Snapshot::from_policies([p.clone()])
         };
         let input = Input {
             operation: Operation::Update,
             namespace: NS,
             object,
         };
-        let m = engine::mutate(&p, &input, &ctx).unwrap();
+        let m = engine::outcome(engine::Answering::Governed(&snapshot), &input)
+            .unwrap()
+            .mutation;
         let patch = serde_json::to_value(&m.patch).unwrap();
         let out = support::rfc6902::apply_rfc6902(object, &patch).unwrap();
         (out, m.lines())

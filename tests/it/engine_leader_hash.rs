@@ -7,7 +7,7 @@
 use crate::support;
 
 use knative_ha_webhook::engine::leader::HASH_ANNOTATION;
-use knative_ha_webhook::engine::{self, Context, Input, Operation};
+use knative_ha_webhook::engine::{self, Answering, Input, Operation, Snapshot};
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::tools::preview;
 use serde_json::{Map, Value, json};
@@ -22,28 +22,29 @@ fn data(value: Value) -> Map<String, Value> {
     value.as_object().unwrap().clone()
 }
 
-fn ctx(leader_election: Option<Map<String, Value>>) -> Context {
-    Context {
-        leader_election,
-        ..Default::default()
-    }
+/// What is known in the namespace: its `config-leader-election` data.
+type Known = Option<Map<String, Value>>;
+
+fn ctx(leader_election: Known) -> Known {
+    leader_election
 }
 
 /// The object after the mutation, and the change lines.
-fn mutate(p: &Policy, object: &Value, ctx: &Context) -> (Value, Vec<String>) {
+fn mutate(p: &Policy, object: &Value, ctx: &Known) -> (Value, Vec<String>) {
     let input = Input {
         operation: Operation::Update,
         namespace: NS,
         object,
     };
-    let out = engine::mutate_object(p, &input, ctx).expect("engine");
+    let known = Snapshot::from_policies([p.clone()]).knowing(NS, Default::default(), ctx.clone());
+    let out = engine::outcome(Answering::Governed(&known), &input).expect("engine");
     (
         out.object.unwrap_or_else(|| object.clone()),
         out.mutation.lines(),
     )
 }
 
-fn hash_of(p: &Policy, ctx: &Context) -> String {
+fn hash_of(p: &Policy, ctx: &Known) -> String {
     let d = support::fixture("Deployment", NS, "controller");
     let (out, changes) = mutate(p, &d, ctx);
     out["spec"]["template"]["metadata"]["annotations"][HASH_ANNOTATION]

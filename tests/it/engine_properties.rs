@@ -8,7 +8,7 @@ use crate::support;
 
 use std::collections::BTreeSet;
 
-use knative_ha_webhook::engine::{self, Context, Input, Operation};
+use knative_ha_webhook::engine::{self, Input, Operation};
 use knative_ha_webhook::policy::Policy;
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -291,20 +291,20 @@ fn arb_object() -> impl Strategy<Value = (Value, Option<&'static str>)> {
     ]
 }
 
-fn arb_ctx() -> impl Strategy<Value = Context> {
-    prop::sample::subsequence(NAMES.to_vec(), 0..3).prop_map(|names| Context {
-        hpa_targets: names.into_iter().map(String::from).collect::<BTreeSet<_>>(),
-        ..Default::default()
-    })
+/// The HPA targets known in the object's namespace.
+fn arb_ctx() -> impl Strategy<Value = BTreeSet<String>> {
+    prop::sample::subsequence(NAMES.to_vec(), 0..3)
+        .prop_map(|names| names.into_iter().map(String::from).collect::<BTreeSet<_>>())
 }
 
-fn run(policy: &Policy, ns: &str, object: &Value, ctx: &Context) -> engine::Mutated {
+fn run(policy: &Policy, ns: &str, object: &Value, ctx: &BTreeSet<String>) -> engine::Mutated {
     let input = Input {
         operation: Operation::Update,
         namespace: ns,
         object,
     };
-    engine::mutate_object(policy, &input, ctx).expect("valid objects never error")
+    let known = engine::Snapshot::from_policies([policy.clone()]).knowing(ns, ctx.clone(), None);
+    engine::outcome(engine::Answering::Governed(&known), &input).expect("valid objects never error")
 }
 
 proptest! {

@@ -6,7 +6,7 @@
 
 use crate::support;
 
-use knative_ha_webhook::engine::{self, Context, Input, Operation, restore};
+use knative_ha_webhook::engine::{self, Input, Operation, restore};
 use knative_ha_webhook::policy::Policy;
 use serde_json::Value;
 use support::apply_rfc6902;
@@ -206,7 +206,12 @@ fn the_records_are_the_release_values_json_text() {
         object: &pdb,
     };
     let example = support::load_policy("examples/policy.yaml");
-    let m = engine::mutate(&example, &input, &Context::default()).unwrap();
+    let m = engine::outcome(
+        engine::Answering::Governed(&engine::Snapshot::from_policies([Policy::clone(&example)])),
+        &input,
+    )
+    .map(|o| o.mutation)
+    .unwrap();
     assert_eq!(
         serde_json::to_value(&m.patch).unwrap(),
         // One record of the budget it replaced, one of what it wrote (engine::pdb).

@@ -34,17 +34,13 @@ const SHAPE: Shape = Shape {
 };
 
 fn mutate(policy: &Policy, object: &Value) -> Value {
-    let ctx = support::corpus::hpa_context();
-    let out = engine::mutate_object(
-        policy,
-        &Input {
-            operation: Operation::Update,
-            namespace: NS,
-            object,
-        },
-        &ctx,
-    )
-    .expect("engine");
+    let input = Input {
+        operation: Operation::Update,
+        namespace: NS,
+        object,
+    };
+    let known = support::corpus::governing(policy);
+    let out = engine::outcome(engine::Answering::Governed(&known), &input).expect("engine");
     out.object.unwrap_or_else(|| object.clone())
 }
 

@@ -144,8 +144,14 @@ fn an_undo_that_client_go_would_refuse_is_not_made() {
         namespace: GOVERNED,
         object: &first,
     };
-    let m =
-        knative_ha_webhook::engine::mutate(&second_policy, &input, &Default::default()).unwrap();
+    let m = knative_ha_webhook::engine::outcome(
+        knative_ha_webhook::engine::Answering::Governed(
+            &knative_ha_webhook::engine::Snapshot::from_policies([second_policy.clone()]),
+        ),
+        &input,
+    )
+    .map(|o| o.mutation)
+    .unwrap();
     assert!(m.is_empty(), "nothing changes: {:?}", m.patch);
     assert!(
         m.lines()

@@ -80,9 +80,13 @@ fn answer(policy: &Policy, object: &Value) -> Result<(json_patch::Patch, Vec<Str
         namespace: corpus::GOVERNED,
         object,
     };
-    engine::mutate(policy, &input, &corpus::hpa_context())
-        .map(|m| (m.patch.clone(), m.lines()))
-        .map_err(|e| e.to_string())
+    engine::outcome(
+        engine::Answering::Governed(&corpus::governing(policy)),
+        &input,
+    )
+    .map(|o| o.mutation)
+    .map(|m| (m.patch.clone(), m.lines()))
+    .map_err(|e| e.to_string())
 }
 
 /// Checks the view of `object` against the whole object under every
@@ -121,8 +125,11 @@ fn every_fixture_object_as_it_comes_and_patched() {
                 namespace: corpus::GOVERNED,
                 object,
             };
-            let outcome =
-                engine::mutate_object(policy, &input, &corpus::hpa_context()).expect("fixtures");
+            let outcome = engine::outcome(
+                engine::Answering::Governed(&corpus::governing(policy)),
+                &input,
+            )
+            .expect("fixtures");
             if let Some(after) = outcome.object {
                 patched += 1;
                 same_answer(&after).unwrap_or_else(|e| {
@@ -275,7 +282,7 @@ proptest! {
         let same = same_answer_under(policies, object);
         prop_assert!(same.is_ok(), "{}", same.unwrap_err());
         let input = Input { operation: Operation::Create, namespace: corpus::GOVERNED, object };
-        let outcome = engine::mutate_object(&policy, &input, &corpus::hpa_context());
+        let outcome = engine::outcome(engine::Answering::Governed(&corpus::governing(&policy)), &input);
         if let Ok(engine::Mutated { object: Some(after), .. }) = outcome {
             let same = same_answer_under(policies, &after);
             prop_assert!(same.is_ok(), "patched: {}", same.unwrap_err());

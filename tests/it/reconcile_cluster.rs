@@ -11,7 +11,7 @@ use crate::support::cluster::reconcile_pass;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use knative_ha_webhook::engine::Context;
+use knative_ha_webhook::engine::Snapshot;
 use serde_json::{Value, json};
 use support::wait_until;
 
@@ -531,17 +531,13 @@ async fn periodic_run_repairs_drift_introduced_later() {
 fn pod_templates_false_holds_back_unsafe_writes() {
     use knative_ha_webhook::reconcile::plan::{op_path, plan};
     let policy = policy_of(&example_policy_value());
-    let ctx = Context::default();
+    let known = Snapshot::from_policies([policy.clone()]);
     let mut d = support::fixture("Deployment", SERVING, "net-kourier-controller");
     d["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["--disable-ha"]);
-    let with = plan(&policy, SERVING, &d, &ctx, true)
-        .unwrap()
-        .expect("drift");
+    let with = plan(&known, SERVING, &d, true).unwrap().expect("drift");
     let paths: Vec<String> = with.patch.0.iter().map(op_path).collect();
     assert!(paths.contains(&"/spec/replicas".to_string()), "{paths:?}");
-    let without = plan(&policy, SERVING, &d, &ctx, false)
-        .unwrap()
-        .expect("drift");
+    let without = plan(&known, SERVING, &d, false).unwrap().expect("drift");
     let paths: Vec<String> = without.patch.0.iter().map(op_path).collect();
     assert!(
         !paths
@@ -556,19 +552,15 @@ fn pod_templates_false_holds_back_unsafe_writes() {
     );
     // Without the flag, replicas go out alone.
     let plain = support::fixture("Deployment", SERVING, "net-kourier-controller");
-    let d = plan(&policy, SERVING, &plain, &ctx, false)
+    let d = plan(&known, SERVING, &plain, false)
         .unwrap()
         .expect("drift");
     assert!(d.patch.0.iter().map(op_path).any(|p| p == "/spec/replicas"));
 
     let cm = support::fixture("ConfigMap", SERVING, "config-leader-election");
-    let d = plan(&policy, SERVING, &cm, &ctx, false)
-        .unwrap()
-        .expect("drift");
+    let d = plan(&known, SERVING, &cm, false).unwrap().expect("drift");
     assert!(d.patch.0.is_empty(), "{:?}", d.patch);
     assert!(d.held_back > 0);
-    let d = plan(&policy, SERVING, &cm, &ctx, true)
-        .unwrap()
-        .expect("drift");
+    let d = plan(&known, SERVING, &cm, true).unwrap().expect("drift");
     assert!(!d.patch.0.is_empty());
 }

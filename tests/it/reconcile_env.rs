@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fakeapi::FakeApi;
-use knative_ha_webhook::engine::{self, Context, Input, Operation};
+use knative_ha_webhook::engine::{self, Input, Operation};
 use knative_ha_webhook::findings::Board;
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::reconcile::metrics::{KindLabel, RunLabel, WriteLabels};
@@ -107,23 +107,18 @@ pub(crate) fn expectations(
     keys.iter()
         .map(|k| {
             let obj = current(api, k);
-            let ctx = Context {
-                hpa_targets: hpa_targets
-                    .iter()
-                    .filter_map(|t| t.strip_prefix(&format!("{}/", k.1)).map(str::to_string))
-                    .collect(),
-                ..Default::default()
+            let targets = hpa_targets
+                .iter()
+                .filter_map(|t| t.strip_prefix(&format!("{}/", k.1)).map(str::to_string))
+                .collect();
+            let known =
+                engine::Snapshot::from_policies([policy.clone()]).knowing(&k.1, targets, None);
+            let input = Input {
+                operation: Operation::Update,
+                namespace: &k.1,
+                object: &obj,
             };
-            let out = engine::mutate_object(
-                policy,
-                &Input {
-                    operation: Operation::Update,
-                    namespace: &k.1,
-                    object: &obj,
-                },
-                &ctx,
-            )
-            .expect("engine");
+            let out = engine::outcome(engine::Answering::Governed(&known), &input).expect("engine");
             (k.clone(), out.object.map(|o| content(&o)))
         })
         .collect()

@@ -6,8 +6,8 @@ use crate::support::cluster::reconcile_pass;
 use crate::support::fakeapi;
 
 use fakeapi::FakeApi;
+use knative_ha_webhook::engine::Snapshot;
 use knative_ha_webhook::policy::{HighAvailabilityPolicySpec, Policy};
-use knative_ha_webhook::store::Snapshot;
 use serde_json::json;
 
 const NS: &str = "big";

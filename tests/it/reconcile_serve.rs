@@ -9,6 +9,7 @@ use crate::support::fakeapi;
 use std::process::Stdio;
 
 use fakeapi::FakeApi;
+use knative_ha_webhook::engine::Snapshot;
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::reconcile::plan;
 use serde_json::Value;
@@ -24,14 +25,12 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
     let mut drifting = Vec::new();
     let policy_path = support::repo_path("examples/policy.yaml");
     let policy = Policy::from_yaml(&std::fs::read_to_string(&policy_path).unwrap()).unwrap();
-    let ctx = knative_ha_webhook::engine::Context {
-        hpa_targets: ["activator".to_string(), "webhook".to_string()].into(),
-        ..Default::default()
-    };
+    let targets = ["activator".to_string(), "webhook".to_string()].into();
+    let known = Snapshot::from_policies([policy.clone()]).knowing(SERVING, targets, None);
     for ((group, plural), obj) in support::corpus::reconciled_objects() {
         let created = api.create(group, plural, obj);
         if created["metadata"]["namespace"] == SERVING
-            && plan::plan(&policy, SERVING, &created, &ctx, true)
+            && plan::plan(&known, SERVING, &created, true)
                 .unwrap()
                 .is_some()
         {
@@ -43,7 +42,7 @@ async fn serve_reconcile_writes_each_drifting_object_once_and_releases_the_lease
         }
     }
     assert!(drifting.len() >= 5, "{drifting:?}");
-    let budgets = created_budgets(&api, &policy, &ctx);
+    let budgets = created_budgets(&api, &known);
     assert!(
         budgets.contains(&"controller-pdb".to_string()),
         "{budgets:?}"
@@ -199,7 +198,7 @@ async fn serve_reconcile_dry_run_logs_drift_and_writes_nothing() {
     let api = FakeApi::start().await;
     let policy_path = support::repo_path("examples/policy.yaml");
     let policy = Policy::from_yaml(&std::fs::read_to_string(&policy_path).unwrap()).unwrap();
-    let ctx = knative_ha_webhook::engine::Context::default();
+    let known = Snapshot::from_policies([policy.clone()]);
     let mut drifting = std::collections::BTreeSet::new();
     let mut all = Vec::new();
     for ((group, plural), obj) in support::corpus::reconciled_objects() {
@@ -210,7 +209,7 @@ async fn serve_reconcile_dry_run_logs_drift_and_writes_nothing() {
             .unwrap()
             .to_string();
         if ns == SERVING
-            && plan::plan(&policy, SERVING, &created, &ctx, true)
+            && plan::plan(&known, SERVING, &created, true)
                 .unwrap()
                 .is_some()
         {
@@ -218,7 +217,7 @@ async fn serve_reconcile_dry_run_logs_drift_and_writes_nothing() {
         }
         all.push((group, plural, ns, name));
     }
-    drifting.extend(created_budgets(&api, &policy, &ctx));
+    drifting.extend(created_budgets(&api, &known));
     let dir = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_knative-ha-webhook"))
         .args(["serve", "--self-signed"])
@@ -267,15 +266,11 @@ async fn serve_reconcile_dry_run_logs_drift_and_writes_nothing() {
 
 /// The budgets the reconciler creates in the serving namespace of `api`
 /// for `policy` ([`knative_ha_webhook::reconcile::budgets`]).
-fn created_budgets(
-    api: &FakeApi,
-    policy: &Policy,
-    ctx: &knative_ha_webhook::engine::Context,
-) -> Vec<String> {
+fn created_budgets(api: &FakeApi, known: &Snapshot) -> Vec<String> {
     let mut objects = api.list("apps", "deployments");
     objects.extend(api.list("policy", "poddisruptionbudgets"));
     objects.retain(|o| o["metadata"]["namespace"] == SERVING);
-    knative_ha_webhook::engine::budgets::plan(Some(policy), SERVING, &objects, ctx)
+    knative_ha_webhook::engine::budgets::plan(known, SERVING, &objects)
         .into_iter()
         .map(|c| c.name)
         .collect()

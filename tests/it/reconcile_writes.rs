@@ -11,8 +11,8 @@ use crate::support::fakeapi::{FakeApi, Request};
 
 use std::time::Duration;
 
+use knative_ha_webhook::engine::Snapshot;
 use knative_ha_webhook::reconcile::restore::restore_namespace;
-use knative_ha_webhook::store::Snapshot;
 use serde_json::{Value, json};
 use support::wait_until;
 

@@ -1,14 +1,14 @@
 //! Property tests of the engine on hostile input (the `cargo test` version
 //! of `fuzz/fuzz_targets/engine_mutate.rs`): real Knative objects with a
 //! few fields replaced, removed, retyped or added, and arbitrary JSON.
-//! Whatever comes in, `engine::mutate` must not panic; when it returns a
+//! Whatever comes in, `engine::outcome` must not panic; when it returns a
 //! patch, the patch applies to the object, mutating the result again yields
 //! no patch, and nothing outside the governed namespace is ever patched.
 
 use std::sync::LazyLock;
 
 use arbitrary::Unstructured;
-use knative_ha_webhook::engine::{self, Input, Operation};
+use knative_ha_webhook::engine::{self, Answering, Input, Operation, Snapshot};
 use knative_ha_webhook::policy::Policy;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -39,13 +39,19 @@ fn check_with(
     operation: Operation,
     object: &Value,
 ) -> Result<(), String> {
-    let ctx = support::corpus::hpa_context();
+    let known = Snapshot::from_policies([policy.clone()]).knowing(
+        namespace,
+        support::corpus::hpa_targets(),
+        None,
+    );
+    let mutate =
+        |input: &Input<'_>| engine::outcome(Answering::Governed(&known), input).map(|o| o.mutation);
     let input = Input {
         operation,
         namespace,
         object,
     };
-    let Ok(first) = engine::mutate(policy, &input, &ctx) else {
+    let Ok(first) = mutate(&input) else {
         // A malformed object may be refused; it must not panic.
         return Ok(());
     };
@@ -68,7 +74,7 @@ fn check_with(
         namespace,
         object: &patched,
     };
-    match engine::mutate(policy, &again, &ctx) {
+    match mutate(&again) {
         Ok(second) if second.is_empty() => Ok(()),
         Ok(second) => Err(format!(
             "not idempotent: second admission patches {:?}",
@@ -102,9 +108,13 @@ fn every_unmodified_knative_object_is_patched_cleanly_and_idempotently() {
             namespace: corpus::GOVERNED,
             object,
         };
-        if !engine::mutate(&POLICY, &input, &support::corpus::hpa_context())
-            .unwrap()
-            .is_empty()
+        if !engine::outcome(
+            engine::Answering::Governed(&support::corpus::governing(&POLICY)),
+            &input,
+        )
+        .map(|o| o.mutation)
+        .unwrap()
+        .is_empty()
         {
             patched += 1;
         }
@@ -150,7 +160,12 @@ fn mutated_objects_reach_patches_refusals_and_no_ops() {
             namespace,
             object: &object,
         };
-        match engine::mutate(&POLICY, &input, &support::corpus::hpa_context()) {
+        match engine::outcome(
+            engine::Answering::Governed(&support::corpus::governing(&POLICY)),
+            &input,
+        )
+        .map(|o| o.mutation)
+        {
             Ok(m) if m.is_empty() => untouched += 1,
             Ok(_) => patched += 1,
             Err(_) => refused += 1,

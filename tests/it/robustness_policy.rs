@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
 use arbitrary::Unstructured;
-use knative_ha_webhook::engine::{self, Context, Input, Operation};
+use knative_ha_webhook::engine::{self, Answering, Input, Operation, Snapshot};
 use knative_ha_webhook::policy::Policy;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -23,11 +23,11 @@ static OBJECTS: LazyLock<Vec<(String, Value)>> = LazyLock::new(corpus::governed_
 
 /// An accepted policy must still produce clean, idempotent patches.
 fn drive_engine(policy: &Policy) -> Result<(), String> {
-    let ctx = Context {
-        hpa_targets: BTreeSet::from(["activator".to_string()]),
-        ..Default::default()
-    };
     let namespace = policy.spec.target_namespace.as_str();
+    let targets = BTreeSet::from(["activator".to_string()]);
+    let known = Snapshot::from_policies([policy.clone()]).knowing(namespace, targets, None);
+    let mutate =
+        |input: &Input<'_>| engine::outcome(Answering::Governed(&known), input).map(|o| o.mutation);
     for (label, object) in OBJECTS.iter() {
         let object = corpus::in_namespace(object, namespace);
         let input = Input {
@@ -35,7 +35,7 @@ fn drive_engine(policy: &Policy) -> Result<(), String> {
             namespace,
             object: &object,
         };
-        let Ok(m) = engine::mutate(policy, &input, &ctx) else {
+        let Ok(m) = mutate(&input) else {
             continue;
         };
         let mut patched = object.clone();
@@ -46,7 +46,7 @@ fn drive_engine(policy: &Policy) -> Result<(), String> {
             namespace,
             object: &patched,
         };
-        match engine::mutate(policy, &again, &ctx) {
+        match mutate(&again) {
             Ok(m2) if m2.is_empty() => {}
             other => return Err(format!("{label}: second admission gives {other:?}")),
         }

@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 
 use arbitrary::Unstructured;
 use knative_ha_webhook::admission::{OnError, ReviewOptions};
-use knative_ha_webhook::store::Snapshot;
+use knative_ha_webhook::engine::Snapshot;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

@@ -131,9 +131,9 @@ fn a_policy_object_not_in_force_or_no_sync_undoes_nothing() {
     let pdb = reapplied_pdb();
     let body = review_json("UPDATE", "knative-serving", pdb);
     let mut claimed = no_policy_object();
-    claimed.unclaimed = crate::store::Unclaimed::all_but(["knative-serving".to_string()]);
+    claimed.unclaimed = crate::engine::Unclaimed::all_but(["knative-serving".to_string()]);
     let mut unknown = no_policy_object();
-    unknown.unclaimed = crate::store::Unclaimed::Unknown;
+    unknown.unclaimed = crate::engine::Unclaimed::Unknown;
     let mut unsynced = no_policy_object();
     unsynced.synced = false;
     for (name, snapshot, outcome) in [

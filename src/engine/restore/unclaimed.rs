@@ -1,5 +1,5 @@
 //! Where no policy object exists at all (the policy deleted,
-//! [`crate::store::Snapshot::unclaimed`]): an object carrying the engine's
+//! [`crate::engine::Snapshot::unclaimed`]): an object carrying the engine's
 //! records gets [`super::restore`]'s patch at admission, so the release's
 //! next `kubectl apply` (which would re-add a PDB's `minAvailable` beside the
 //! engine's `maxUnavailable`, and fail) puts the release back instead. An

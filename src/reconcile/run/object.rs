@@ -138,14 +138,8 @@ impl Run<'_> {
     /// (or the engine cannot handle it).
     fn plan(&self, t: &Target<'_>, current: &Value) -> Result<Drift, Reconciled> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        let planned = match t.policy {
-            Some(policy) => plan::plan(
-                policy,
-                namespace,
-                current,
-                t.ctx,
-                self.pass.options.pod_templates,
-            ),
+        let planned = match t.known.policy_for(namespace) {
+            Some(_) => plan::plan(t.known, namespace, current, self.pass.options.pod_templates),
             None => crate::reconcile::restore::plan_unclaimed(
                 namespace,
                 current,

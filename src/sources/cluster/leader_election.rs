@@ -2,7 +2,7 @@
 //! force ([`super::namespace_watches`]; one ConfigMap: the field selector
 //! `metadata.name=config-leader-election`), for the engine's hold-back of
 //! the policy's durations in the leader-election hash
-//! ([`crate::engine::Context::leader_election`]). Only the duration keys
+//! ([`crate::engine::Facts::leader_election`]). Only the duration keys
 //! are kept; each watcher folds its events in its own task
 //! ([`WatchData`]) and tells the state only when they change or its first
 //! list completes.

@@ -12,7 +12,7 @@
 //!   the ConfigMap `config-leader-election` (`leader_election`).
 //! - `source_state`: per-source objects and a relist in progress, with the
 //!   last valid version of each policy object.
-//! - `state`: merge, publication of [`crate::store::Snapshot`]s, and the
+//! - `state`: merge, publication of [`crate::engine::Snapshot`]s, and the
 //!   decision what to report; `observe`: the log lines and gauges of each
 //!   merge.
 //! - `merge`: the pure precedence rules. `status`: `Ready` conditions;

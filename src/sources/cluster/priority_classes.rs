@@ -4,7 +4,7 @@
 //! admission refuses each), so a typo in the policy would roll every
 //! governed Deployment onto pods that are never created. The engine holds
 //! the name back, with a warning, where the class is known to be missing
-//! ([`crate::engine::Context::priority_classes`]). Only names are kept.
+//! ([`crate::engine::Facts::priority_classes`]). Only names are kept.
 
 use std::collections::{BTreeMap, BTreeSet};
 

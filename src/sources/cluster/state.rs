@@ -20,9 +20,10 @@ use super::source_state::{SourceState, Tracked, fold};
 use super::status;
 use super::writer::WriteReq;
 use super::{ClusterError, ClusterMetrics, Item, Msg, Source};
+use crate::engine::{Snapshot, Unclaimed};
 use crate::findings::Findings;
 use crate::scope::AllowedNamespaces;
-use crate::store::{PolicyStore, Snapshot, Unclaimed};
+use crate::store::PolicyStore;
 
 /// How often failed status writes are retried.
 const RETRY_INTERVAL: Duration = Duration::from_secs(5);

@@ -96,8 +96,13 @@ fn config_leader_election_reaches_the_snapshot_and_the_hash() {
     let controller = json!({"apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "controller", "namespace": NS},
         "spec": {"template": {"spec": {"containers": [{"name": "controller"}]}}}});
-    let governed = snapshot.governed(NS).expect("governed");
-    let m = governed.mutate(NS, &controller).unwrap();
+    let input = crate::engine::Input {
+        operation: crate::engine::Operation::Create,
+        namespace: NS,
+        object: &controller,
+    };
+    let governed = crate::engine::Answering::Governed(&snapshot);
+    let m = crate::engine::outcome(governed, &input).unwrap().mutation;
     let want = settings_hash(&LeaderElection::default());
     let lines = m.lines();
     let line = lines.iter().find(|c| c.contains(HASH_ANNOTATION));

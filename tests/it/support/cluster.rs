@@ -6,10 +6,11 @@
 
 use std::sync::Arc;
 
+use knative_ha_webhook::engine::Snapshot;
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::reconcile::{self, RateLimiter, ReconcileMetrics, RunOptions, RunReport};
 use knative_ha_webhook::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
-use knative_ha_webhook::store::{PolicyStore, Snapshot};
+use knative_ha_webhook::store::PolicyStore;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;

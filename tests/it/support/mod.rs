@@ -37,7 +37,7 @@ pub use testkit::{corpus, fakeapi, fuzzgen, oracle};
 
 use std::path::PathBuf;
 
-use knative_ha_webhook::engine::{self, Context, Input, Operation};
+use knative_ha_webhook::engine::{self, Input, Operation};
 use knative_ha_webhook::policy::Policy;
 use serde_json::Value;
 
@@ -80,13 +80,17 @@ pub fn mutated(policy: &Policy, object: &Value) -> Value {
         namespace: corpus::GOVERNED,
         object,
     };
-    let m = engine::mutate(policy, &input, &Context::default())
-        .unwrap_or_else(|e| panic!("{}: {e}", corpus::label(object)));
+    let m = engine::outcome(
+        engine::Answering::Governed(&engine::Snapshot::from_policies([Policy::clone(policy)])),
+        &input,
+    )
+    .map(|o| o.mutation)
+    .unwrap_or_else(|e| panic!("{}: {e}", corpus::label(object)));
     apply_rfc6902(object, &serde_json::to_value(&m.patch).unwrap()).expect("the patch applies")
 }
 
-/// `engine::mutate_object` of `object` (`op` in `namespace`, under
-/// [`corpus::hpa_context`]), the patch checked against the mutated object:
+/// `engine::outcome` of `object` (`op` in `namespace`, under
+/// [`corpus::governing`]), the patch checked against the mutated object:
 /// the object after the patch and the change lines.
 /// `preview` of `objects` (written out as one multi-document manifest, read
 /// back as `preview` reads files) under `policy`, which governs `namespace`.
@@ -111,14 +115,14 @@ pub fn mutate_checked(
     op: Operation,
     object: &Value,
 ) -> (Value, Vec<String>) {
-    let out = engine::mutate_object(
-        policy,
-        &Input {
-            operation: op,
-            namespace,
-            object,
-        },
-        &corpus::hpa_context(),
+    let input = Input {
+        operation: op,
+        namespace,
+        object,
+    };
+    let out = engine::outcome(
+        engine::Answering::Governed(&corpus::governing(policy)),
+        &input,
     )
     .expect("engine");
     let patch = serde_json::to_value(&out.mutation.patch).unwrap();
@@ -156,16 +160,11 @@ pub fn differences(a: &Value, b: &Value) -> Vec<String> {
 /// governs its namespace), with the namespace's HPA targets and
 /// `config-leader-election` data, as the request path computes it.
 pub fn mutate_in(
-    snapshot: &knative_ha_webhook::store::Snapshot,
+    snapshot: &knative_ha_webhook::engine::Snapshot,
     input: &Input<'_>,
 ) -> Result<Option<engine::Mutation>, engine::EngineError> {
-    let Some(governed) = snapshot.governed(input.namespace) else {
+    if snapshot.policy_for(input.namespace).is_none() {
         return Ok(None);
-    };
-    let ctx = Context {
-        hpa_targets: governed.facts.hpa_targets.clone(),
-        leader_election: governed.facts.leader_election.cloned(),
-        priority_classes: governed.facts.priority_classes.cloned(),
-    };
-    engine::mutate(governed.policy, input, &ctx).map(Some)
+    }
+    engine::outcome(engine::Answering::Governed(snapshot), input).map(|o| Some(o.mutation))
 }

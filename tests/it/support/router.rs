@@ -5,9 +5,10 @@
 
 use axum::body::Body;
 use knative_ha_webhook::admission::ReviewOptions;
+use knative_ha_webhook::engine::Snapshot;
 use knative_ha_webhook::policy::Policy;
 use knative_ha_webhook::server::{AppState, router};
-use knative_ha_webhook::store::{PolicyStore, Snapshot};
+use knative_ha_webhook::store::PolicyStore;
 use knative_ha_webhook::telemetry::Metrics;
 use prometheus_client::registry::Registry;
 use serde_json::Value;
