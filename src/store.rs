@@ -149,8 +149,7 @@ pub struct NamespacePolicy<'s> {
 
 impl NamespacePolicy<'_> {
     /// The engine's answer for a CREATE or UPDATE of `object` in the
-    /// governed `namespace` (the object may be the engine's view of it,
-    /// [`engine::view`]).
+    /// governed `namespace`.
     pub fn mutate(&self, namespace: &str, object: &Value) -> Result<Mutation, EngineError> {
         engine::outcome(
             engine::Answering::Policy(self.policy, self.facts),

@@ -6,7 +6,6 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::change::What;
-use super::reads::Read::{self, Whole};
 use super::{Cause, Change, EngineError, Fault, Kind, hpa};
 use crate::knative;
 use crate::policy::{Policy, WorkloadOverride};
@@ -186,10 +185,6 @@ impl Target<'_> {
 
 /// The `app` label a PodDisruptionBudget selects.
 const PDB_APP: &[&str] = &["spec", "selector", "matchLabels", "app"];
-
-/// What [`Target`] reads of an object ([`super::view`]; the HPA's target
-/// is [`hpa`]'s).
-pub(crate) const READS: &[Read] = &[Whole(PDB_APP), Whole(STRATEGY_TYPE)];
 
 /// A Deployment's `spec.strategy.type`.
 const STRATEGY_TYPE: &[&str] = &["spec", "strategy", "type"];
