@@ -158,13 +158,12 @@ fn mutate_again(bencher: divan::Bencher, name: &str) {
 /// and its parts:
 /// - `review_to_bytes`: bytes -> `admission::review` -> reply JSON bytes
 ///   (everything but TLS, HTTP, metrics and the log line);
-/// - `parse_review`: what the review path parses: one pass over the request
-///   that builds the engine's view of the object for the governed CREATE,
-///   and only scans it for the ungoverned one; `parse_value` the whole body into a `serde_json::Value`
-///   (what the review path did before) and `parse_floor` the scan that
-///   validates the body and builds nothing (the floor of any parse), for
-///   comparison;
-/// - `engine_on_view`: the engine on the parsed view (governed body);
+/// - `parse_review`: what the review path parses: the request, with the
+///   object built into a `serde_json::Value` for the governed CREATE and
+///   only scanned for the ungoverned one; `parse_value` the whole body into
+///   a `serde_json::Value` and `parse_floor` the scan that validates the
+///   body and builds nothing (the floor of any parse), for comparison;
+/// - `engine_on_object`: the engine on the parsed object (governed body);
 /// - `log_line`: the per-review JSON log line, formatted into a sink through
 ///   the format `serve` uses.
 mod review {
@@ -212,14 +211,14 @@ mod review {
     }
 
     #[divan::bench]
-    fn engine_on_view(bencher: divan::Bencher) {
-        let view = admission::parse(&SNAPSHOT, body("governed"))
+    fn engine_on_object(bencher: divan::Bencher) {
+        let object = admission::parse(&SNAPSHOT, body("governed"))
             .expect("a usable review")
             .expect("an object");
         let input = knative_ha_webhook::engine::Input {
             operation: knative_ha_webhook::engine::Operation::Create,
             namespace: corpus::GOVERNED,
-            object: &view,
+            object: &object,
         };
         bencher.bench(|| super::outcome(divan::black_box(&input)));
     }

@@ -11,8 +11,8 @@
 //! The request is read into a small borrowed serde model (`request`, not
 //! `kube::core::admission::AdmissionReview<DynamicObject>`): uid, operation,
 //! kind, namespace and name without building the object; the object itself
-//! is built only for a CREATE or UPDATE in a governed namespace, and then
-//! only the parts the engine reads ([`crate::engine::view`]). A lenient
+//! is built (a `serde_json::Value`) only for a CREATE or UPDATE in a
+//! governed namespace, or where `--undo-unclaimed` looks at it. A lenient
 //! model lets a review whose object is malformed reach the engine-error path
 //! (admitted with a warning) instead of being rejected as a bad request.
 
@@ -25,11 +25,11 @@ use std::borrow::Cow;
 
 use base64::Engine as _;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 pub use answer::{Answer, BadRequest, Reviewed};
 use answer::{ResponseOut, ReviewOut, StatusOut, bad_request};
 pub use request::BadReview;
-use request::ObjectIn;
 pub use request::{ECHO_BYTES, MAX_UID_BYTES};
 pub use validate::validate;
 
@@ -110,14 +110,10 @@ fn kind_label(kind: &str) -> &'static str {
     }
 }
 
-/// How `/mutate` and `/validate` open: the body parsed (building the
-/// engine's view where `wants` asks for it) and its operation known; `Err`
-/// is why the body is not a usable AdmissionReview.
-fn open<'a>(
-    body: &'a [u8],
-    wants: request::Wants<'_>,
-) -> Result<(request::Parsed<'a>, Operation, &'static str), BadReview> {
-    let parsed = request::parse_review(body, wants)?;
+/// How `/mutate` and `/validate` open: the body parsed and its operation
+/// known; `Err` is why the body is not a usable AdmissionReview.
+fn open(body: &[u8]) -> Result<(request::Parsed<'_>, Operation, &'static str), BadReview> {
+    let parsed = request::parse_review(body)?;
     match parse_operation(&parsed.request.operation.0) {
         Some((operation, label)) => Ok((parsed, operation, label)),
         None => Err(BadReview::Operation(clip(
@@ -143,30 +139,20 @@ fn parse_operation(op: &str) -> Option<(Operation, &'static str)> {
 fn names<'a>(
     namespace: Option<Cow<'a, str>>,
     name: Option<Cow<'a, str>>,
-    object: Option<&ObjectIn<'a>>,
+    object: Option<&'a RawValue>,
 ) -> (Cow<'a, str>, Cow<'a, str>) {
     let namespace = namespace.filter(|n| !n.is_empty());
     let name = name.filter(|n| !n.is_empty());
     if let (Some(namespace), Some(name)) = (&namespace, &name) {
         return (namespace.clone(), name.clone());
     }
-    let meta = object.map(ObjectIn::names).unwrap_or_default();
+    let meta = object.map(names::object_names).unwrap_or_default();
     let namespace = namespace.or(meta.namespace).unwrap_or_default();
     let name = name
         .or(meta.name)
         .or_else(|| meta.generate_name.map(|g| Cow::Owned(format!("{g}*"))))
         .unwrap_or_default();
     (namespace, name)
-}
-
-/// Whether the parse should build the engine's view of the object when it
-/// gets there: a CREATE or UPDATE in a governed namespace, once synced.
-fn wants_view(snapshot: &Snapshot) -> impl Fn(&str, &str) -> bool + '_ {
-    |operation, namespace| {
-        matches!(operation, "CREATE" | "UPDATE")
-            && snapshot.synced
-            && snapshot.policy_for(namespace).is_some()
-    }
 }
 
 /// The span of one review (`/mutate` or `/validate`), entered around its
@@ -198,7 +184,7 @@ fn record_names(span: &tracing::Span, reply: &Reviewed<'_>) {
 /// Answers one AdmissionReview given as raw bytes.
 pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> Answer<'a> {
     let span = review_span().entered();
-    let (parsed, operation, op_label) = match open(body, &wants_view(snapshot)) {
+    let (parsed, operation, op_label) = match open(body) {
         Ok(opened) => opened,
         Err(message) => return bad_request(message),
     };
@@ -207,7 +193,7 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
     let (namespace, name) = names(
         request.namespace.map(|t| t.0),
         request.name.map(|t| t.0),
-        request.object.as_ref(),
+        request.object,
     );
     let mut reply = Reviewed::skipped(kind_label(kind), op_label, request.uid.0, namespace, name);
     record_names(&span, &reply);
@@ -218,18 +204,27 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
             reply.outcome = ReviewOutcome::NotSynced;
             response.warnings.push(NOT_SYNCED_WARNING.to_string());
         } else if snapshot.policy_for(&reply.namespace).is_some() {
-            let object = request.object;
-            let governed =
-                apply_policy(snapshot, operation, object, &mut reply, &mut response, opts);
-            if let Err(message) = governed {
-                return bad_request(message);
-            }
+            let object = match parse_object(request.object) {
+                Ok(object) => object,
+                Err(message) => return bad_request(message),
+            };
+            let input = engine::Input {
+                operation,
+                namespace: &reply.namespace,
+                object: &object,
+            };
+            let mutation = engine::outcome(engine::Answering::Governed(snapshot), &input);
+            answer(
+                mutation.map(|o| o.mutation),
+                &mut reply,
+                &mut response,
+                opts,
+            );
         } else if opts.undo_unclaimed
             && snapshot.unclaimed(&reply.namespace)
-            && let Some(ObjectIn::Raw(raw)) = request.object
-            && let Err(message) = undo_unclaimed(raw, &mut reply, &mut response, opts)
+            && let Some(raw) = request.object
         {
-            return bad_request(message);
+            undo_unclaimed(raw, &mut reply, &mut response, opts);
         }
     }
 
@@ -246,67 +241,31 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
     Answer::Reviewed(reply)
 }
 
-/// Runs the engine on a governed CREATE or UPDATE and writes its patch and
-/// warnings (or the engine's failure) into the answer. `Err` is a bad
-/// request: an object the server cannot read.
-fn apply_policy<'r>(
-    snapshot: &Snapshot,
-    operation: Operation,
-    object: Option<ObjectIn<'_>>,
-    reply: &mut Reviewed<'r>,
-    response: &mut ResponseOut<'_>,
-    opts: &ReviewOptions,
-) -> Result<(), BadReview> {
-    let mutate = |object: &Value| {
-        let input = engine::Input {
-            operation,
-            namespace: &reply.namespace,
-            object,
-        };
-        engine::outcome(engine::Answering::Governed(snapshot), &input).map(|o| o.mutation)
-    };
-    let mutation = match object {
-        None => mutate(&Value::Null),
-        Some(ObjectIn::View(view)) => mutate(&view),
-        Some(ObjectIn::Raw(raw)) => match engine::view::parse(raw.get()) {
-            Ok(object) => mutate(&object),
-            // Only a number out of range gets here (the text was
-            // scanned already): the full parse refused those too.
-            Err(e) => return Err(BadReview::Object(e)),
-        },
-    };
-    answer(mutation, reply, response, opts);
-    Ok(())
-}
-
 /// With `--undo-unclaimed` ([`ReviewOptions::undo_unclaimed`]), where no
 /// policy object exists ([`Snapshot::unclaimed`]): an object
 /// carrying the engine's records gets them undone
-/// ([`engine::restore::undo_unclaimed`]); one without is left alone after
-/// a look at its annotations ([`engine::view::records`]: its text scanned,
-/// the engine's view built only when records are there). `Err` is a bad
-/// request, as in [`apply_policy`].
+/// ([`engine::restore::undo_unclaimed`]); one without (or whose text
+/// does not build into a `Value`) is left alone after a look at its
+/// annotations ([`engine::restore::carries_records`]).
 fn undo_unclaimed(
-    raw: &serde_json::value::RawValue,
+    raw: &RawValue,
     reply: &mut Reviewed<'_>,
     response: &mut ResponseOut<'_>,
     opts: &ReviewOptions,
-) -> Result<(), BadReview> {
-    if !engine::view::records(raw.get()) {
-        return Ok(());
+) {
+    let Ok(object) = serde_json::from_str::<Value>(raw.get()) else {
+        return;
+    };
+    if !engine::restore::carries_records(&object) {
+        return;
     }
-    let object = engine::view::parse(raw.get()).map_err(BadReview::Object)?;
-    let mutation = engine::outcome(
-        engine::Answering::Unclaimed,
-        &engine::Input::update(&reply.namespace, &object),
-    )
-    .map(|o| o.mutation);
+    let input = engine::Input::update(&reply.namespace, &object);
+    let mutation = engine::outcome(engine::Answering::Unclaimed, &input).map(|o| o.mutation);
     answer(mutation, reply, response, opts);
     if reply.outcome == ReviewOutcome::Unchanged {
         // Records, but nothing to put back: admitted as any object there.
         reply.outcome = ReviewOutcome::Skipped;
     }
-    Ok(())
 }
 
 /// Writes the engine's answer (or its failure) into the review's answer.
@@ -335,19 +294,31 @@ fn answer(
     }
 }
 
-/// The parse alone, as [`review`] does it: one pass over the request that,
-/// for a CREATE or UPDATE in a namespace `snapshot` governs whose operation
-/// and namespace come before the object (the API server's order), builds
-/// the engine's view of the object (returned); otherwise the object is only
-/// scanned (`None`; [`review`] would then view a governed object in a
-/// second pass). (For the `parse` benchmark.)
+/// The object of a request, built for the engine (`null` when the request
+/// has none); `Err` is a bad request (the text was scanned already: only a
+/// number out of range gets here).
+fn parse_object(object: Option<&RawValue>) -> Result<Value, BadReview> {
+    object.map_or(Ok(Value::Null), |raw| {
+        serde_json::from_str(raw.get()).map_err(BadReview::Object)
+    })
+}
+
+/// The parse alone, as [`review`] does it: the request read, and for a
+/// CREATE or UPDATE in a namespace `snapshot` governs, the object built for
+/// the engine (returned; otherwise `None`, the object only scanned). (For
+/// the `parse` benchmark.)
 pub fn parse(snapshot: &Snapshot, body: &[u8]) -> Result<Option<Value>, BadRequest> {
-    let parsed = request::parse_review(body, &wants_view(snapshot)).map_err(|why| BadRequest {
+    let bad = |why: BadReview| BadRequest {
         reason: why.to_string(),
-    })?;
-    match parsed.request.object {
-        Some(ObjectIn::View(view)) => Ok(Some(view)),
-        _ => Ok(None),
+    };
+    let request = request::parse_review(body).map_err(bad)?.request;
+    let namespace = request.namespace.as_ref().map_or("", |n| &n.0);
+    let governed = matches!(&*request.operation.0, "CREATE" | "UPDATE")
+        && snapshot.synced
+        && snapshot.policy_for(namespace).is_some();
+    match governed {
+        true => parse_object(request.object).map(Some).map_err(bad),
+        false => Ok(None),
     }
 }
 

@@ -1,17 +1,15 @@
 //! The names of an object whose request names none: `metadata.namespace`,
 //! `name` and `generateName`, read from the object's text without building
-//! it (or looked up in the engine's view when the parse built one).
+//! it.
 
 use std::borrow::Cow;
 use std::fmt;
 
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::request::ObjectIn;
-use crate::engine::view::Text;
+use super::request::Text;
 
 /// The string members of an object's `metadata` the review path names the
 /// object by (each `None` unless a string, the last of duplicates winning,
@@ -21,29 +19,6 @@ pub(crate) struct Names<'a> {
     pub namespace: Option<Cow<'a, str>>,
     pub name: Option<Cow<'a, str>>,
     pub generate_name: Option<Cow<'a, str>>,
-}
-
-impl<'a> ObjectIn<'a> {
-    /// The object's [`Names`]: read from the text without building it, or
-    /// copied from the view (the request named no namespace or name: rare).
-    pub(crate) fn names(&self) -> Names<'a> {
-        match self {
-            ObjectIn::Raw(raw) => object_names(raw),
-            ObjectIn::View(view) => {
-                let text = |key: &str| {
-                    let value = view.get("metadata").and_then(|m| m.get(key));
-                    value
-                        .and_then(Value::as_str)
-                        .map(|t| Cow::Owned(t.to_string()))
-                };
-                Names {
-                    namespace: text("namespace"),
-                    name: text("name"),
-                    generate_name: text("generateName"),
-                }
-            }
-        }
-    }
 }
 
 /// Reads [`Names`] from the object without building it.

@@ -7,7 +7,6 @@
 
 use serde_json::Value;
 
-use super::request::ObjectIn;
 use super::{
     Answer, ResponseOut, ReviewOut, ReviewOutcome, Reviewed, StatusOut, bad_request, kind_label,
     names, record_names, review_span,
@@ -58,7 +57,7 @@ fn errors_of(target: Target, object: &Value) -> Option<Result<Vec<String>, Vec<S
 /// Answers one validating AdmissionReview given as raw bytes.
 pub fn validate(body: &[u8]) -> Answer<'_> {
     let span = review_span().entered();
-    let (parsed, operation, op_label) = match super::open(body, &|_, _| false) {
+    let (parsed, operation, op_label) = match super::open(body) {
         Ok(opened) => opened,
         Err(message) => return bad_request(message),
     };
@@ -71,13 +70,13 @@ pub fn validate(body: &[u8]) -> Answer<'_> {
     let (namespace, name) = names(
         request.namespace.map(|t| t.0),
         request.name.map(|t| t.0),
-        request.object.as_ref(),
+        request.object,
     );
     let mut reply = Reviewed::skipped(kind_label(kind), op_label, request.uid.0, namespace, name);
     record_names(&span, &reply);
     let mut response = ResponseOut::allowed();
-    let checked = match (operation, target, &request.object) {
-        (Operation::Create | Operation::Update, Some(target), Some(ObjectIn::Raw(raw))) => {
+    let checked = match (operation, target, request.object) {
+        (Operation::Create | Operation::Update, Some(target), Some(raw)) => {
             match serde_json::from_str::<Value>(raw.get()) {
                 Ok(object) => errors_of(target, &object),
                 Err(e) => return bad_request(super::BadReview::Object(e)),

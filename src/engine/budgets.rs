@@ -25,7 +25,6 @@
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
-use super::reads::Read::{self, Members};
 use super::records::ANNOTATIONS;
 use super::{Cause, Change, Facts, Kind, Snapshot, Target, What};
 use crate::policy::Policy;
@@ -41,14 +40,6 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "knative-h
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 const LABELS: &[&str] = &["metadata", "labels"];
-
-/// What this module reads of an object at admission ([`super::view`]):
-/// whether a PDB is one it created, and whether a release took it over.
-pub(crate) const READS: &[Read] = &[
-    Members(ANNOTATIONS, &[CREATED_FOR, LAST_APPLIED]),
-    Members(LABELS, &[MANAGED_BY.0]),
-    Members(super::pdb::SPEC, &super::pdb::FIELDS),
-];
 
 /// The Deployment a PDB was created for (None for every other object). A
 /// created budget carries all of its marks: the annotation naming the

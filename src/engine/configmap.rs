@@ -23,7 +23,6 @@ use serde_json::{Map, Value, json};
 
 use super::change::What;
 use super::patch::Patcher;
-use super::reads::Read::Members;
 use super::{EngineError, Fault, Handled, LEADER_ELECTION_CONFIGMAP, Target};
 use crate::policy::duration::parse_go_duration;
 use crate::policy::validate::broken_timing_rules;
@@ -34,12 +33,6 @@ const BUCKETS: &str = "buckets";
 const TIMING_KEYS: [&str; 3] = ["lease-duration", "renew-deadline", "retry-period"];
 /// The camelCase keys knative.dev/pkg still reads before the kebab ones.
 pub const LEGACY_KEYS: [&str; 3] = ["leaseDuration", "renewDeadline", "retryPeriod"];
-/// What this module reads or writes of `config-leader-election` ([`super::view`]).
-pub(crate) const READS: &[super::reads::Read] = &[
-    Members(&[DATA], &[BUCKETS]),
-    Members(&[DATA], &TIMING_KEYS),
-    Members(&[DATA], &LEGACY_KEYS),
-];
 const DEFAULTS: [&str; 3] = [
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,

@@ -13,7 +13,6 @@ use serde_json::{Map, Value, json};
 use super::affinity::{ANTI_AFFINITY, MATCH_LABELS};
 use super::change::{Change, Spread, TermOwner, What};
 use super::patch::Patcher;
-use super::reads::Read::{self, Whole};
 use super::records::{
     self, PRIORITY_CLASS, REPLICAS as RECORDED_REPLICAS, ROLLOUT_MAX_UNAVAILABLE, TOPOLOGY_SPREAD,
 };
@@ -26,16 +25,6 @@ use crate::policy::{AntiAffinityType, PodAntiAffinity, TopologySpread};
 const REPLICAS: &[&str] = &["spec", "replicas"];
 const SPREAD: &[&str] = &["spec", "template", "spec", "topologySpreadConstraints"];
 const MAX_UNAVAILABLE: &[&str] = ROLLOUT_MAX_UNAVAILABLE.path;
-
-/// What this module reads or writes of a Deployment ([`super::view`]).
-pub(crate) const READS: &[Read] = &[
-    Whole(REPLICAS),
-    Whole(MATCH_LABELS),
-    Whole(MAX_UNAVAILABLE),
-    Whole(ANTI_AFFINITY),
-    Whole(SPREAD),
-    Whole(PRIORITY_CLASS_PATH),
-];
 
 /// The pod label the Deployment controller gives each ReplicaSet's pods.
 pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";

@@ -18,7 +18,6 @@ use serde_json::{Value, json};
 
 use super::change::{FieldChange, What};
 use super::patch::Patcher;
-use super::reads::Read::{self, Members, Whole};
 use super::records::{ANNOTATIONS, hpa_original_honoured};
 use super::records::{ORIGINAL_MAX, ORIGINAL_MIN, WRITTEN_MAX, WRITTEN_MIN};
 use super::{EngineError, Fault, Handled, Target};
@@ -28,18 +27,6 @@ const MAX: &[&str] = &["spec", "maxReplicas"];
 const TARGET_KIND: &[&str] = &["spec", "scaleTargetRef", "kind"];
 /// The Deployment an HPA scales.
 pub(crate) const TARGET_NAME: &[&str] = &["spec", "scaleTargetRef", "name"];
-
-/// What this module reads or writes of an HPA ([`super::view`]).
-pub(crate) const READS: &[Read] = &[
-    Whole(TARGET_KIND),
-    Whole(TARGET_NAME),
-    Whole(MIN),
-    Whole(MAX),
-    Members(
-        ANNOTATIONS,
-        &[ORIGINAL_MIN, ORIGINAL_MAX, WRITTEN_MIN, WRITTEN_MAX],
-    ),
-];
 
 fn recorded(t: &Target<'_>, key: &str) -> Result<Option<i64>, EngineError> {
     let annotations = t.object_at(ANNOTATIONS)?;

@@ -1,14 +1,14 @@
 //! The kinds the engine governs, declared once: how each is recognised
 //! (apiVersion and kind), read and written (its API resource), named in
-//! change lines, mutated and viewed, and which of its fields `restore`
-//! puts back. [`Kind`]'s methods, the engine's dispatch and view,
+//! change lines and mutated, and which of its fields `restore` puts back.
+//! [`Kind`]'s methods, the engine's dispatch,
 //! `restore`, the reconciler's listing, API resources and drift metrics,
 //! the admission metrics' `kind` label and the test kit's resource table
 //! read [`KINDS`].
 //!
 //! Governing a new kind (say `apps/v1` StatefulSets) takes:
 //! - a [`Kind`] variant and one entry here, naming its handler module
-//!   (`mutate` and `READS`, the paths it reads);
+//!   (its `mutate`);
 //! - the arms the compiler asks for: `Target::governs_object`, `restore`'s
 //!   own marks and fields (`engine::restore`), the reconciler's hold-back of
 //!   unsafe writes (`reconcile::plan`);
@@ -20,7 +20,6 @@
 //! - for the reconciler's tests, the resource in the fake API server
 //!   (`testkit/src/fakeapi`), which serves what a real one would.
 
-use super::reads::Read;
 use super::records::{
     HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, PRIORITY_CLASS, REPLICAS, ROLLOUT_MAX_SURGE,
     ROLLOUT_MAX_UNAVAILABLE, RecordedField, TOPOLOGY_SPREAD,
@@ -55,9 +54,6 @@ pub struct KindSpec {
     pub records: &'static [RecordedField],
     /// The handler.
     pub(crate) mutate: fn(&Target<'_>) -> Result<Handled, EngineError>,
-    /// What the handler reads or writes of an object ([`super::view`]
-    /// keeps it).
-    pub(crate) reads: &'static [Read],
 }
 
 /// Every governed kind.
@@ -81,7 +77,6 @@ pub const KINDS: [KindSpec; 5] = [
             PRIORITY_CLASS,
         ],
         mutate: deployment::mutate,
-        reads: deployment::READS,
     },
     KindSpec {
         kind: Kind::ConfigMap,
@@ -96,7 +91,6 @@ pub const KINDS: [KindSpec; 5] = [
         listed: true,
         records: &LEADER_ELECTION_KEYS,
         mutate: configmap::mutate,
-        reads: configmap::READS,
     },
     KindSpec {
         kind: Kind::HorizontalPodAutoscaler,
@@ -111,7 +105,6 @@ pub const KINDS: [KindSpec; 5] = [
         listed: true,
         records: &[HPA_MIN, HPA_MAX],
         mutate: hpa::mutate,
-        reads: hpa::READS,
     },
     KindSpec {
         kind: Kind::PodDisruptionBudget,
@@ -126,7 +119,6 @@ pub const KINDS: [KindSpec; 5] = [
         listed: true,
         records: &[],
         mutate: pdb::mutate,
-        reads: pdb::READS,
     },
     KindSpec {
         kind: Kind::Scale,
@@ -141,7 +133,6 @@ pub const KINDS: [KindSpec; 5] = [
         listed: false,
         records: &[],
         mutate: scale::mutate,
-        reads: scale::READS,
     },
 ];
 

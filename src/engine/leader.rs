@@ -11,7 +11,6 @@ use serde_json::{Value, json};
 
 use super::change::{Change, FieldChange, What};
 use super::patch::Patcher;
-use super::reads::Read::{self, Each, Whole};
 use super::records::{self, ORIGINAL_DISABLE_HA, ROLLOUT_MAX_SURGE};
 use super::{DISABLE_HA_FLAG, EngineError, Fault, Target};
 use crate::knative;
@@ -23,7 +22,7 @@ pub const HASH_ANNOTATION: &str = "knativeha.dev/leader-election-hash";
 
 /// The pod template's containers; of each, its [`NAME`] and [`ARGS`].
 pub(crate) const CONTAINERS: &[&str] = &["spec", "template", "spec", "containers"];
-pub(crate) const NAME: &str = "name";
+const NAME: &str = "name";
 pub(crate) const ARGS: &str = "args";
 pub(crate) const HASH_PATH: &[&str] = &[
     "spec",
@@ -176,13 +175,6 @@ fn settings_annotation(
 
 const MAX_SURGE: &[&str] = ROLLOUT_MAX_SURGE.path;
 const EVERY_POD: &str = "100%";
-
-/// What this module reads or writes of a Deployment ([`super::view`]).
-pub(crate) const READS: &[Read] = &[
-    Whole(MAX_SURGE),
-    Whole(HASH_PATH),
-    Each(CONTAINERS, &[NAME, ARGS]),
-];
 
 /// While a leader-elected Deployment rolls onto new leader-election
 /// settings, its old pods and its new ones each lead every key under their

@@ -27,21 +27,17 @@ pub mod kinds;
 pub mod leader;
 pub mod patch;
 pub mod pdb;
-pub mod reads;
 pub mod records;
 pub mod restore;
 pub mod scale;
 mod snapshot;
 pub mod standing;
 mod target;
-pub mod view;
 
 pub use change::{Cause, Change, FieldChange, Reason, What};
 pub use fault::Fault;
 pub use snapshot::{Facts, Snapshot, Unclaimed};
 pub(crate) use target::{Target, check_parents, lookup};
-
-use reads::Read::{self, Members};
 
 use serde_json::Value;
 
@@ -82,17 +78,6 @@ const NAMESPACE: &str = "namespace";
 const GENERATE_NAME: &str = "generateName";
 const OWNER_REFERENCES: &str = "ownerReferences";
 const LABELS: &str = "labels";
-
-/// What this module reads of an object ([`view`]): its kind, its name and
-/// namespace, its owners and the opt-out label.
-pub(crate) const READS: &[Read] = &[
-    Members(&[], &[API_VERSION, KIND]),
-    Members(
-        &[METADATA],
-        &[NAME, NAMESPACE, GENERATE_NAME, OWNER_REFERENCES],
-    ),
-    Members(&[METADATA, LABELS], &[SKIP_LABEL]),
-];
 
 /// The API group of the Knative Operator's resources.
 pub const OPERATOR_API_GROUP: &str = "operator.knative.dev";

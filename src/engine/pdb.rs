@@ -19,7 +19,6 @@ use serde_json::{Map, Value, json};
 
 use super::change::{Change, FieldChange, What};
 use super::patch::Patcher;
-use super::reads::Read::{self, Members};
 use super::records::ANNOTATIONS;
 use super::{EngineError, Fault, Handled, Target};
 use crate::policy::Policy;
@@ -31,13 +30,6 @@ pub use super::records::{PDB_ORIGINAL as ORIGINAL, PDB_WRITTEN as WRITTEN};
 /// The budget fields of a PDB's `spec`.
 pub(crate) const FIELDS: [&str; 2] = ["minAvailable", "maxUnavailable"];
 pub(crate) const SPEC: &[&str] = &["spec"];
-
-/// What this module reads or writes of a PDB ([`super::view`]; the
-/// Deployments it belongs to are [`Target::pdb_deployments`]').
-pub(crate) const READS: &[Read] = &[
-    Members(SPEC, &FIELDS),
-    Members(ANNOTATIONS, &[ORIGINAL, WRITTEN]),
-];
 
 fn int_or_string(v: &IntOrString) -> Value {
     match v {

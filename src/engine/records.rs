@@ -22,7 +22,6 @@ use serde_json::{Map, Value};
 
 use super::change::{Change, FieldChange, What};
 use super::patch::Patcher;
-use super::reads::Read::{self, Members, Whole};
 use super::{EngineError, Fault, Target};
 use crate::policy::schema_check::show;
 use crate::policy::validate::MAX_REPLICAS;
@@ -145,7 +144,7 @@ pub const LEADER_ELECTION_KEYS: [RecordedField; 4] = [
 ];
 
 /// Every annotation the engine keeps its records in (the originals and its
-/// own last writes): what [`super::restore::carries_records`] looks for and the view keeps.
+/// own last writes): what [`super::restore::carries_records`] looks for.
 pub const RECORD_ANNOTATIONS: [&str; 20] = [
     REPLICAS.annotation,
     ROLLOUT_MAX_UNAVAILABLE.annotation,
@@ -171,23 +170,6 @@ pub const RECORD_ANNOTATIONS: [&str; 20] = [
 
 /// An object's annotations.
 pub(crate) const ANNOTATIONS: &[&str] = &["metadata", "annotations"];
-
-/// What this module reads or writes of an object ([`super::view`]): the
-/// records and the fields they record.
-pub(crate) const READS: &[Read] = &[
-    Members(ANNOTATIONS, &RECORD_ANNOTATIONS),
-    Whole(REPLICAS.path),
-    Whole(ROLLOUT_MAX_UNAVAILABLE.path),
-    Whole(ROLLOUT_MAX_SURGE.path),
-    Whole(TOPOLOGY_SPREAD.path),
-    Whole(PRIORITY_CLASS.path),
-    Whole(HPA_MIN.path),
-    Whole(HPA_MAX.path),
-    Whole(LEADER_ELECTION_KEYS[0].path),
-    Whole(LEADER_ELECTION_KEYS[1].path),
-    Whole(LEADER_ELECTION_KEYS[2].path),
-    Whole(LEADER_ELECTION_KEYS[3].path),
-];
 
 const fn written(r: &RecordedField) -> &'static str {
     match r.written {
@@ -368,10 +350,8 @@ pub(crate) fn undo(
 }
 
 /// Removes `path`, then the parents below the top level that it left empty.
-/// Safe on a view ([`super::view`]): a map the view filters keeps one of
-/// the members it leaves out, as null, so a parent is empty in the view
-/// only when it is empty in the object (a pod template's `metadata` still
-/// holding the labels is never removed with the hash).
+/// (A pod template's `metadata` still holding the labels is never removed
+/// with the hash.)
 pub(crate) fn remove_pruned(p: &mut Patcher, path: &[&str]) {
     if !p.remove(path) {
         return;

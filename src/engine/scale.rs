@@ -11,13 +11,9 @@ use serde_json::json;
 
 use super::change::{Change, Reason, What};
 use super::patch::Patcher;
-use super::reads::Read::{self, Whole};
 use super::{Handled, Target, leader};
 
 const REPLICAS: &[&str] = &["spec", "replicas"];
-
-/// What this module reads or writes of a Scale ([`super::view`]).
-pub(crate) const READS: &[Read] = &[Whole(REPLICAS)];
 
 pub(crate) fn mutate(t: &Target<'_>) -> super::Result<Handled> {
     // `want_flag(t, 1) == Some(true)`: at one replica the engine gives this

@@ -4,7 +4,6 @@
 use serde_json::Value;
 
 use super::change::What;
-use super::reads::Read::{self, Whole};
 use super::{Cause, Change, EngineError, Facts, Fault, Kind, hpa};
 use crate::knative;
 use crate::policy::{Policy, WorkloadOverride};
@@ -181,10 +180,6 @@ impl Target<'_> {
 
 /// The `app` label a PodDisruptionBudget selects.
 const PDB_APP: &[&str] = &["spec", "selector", "matchLabels", "app"];
-
-/// What [`Target`] reads of an object ([`super::view`]; the HPA's target
-/// is [`hpa`]'s).
-pub(crate) const READS: &[Read] = &[Whole(PDB_APP), Whole(STRATEGY_TYPE)];
 
 /// A Deployment's `spec.strategy.type`.
 const STRATEGY_TYPE: &[&str] = &["spec", "strategy", "type"];

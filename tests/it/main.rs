@@ -29,7 +29,6 @@ mod engine_properties;
 mod engine_restore;
 mod engine_sequences;
 mod engine_undo;
-mod engine_view;
 mod policy_crd;
 mod policy_ha_rules;
 mod policy_validation;

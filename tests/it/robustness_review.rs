@@ -82,10 +82,9 @@ fn check_bytes(bytes: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks the review with its keys sorted (`object` before `operation`: the
-/// object is scanned, then read) and in the API server's order (the
-/// object's view is built in the same pass): both get the same answer
-/// (the same status for a bad request).
+/// Checks the review with its keys sorted (`object` before `operation`)
+/// and in the API server's order: both get the same answer (the same
+/// status for a bad request).
 fn check_value(v: &Value) -> Result<(), String> {
     let sorted = serde_json::to_vec(v).expect("serialisable");
     let api = corpus::api_order(v);

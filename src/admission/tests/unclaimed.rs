@@ -70,7 +70,7 @@ fn by_default_no_policy_object_changes_nothing() {
 #[test]
 fn with_undo_unclaimed_no_policy_object_undoes_the_records_of_an_object() {
     let mut pdb = reapplied_pdb();
-    // What the view leaves out stays: the patch is computed on the view.
+    // What the engine does not change stays.
     pdb["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] =
         serde_json::json!("{}");
     let reply = review(
@@ -147,7 +147,7 @@ fn a_policy_object_not_in_force_or_no_sync_undoes_nothing() {
     }
 }
 
-/// The pod template's labels (left out of the view) survive the hash's
+/// The pod template's labels (beside the hash) survive the hash's
 /// removal where no policy object exists: Deployment's selector needs them.
 #[test]
 fn no_policy_object_keeps_what_the_view_leaves_out_of_a_deployment() {

@@ -7,21 +7,11 @@ use serde_json::{Map, Value};
 use super::Named;
 use crate::engine::affinity::{ANTI_AFFINITY, MATCH_LABELS};
 use crate::engine::change::{FieldChange, TermOwner, What};
-use crate::engine::leader::{ARGS, CONTAINERS, HASH_PATH as HASH, NAME};
+use crate::engine::leader::{ARGS, CONTAINERS, HASH_PATH as HASH};
 use crate::engine::patch::Patcher;
-use crate::engine::reads::Read::{self, Each, Whole};
 use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
 use crate::engine::{Change, Fault};
 use crate::policy::schema_check::show;
-
-/// What this module reads or writes of a Deployment ([`crate::engine::view`]).
-pub(super) const READS: &[Read] = &[
-    Whole(MATCH_LABELS),
-    Whole(ANTI_AFFINITY),
-    Whole(HASH),
-    Whole(super::NAME_PATH),
-    Each(CONTAINERS, &[NAME, ARGS]),
-];
 
 /// Removes what the engine owns outright on a Deployment: its marked
 /// anti-affinity terms (Knative's own terms stay) and the leader-election

@@ -9,15 +9,9 @@
 use crate::engine::change::{Change, FieldChange, What};
 use crate::engine::leader::{HASH_PATH as HASH, hash_field};
 use crate::engine::patch::Patcher;
-use crate::engine::reads::Read::{self, Whole};
 use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
 use crate::engine::{EngineError, Target};
 use crate::policy::schema_check::show;
-
-/// What this module reads or writes of a Deployment
-/// ([`crate::engine::view`]; the record is [`crate::engine::records`]',
-/// the flag [`super::deployment`]'s).
-pub(super) const READS: &[Read] = &[Whole(HASH)];
 
 /// Undoes what leader election wrote on the Deployment `t` (its policy has
 /// no `leaderElection`); `replicas` is the count after the mutation.

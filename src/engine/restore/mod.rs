@@ -18,14 +18,12 @@ mod deployment;
 pub(crate) mod leader;
 mod unclaimed;
 
-pub(crate) use unclaimed::READS as RECORDS_READS;
 pub use unclaimed::{WHY, carries_records, undo_unclaimed};
 
 use serde_json::Value;
 
 use super::change::{FieldChange, What};
 use super::patch::Patcher;
-use super::reads::Read::{self, Whole};
 use super::records::{PutBack, annotation, put_back, remove_pruned};
 use super::{
     Cause, Change, EngineError, Fault, Kind, LEADER_ELECTION_CONFIGMAP, Mutated, Mutation,
@@ -33,16 +31,6 @@ use super::{
 use crate::policy::schema_check::show;
 
 const NAME_PATH: &[&str] = &["metadata", "name"];
-
-/// What [`restore`] reads or writes of an object ([`super::view`]), module
-/// by module (the records' fields are [`super::records`]', a PDB's
-/// budget [`super::pdb`]'s).
-pub(crate) const READS: &[&[Read]] = &[
-    &[Whole(NAME_PATH)],
-    deployment::READS,
-    leader::READS,
-    unclaimed::READS,
-];
 
 /// The object's kind, namespace and name for messages.
 struct Named<'a> {

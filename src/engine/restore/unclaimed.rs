@@ -8,19 +8,11 @@
 
 use serde_json::Value;
 
-use crate::engine::reads::Read::{self, Members};
 use crate::engine::records::{ANNOTATIONS, RECORD_ANNOTATIONS};
 use crate::engine::{EngineError, Mutated, SKIP_LABEL, leader, lookup};
 
 const LABELS: &[&str] = &["metadata", "labels"];
 const POD_ANNOTATIONS: &[&str] = &["spec", "template", "metadata", "annotations"];
-
-/// What [`carries_records`] reads ([`crate::engine::view`]).
-pub(crate) const READS: &[Read] = &[
-    Members(LABELS, &[SKIP_LABEL]),
-    Members(ANNOTATIONS, &RECORD_ANNOTATIONS),
-    Members(POD_ANNOTATIONS, &[leader::HASH_ANNOTATION]),
-];
 
 /// Why the change lines of [`undo_unclaimed`] are made.
 pub const WHY: &str = "no policy governs the namespace any more";
