@@ -21,8 +21,8 @@
 //!   (`testkit/src/fakeapi`), which serves what a real one would.
 
 use super::records::{
-    HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, PRIORITY_CLASS, REPLICAS, ROLLOUT_MAX_SURGE,
-    ROLLOUT_MAX_UNAVAILABLE, RecordedField, TOPOLOGY_SPREAD,
+    HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, OTHER_RECORDS, PRIORITY_CLASS, REPLICAS,
+    ROLLOUT_MAX_SURGE, ROLLOUT_MAX_UNAVAILABLE, RecordedField, TOPOLOGY_SPREAD,
 };
 use super::{EngineError, Handled, Kind, Target};
 use super::{configmap, deployment, hpa, pdb, scale};
@@ -147,6 +147,17 @@ impl Kind {
 /// The kinds the reconciler lists and writes, in [`KINDS`]' order.
 pub fn listed() -> impl Iterator<Item = Kind> {
     KINDS.iter().filter(|k| k.listed).map(|k| k.kind)
+}
+
+/// Every annotation the engine keeps its records in: each kind's recorded
+/// fields and their last writes, and the [`OTHER_RECORDS`].
+pub fn record_annotations() -> impl Iterator<Item = &'static str> {
+    KINDS
+        .iter()
+        .flat_map(|k| k.records)
+        .flat_map(|r| [Some(r.annotation), r.written])
+        .flatten()
+        .chain(OTHER_RECORDS)
 }
 
 /// The governed kind named `name` (as objects carry it).

@@ -15,7 +15,8 @@
 //! drop the record (`undo`). [`super::restore`] puts every record back
 //! at once.
 //!
-//! Every record annotation is named here ([`RECORD_ANNOTATIONS`]); the kind
+//! Every record annotation is named here (each kind's in its
+//! [`super::kinds::KINDS`] entry, the others in [`OTHER_RECORDS`]); the kind
 //! handlers below use these primitives and none of them uses a handler.
 
 use serde_json::{Map, Value};
@@ -143,40 +144,19 @@ pub const LEADER_ELECTION_KEYS: [RecordedField; 4] = [
     },
 ];
 
-/// Every annotation the engine keeps its records in (the originals and its
-/// own last writes): what [`super::restore::carries_records`] looks for.
-pub const RECORD_ANNOTATIONS: [&str; 20] = [
-    REPLICAS.annotation,
-    ROLLOUT_MAX_UNAVAILABLE.annotation,
-    ROLLOUT_MAX_SURGE.annotation,
-    TOPOLOGY_SPREAD.annotation,
-    PRIORITY_CLASS.annotation,
-    HPA_MIN.annotation,
-    HPA_MAX.annotation,
+/// The records that are not of one recorded field (each of those is in
+/// its kind's [`super::kinds::KINDS`] entry): the HPA's last writes, a
+/// PDB's budget and its last write, the `--disable-ha` flag's.
+pub const OTHER_RECORDS: [&str; 5] = [
     WRITTEN_MIN,
     WRITTEN_MAX,
     PDB_ORIGINAL,
     PDB_WRITTEN,
     ORIGINAL_DISABLE_HA,
-    LEADER_ELECTION_KEYS[0].annotation,
-    LEADER_ELECTION_KEYS[1].annotation,
-    LEADER_ELECTION_KEYS[2].annotation,
-    LEADER_ELECTION_KEYS[3].annotation,
-    written(&LEADER_ELECTION_KEYS[0]),
-    written(&LEADER_ELECTION_KEYS[1]),
-    written(&LEADER_ELECTION_KEYS[2]),
-    written(&LEADER_ELECTION_KEYS[3]),
 ];
 
 /// An object's annotations.
 pub(crate) const ANNOTATIONS: &[&str] = &["metadata", "annotations"];
-
-const fn written(r: &RecordedField) -> &'static str {
-    match r.written {
-        Some(w) => w,
-        None => r.annotation,
-    }
-}
 
 /// Deployment: whether the Knative container carried `--disable-ha` (JSON
 /// `true`/`false`) before the engine first added or removed it.

@@ -92,13 +92,17 @@ pub fn touches_pod_template(op: &PatchOperation) -> bool {
 }
 
 /// True for the write of a record of a release value or of the engine's
-/// last write ([`engine::restore`]): an `add` under `/metadata/annotations`.
+/// last write ([`engine::kinds::record_annotations`]): an `add` of one, or
+/// of the annotations the engine adds them in.
 fn is_record(op: &PatchOperation) -> bool {
     let path = op_path(op);
+    let record =
+        |key: &str| engine::kinds::record_annotations().any(|a| a.replace('/', "~1") == key);
     matches!(op, PatchOperation::Add(_))
         && (path == "/metadata/annotations"
-            || path.starts_with("/metadata/annotations/knativeha.dev~1original-")
-            || path.starts_with("/metadata/annotations/knativeha.dev~1written-"))
+            || path
+                .strip_prefix("/metadata/annotations/")
+                .is_some_and(record))
 }
 
 /// Without the pod template ops, some other writes are unsafe on their own:

@@ -8,7 +8,8 @@
 
 use serde_json::Value;
 
-use crate::engine::records::{ANNOTATIONS, RECORD_ANNOTATIONS};
+use crate::engine::kinds::record_annotations;
+use crate::engine::records::ANNOTATIONS;
 use crate::engine::{EngineError, Mutated, SKIP_LABEL, leader, lookup};
 
 const LABELS: &[&str] = &["metadata", "labels"];
@@ -30,7 +31,7 @@ pub fn carries_records(object: &Value) -> bool {
         .and_then(|l| l.get(SKIP_LABEL)?.as_str())
         .is_some_and(|v| v == "true");
     !skipped
-        && (RECORD_ANNOTATIONS.iter().any(|k| has(ANNOTATIONS, k))
+        && (record_annotations().any(|k| has(ANNOTATIONS, k))
             || has(POD_ANNOTATIONS, leader::HASH_ANNOTATION))
 }
 
