@@ -55,7 +55,7 @@ fn offline(manifests: &[PathBuf]) -> anyhow::Result<ExitCode> {
     for path in &inputs {
         let (name, text) = crate::manifest::read_input(path)?;
         for doc in parse_manifests(&name, &text)? {
-            if let Some(deployment) = crate::engine::budgets::created_for(&doc.value) {
+            if let Some(deployment) = crate::engine::created::created_for(&doc.value) {
                 // Created by the reconciler (or `preview`): not the release's.
                 changes.push(format!(
                     "poddisruptionbudget/{}: left out, created for deployment/{deployment} by knative-ha-webhook",

@@ -8,6 +8,9 @@ use serde_json::{Map, Value, json};
 
 use crate::policy::{AntiAffinityType, PodAntiAffinity};
 
+/// The pod label the Deployment controller gives each ReplicaSet's pods.
+pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
 /// A Deployment's selector labels, which the policy's term selects.
 pub(crate) const MATCH_LABELS: &[&str] = &["spec", "selector", "matchLabels"];
 /// A Deployment's pod anti-affinity.
@@ -44,7 +47,7 @@ pub fn policy_term(aa: &PodAntiAffinity, match_labels: &Value) -> Option<(&'stat
     // Kubernetes 1.31; an API server without it drops the field.
     let term = json!({
         "labelSelector": {"matchLabels": match_labels, "matchExpressions": [marker()]},
-        "matchLabelKeys": [super::deployment::POD_TEMPLATE_HASH],
+        "matchLabelKeys": [POD_TEMPLATE_HASH],
         "topologyKey": aa.topology_key(),
     });
     match aa.kind {

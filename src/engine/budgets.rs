@@ -14,7 +14,7 @@
 //! drain, whatever the Deployment scales to later (a release's apply while
 //! the webhook is down takes it back to 1). It carries [`CREATED_FOR`] and
 //! the `app.kubernetes.io/managed-by` label; the webhook leaves it alone at
-//! admission. It is never created where any PDB already selects the pods
+//! admission ([`super::created`] holds its marks). It is never created where any PDB already selects the pods
 //! (two budgets over one pod make the Eviction API refuse every eviction of
 //! it), and it goes when it is no longer wanted: the Deployment back at 1
 //! replica, excluded, the budget setting gone, another PDB now covering the
@@ -25,98 +25,10 @@
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
-use super::records::ANNOTATIONS;
+use super::created::{CREATED_FOR, MANAGED_BY, created_for, taken_over};
 use super::{Cause, Change, Facts, Kind, Snapshot, Target, What};
 use crate::policy::Policy;
 use crate::policy::disruption;
-
-/// The annotation that marks a PDB this tool created, naming its Deployment.
-pub const CREATED_FOR: &str = "knativeha.dev/created-for";
-/// The label every created PDB carries.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "knative-ha-webhook");
-
-/// The annotation kubectl's client-side apply records what it applied in;
-/// a created PDB never carries it.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-const LABELS: &[&str] = &["metadata", "labels"];
-
-/// The Deployment a PDB was created for (None for every other object). A
-/// created budget carries all of its marks: the annotation naming the
-/// Deployment, the managed-by label, and the name `<deployment>-pdb`; and
-/// it is never a budget Knative ships (`activator-pdb` with the annotation
-/// added by hand is Knative's, not ours to delete). Anyone who may edit a
-/// PDB can add an annotation; the reconciler deletes what this says it
-/// created.
-pub fn created_for(object: &Value) -> Option<&str> {
-    let deployment = super::lookup(object, ANNOTATIONS)?
-        .get(CREATED_FOR)?
-        .as_str()?;
-    let labelled = super::lookup(object, LABELS)
-        .and_then(|l| l.get(MANAGED_BY.0))
-        .and_then(Value::as_str)
-        == Some(MANAGED_BY.1);
-    let name = super::lookup(object, &["metadata", "name"]).and_then(Value::as_str)?;
-    let named = name.strip_suffix("-pdb") == Some(deployment);
-    let shipped = crate::knative::COMPONENTS
-        .iter()
-        .any(|c| c.pdb == Some(name));
-    (labelled && named && !shipped).then_some(deployment)
-}
-
-/// Whether a created PDB was taken over: a release applied its own budget
-/// of the same name (Knative names its budgets `<deployment>-pdb`) over it.
-/// The write shows it: both budget fields (a client- or server-side apply
-/// adds the release's field beside the created one's, which the API server
-/// refuses unless the webhook hands the budget over), or kubectl's
-/// last-applied record, which the reconciler never writes.
-pub fn taken_over(object: &Value) -> bool {
-    let annotations = super::lookup(object, ANNOTATIONS);
-    created_for(object).is_some()
-        && (annotations.is_some_and(|a| a.get(LAST_APPLIED).is_some_and(|v| !v.is_null()))
-            || holds_both_fields(object))
-}
-
-/// Whether the PDB holds both budget fields (which no writer sets alone:
-/// the API server refuses it unless a webhook takes one out).
-fn holds_both_fields(object: &Value) -> bool {
-    let spec = super::lookup(object, super::pdb::SPEC);
-    super::pdb::FIELDS
-        .iter()
-        .all(|f| spec.and_then(|s| s.get(*f)).is_some_and(|v| !v.is_null()))
-}
-
-/// At admission of a PDB [`taken_over`]: the marks of a created budget go
-/// (so the reconciler neither changes nor deletes the release's budget),
-/// and with them the created budget's `maxUnavailable` where the release
-/// set `minAvailable` beside it; the release's budget is then governed as
-/// any budget Knative ships (at the reconciler's next pass, or the next
-/// write).
-pub(crate) fn hand_over(t: &Target<'_>) -> Result<super::Handled, super::EngineError> {
-    let mut p = super::patch::Patcher::new(t.object);
-    let mut fields = Vec::new();
-    let deployment = created_for(t.object).unwrap_or_default().to_string();
-    if holds_both_fields(t.object) {
-        let created = super::lookup(t.object, &["spec", "maxUnavailable"]).cloned();
-        p.remove(&["spec", "maxUnavailable"]);
-        fields.push(super::FieldChange::removed(
-            "spec.maxUnavailable",
-            created
-                .as_ref()
-                .map_or(String::new(), crate::policy::schema_check::show),
-        ));
-    }
-    super::records::remove_pruned(&mut p, &["metadata", "annotations", CREATED_FOR]);
-    fields.push(super::FieldChange::removed(
-        format!("metadata.annotations.{CREATED_FOR}"),
-        deployment.clone(),
-    ));
-    super::records::remove_pruned(&mut p, &["metadata", "labels", MANAGED_BY.0]);
-    let change = t.change(What::Fields(fields)).noted(format!(
-        "handed over: a release applied its own budget over the one created for deployment/{deployment}; the release's budget stays, governed as Knative's own"
-    ));
-    Ok((Some(p), vec![change]))
-}
 
 /// The PDBs the snapshot's policy for `namespace` wants created there,
 /// given what is there: `objects` holds the namespace's Deployments and

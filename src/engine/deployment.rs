@@ -26,8 +26,7 @@ const REPLICAS: &[&str] = &["spec", "replicas"];
 const SPREAD: &[&str] = &["spec", "template", "spec", "topologySpreadConstraints"];
 const MAX_UNAVAILABLE: &[&str] = ROLLOUT_MAX_UNAVAILABLE.path;
 
-/// The pod label the Deployment controller gives each ReplicaSet's pods.
-pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+use super::affinity::POD_TEMPLATE_HASH;
 
 /// The topologySpreadConstraints value the policy wants. Each constraint
 /// counts only the pods of one ReplicaSet (`matchLabelKeys:

@@ -20,6 +20,7 @@ pub mod affinity;
 pub mod budgets;
 pub mod change;
 pub mod configmap;
+pub mod created;
 pub mod deployment;
 pub mod fault;
 pub mod hpa;

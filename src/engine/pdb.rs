@@ -27,9 +27,8 @@ use crate::policy::schema_check::show;
 
 pub use super::records::{PDB_ORIGINAL as ORIGINAL, PDB_WRITTEN as WRITTEN};
 
-/// The budget fields of a PDB's `spec`.
-pub(crate) const FIELDS: [&str; 2] = ["minAvailable", "maxUnavailable"];
-pub(crate) const SPEC: &[&str] = &["spec"];
+use super::created::{CREATED_FOR, MANAGED_BY, created_for, holds_both_fields, taken_over};
+pub(crate) use super::created::{FIELDS, SPEC};
 
 fn int_or_string(v: &IntOrString) -> Value {
     match v {
@@ -100,9 +99,41 @@ pub(crate) fn setting(
     }
 }
 
+/// At admission of a PDB [`taken_over`]: the marks of a created budget go
+/// (so the reconciler neither changes nor deletes the release's budget),
+/// and with them the created budget's `maxUnavailable` where the release
+/// set `minAvailable` beside it; the release's budget is then governed as
+/// any budget Knative ships (at the reconciler's next pass, or the next
+/// write).
+fn hand_over(t: &Target<'_>) -> Result<super::Handled, super::EngineError> {
+    let mut p = super::patch::Patcher::new(t.object);
+    let mut fields = Vec::new();
+    let deployment = created_for(t.object).unwrap_or_default().to_string();
+    if holds_both_fields(t.object) {
+        let created = super::lookup(t.object, &["spec", "maxUnavailable"]).cloned();
+        p.remove(&["spec", "maxUnavailable"]);
+        fields.push(super::FieldChange::removed(
+            "spec.maxUnavailable",
+            created
+                .as_ref()
+                .map_or(String::new(), crate::policy::schema_check::show),
+        ));
+    }
+    super::records::remove_pruned(&mut p, &["metadata", "annotations", CREATED_FOR]);
+    fields.push(super::FieldChange::removed(
+        format!("metadata.annotations.{CREATED_FOR}"),
+        deployment.clone(),
+    ));
+    super::records::remove_pruned(&mut p, &["metadata", "labels", MANAGED_BY.0]);
+    let change = t.change(What::Fields(fields)).noted(format!(
+        "handed over: a release applied its own budget over the one created for deployment/{deployment}; the release's budget stays, governed as Knative's own"
+    ));
+    Ok((Some(p), vec![change]))
+}
+
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
-    if super::budgets::taken_over(t.object) {
-        return super::budgets::hand_over(t);
+    if taken_over(t.object) {
+        return hand_over(t);
     }
     let [app, named] = t.pdb_deployments();
     let covers = |deployment: &str| Some(deployment) == app || Some(deployment) == named;

@@ -122,8 +122,8 @@ impl Target<'_> {
                 .str_at(hpa::TARGET_NAME)?
                 .is_some_and(|d| self.governs(d)),
             Kind::PodDisruptionBudget
-                if super::budgets::created_for(self.object).is_some()
-                    && !super::budgets::taken_over(self.object) =>
+                if super::created::created_for(self.object).is_some()
+                    && !super::created::taken_over(self.object) =>
             {
                 false
             }

@@ -2,7 +2,7 @@
 //! policy wants created, on Knative's own v1.23.0 objects.
 
 use crate::support;
-use knative_ha_webhook::engine::{Snapshot, budgets};
+use knative_ha_webhook::engine::{Snapshot, budgets, created};
 use serde_json::{Value, json};
 use support::corpus;
 use support::serving_policy as policy;
@@ -29,7 +29,7 @@ fn wanted(spec: &str, objects: &[Value]) -> Vec<(String, Value)> {
                 "{p}"
             );
             assert_eq!(
-                p["metadata"]["annotations"][budgets::CREATED_FOR]
+                p["metadata"]["annotations"][created::CREATED_FOR]
                     .as_str()
                     .map(|d| format!("{d}-pdb")),
                 p["metadata"]["name"].as_str().map(String::from)
@@ -174,7 +174,7 @@ fn a_release_budget_of_the_same_name_takes_a_created_one_over() {
     client_side["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] =
         json!("{\"spec\":{\"minAvailable\":\"80%\"}}");
     for applied in [server_side, client_side] {
-        assert!(budgets::taken_over(&applied));
+        assert!(created::taken_over(&applied));
         let (out, changes) = support::mutate_checked(
             &p,
             NS,
@@ -183,11 +183,11 @@ fn a_release_budget_of_the_same_name_takes_a_created_one_over() {
         );
         assert_eq!(out["spec"]["minAvailable"], "80%", "{changes:?}");
         assert!(out["spec"].get("maxUnavailable").is_none(), "{out}");
-        assert!(budgets::created_for(&out).is_none(), "{out}");
+        assert!(created::created_for(&out).is_none(), "{out}");
         assert!(
             out["metadata"]
                 .get("labels")
-                .is_none_or(|l| l.get(budgets::MANAGED_BY.0).is_none()),
+                .is_none_or(|l| l.get(created::MANAGED_BY.0).is_none()),
             "{out}"
         );
         assert!(changes[0].contains("handed over"), "{changes:?}");
@@ -200,7 +200,7 @@ fn a_release_budget_of_the_same_name_takes_a_created_one_over() {
         assert!(plan.iter().all(|c| c.name != "controller-pdb"), "{plan:?}");
     }
     // The reconciler's own write of the created budget is not a take-over.
-    assert!(!budgets::taken_over(pdb));
+    assert!(!created::taken_over(pdb));
 }
 
 /// A Deployment an HPA scales, that no PDB selects (Eventing's broker
@@ -279,23 +279,23 @@ fn only_a_budget_with_every_mark_counts_as_created() {
         .find(|o| o["metadata"]["name"] == "controller-pdb")
         .unwrap()
         .clone();
-    assert_eq!(budgets::created_for(&controller), Some("controller"));
+    assert_eq!(created::created_for(&controller), Some("controller"));
     let mut unlabelled = controller.clone();
     unlabelled["metadata"]["labels"] = json!({});
-    assert_eq!(budgets::created_for(&unlabelled), None);
+    assert_eq!(created::created_for(&unlabelled), None);
     let mut renamed = controller.clone();
     renamed["metadata"]["name"] = json!("other-pdb");
-    assert_eq!(budgets::created_for(&renamed), None);
+    assert_eq!(created::created_for(&renamed), None);
     // Knative's activator-pdb, marked by hand: not the reconciler's, never
     // deleted as unwanted.
     let activator = objs
         .iter_mut()
         .find(|o| o["kind"] == "PodDisruptionBudget" && o["metadata"]["name"] == "activator-pdb")
         .unwrap();
-    activator["metadata"]["annotations"] = json!({budgets::CREATED_FOR: "activator"});
-    activator["metadata"]["labels"] = json!({budgets::MANAGED_BY.0: budgets::MANAGED_BY.1});
+    activator["metadata"]["annotations"] = json!({created::CREATED_FOR: "activator"});
+    activator["metadata"]["labels"] = json!({created::MANAGED_BY.0: created::MANAGED_BY.1});
     let marked = activator.clone();
-    assert_eq!(budgets::created_for(&marked), None);
+    assert_eq!(created::created_for(&marked), None);
     let plan = budgets::plan(&Default::default(), NS, &objs);
     assert!(plan.is_empty(), "{plan:?}");
 }

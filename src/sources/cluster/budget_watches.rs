@@ -7,7 +7,7 @@
 //! a created budget's name.
 //!
 //! Each watcher keeps, per PDB that the reconciler did not create (or that
-//! a release took over, [`crate::engine::budgets::taken_over`]), its
+//! a release took over, [`crate::engine::created::taken_over`]), its
 //! selector and budget fields, and tells the state only when they change
 //! or its first list completes: the disruption controller's status writes
 //! (every budget, at every pod change) never wake the state task.
@@ -46,8 +46,8 @@ pub(crate) const WHAT: &str = "PodDisruptionBudgets";
 pub(crate) fn into_parts(pdb: PodDisruptionBudget) -> (String, Option<String>) {
     let object = serde_json::to_value(&pdb).unwrap_or(Value::Null);
     let name = pdb.metadata.name.unwrap_or_default();
-    let created = crate::engine::budgets::created_for(&object).is_some()
-        && !crate::engine::budgets::taken_over(&object);
+    let created = crate::engine::created::created_for(&object).is_some()
+        && !crate::engine::created::taken_over(&object);
     let spec = &object["spec"];
     let counts = json!([
         spec["selector"],
@@ -103,8 +103,8 @@ mod tests {
                        "expectedPods": 3, "observedGeneration": 1},
         });
         if created {
-            let (key, value) = crate::engine::budgets::MANAGED_BY;
-            v["metadata"]["annotations"] = json!({crate::engine::budgets::CREATED_FOR: selector});
+            let (key, value) = crate::engine::created::MANAGED_BY;
+            v["metadata"]["annotations"] = json!({crate::engine::created::CREATED_FOR: selector});
             v["metadata"]["labels"] = json!({key: value});
         }
         serde_json::from_value(v).unwrap()
