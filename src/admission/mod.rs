@@ -34,7 +34,7 @@ pub use request::{ECHO_BYTES, MAX_UID_BYTES};
 pub use validate::validate;
 
 use crate::engine::{self, Operation, Snapshot};
-use crate::telemetry::{clip, loggable};
+use crate::telemetry::clip;
 
 /// The warning attached while the policy sources are still syncing.
 pub const NOT_SYNCED_WARNING: &str =
@@ -155,35 +155,8 @@ fn names<'a>(
     (namespace, name)
 }
 
-/// The span of one review (`/mutate` or `/validate`), entered around its
-/// work. Its fields `uid`, `kind`, `namespace`, `name` and `operation` are
-/// recorded by [`record_names`] once the request is read.
-fn review_span() -> tracing::Span {
-    use tracing::field::Empty;
-    tracing::info_span!(
-        "review",
-        uid = Empty,
-        kind = Empty,
-        namespace = Empty,
-        name = Empty,
-        operation = Empty
-    )
-}
-
-/// Records the review's names in its span, request content clipped and
-/// escaped as in the review's log line.
-fn record_names(span: &tracing::Span, reply: &Reviewed<'_>) {
-    use tracing::field::display;
-    span.record("uid", display(loggable(&reply.uid, 256)));
-    span.record("kind", reply.kind);
-    span.record("namespace", display(loggable(&reply.namespace, 256)));
-    span.record("name", display(loggable(&reply.name, 256)));
-    span.record("operation", reply.operation);
-}
-
 /// Answers one AdmissionReview given as raw bytes.
 pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> Answer<'a> {
-    let span = review_span().entered();
     let (parsed, operation, op_label) = match open(body) {
         Ok(opened) => opened,
         Err(message) => return bad_request(message),
@@ -196,7 +169,6 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
         request.object,
     );
     let mut reply = Reviewed::skipped(kind_label(kind), op_label, request.uid.0, namespace, name);
-    record_names(&span, &reply);
     let mut response = ResponseOut::allowed();
 
     if matches!(operation, Operation::Create | Operation::Update) {

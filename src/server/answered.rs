@@ -1,5 +1,7 @@
-//! One answered review: counted in the metrics, logged once (the review
-//! line), and turned into its HTTP answer ([`http_answer`]).
+//! One answered review: counted in the metrics, its names recorded in the
+//! review's span ([`crate::telemetry::review_span`], entered by the routes
+//! for the whole review), logged once inside it (the review line), and
+//! turned into its HTTP answer ([`http_answer`]).
 
 use std::borrow::Cow;
 use std::time::Instant;
@@ -8,7 +10,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use tracing::Level;
 
-use crate::admission::{Answer, ReviewOutcome};
+use crate::admission::{Answer, ReviewOutcome, Reviewed};
 use crate::telemetry::{KindLabels, Metrics, RequestLabels, loggable};
 use axum::http::StatusCode;
 
@@ -43,12 +45,28 @@ fn change_lines(changes: &[String]) -> String {
 /// The bound of a review log line's `changes` field.
 pub const CHANGES_LOG_BYTES: usize = 2048;
 
-/// Counts and logs one answered review, and turns it into the HTTP answer.
+/// Records the review's names in the current span (the review's), request
+/// content clipped and escaped ([`loggable`]).
+fn record_names(reviewed: &Reviewed<'_>) {
+    use tracing::field::display;
+    let span = tracing::Span::current();
+    span.record("uid", display(loggable(&reviewed.uid, 256)));
+    span.record("kind", reviewed.kind);
+    span.record("namespace", display(loggable(&reviewed.namespace, 256)));
+    span.record("name", display(loggable(&reviewed.name, 256)));
+    span.record("operation", reviewed.operation);
+}
+
+/// Counts and logs one answered review inside the review's span, and turns
+/// it into the HTTP answer.
 pub(super) fn respond(metrics: &Metrics, answer: Answer<'_>, started: Instant) -> Response {
     let elapsed = started.elapsed();
     let outcome = answer.outcome();
     let (kind, operation, patch_ops) = match &answer {
-        Answer::Reviewed(r) => (r.kind, r.operation, r.patch_ops),
+        Answer::Reviewed(r) => {
+            record_names(r);
+            (r.kind, r.operation, r.patch_ops)
+        }
         Answer::BadRequest(_) => ("other", "other", 0),
     };
     metrics
@@ -89,18 +107,13 @@ pub(super) fn respond(metrics: &Metrics, answer: Answer<'_>, started: Instant) -
 }
 
 /// The log line of one answered review, written by [`ReviewLine::emit`]
-/// after the review's span is left (the line carries the names itself).
-/// `None` fields are left out of the line.
+/// inside the review's span (which holds the names). `None` fields are left
+/// out of the line.
 struct ReviewLine<'a> {
     /// `ERROR` for a failed review, `WARN` for a refused policy or a bad
     /// request, `INFO` otherwise.
     level: Level,
     message: &'static str,
-    uid: Option<Cow<'a, str>>,
-    kind: Option<&'static str>,
-    namespace: Option<Cow<'a, str>>,
-    name: Option<Cow<'a, str>>,
-    operation: Option<&'static str>,
     outcome: &'static str,
     patch_ops: Option<usize>,
     duration_ms: f64,
@@ -110,17 +123,12 @@ struct ReviewLine<'a> {
 
 impl<'a> ReviewLine<'a> {
     /// The line for `answer`: request content clipped and escaped
-    /// ([`loggable`]: names 256 bytes, errors 1 KiB, a refused policy's
-    /// errors 4 KiB, changes [`CHANGES_LOG_BYTES`]).
+    /// ([`loggable`]: errors 1 KiB, a refused policy's errors 4 KiB,
+    /// changes [`CHANGES_LOG_BYTES`]).
     fn of(answer: &'a Answer<'_>, duration_ms: f64) -> ReviewLine<'a> {
         let mut line = ReviewLine {
             level: Level::INFO,
             message: "review",
-            uid: None,
-            kind: None,
-            namespace: None,
-            name: None,
-            operation: None,
             outcome: answer.outcome().as_str(),
             patch_ops: None,
             duration_ms,
@@ -136,11 +144,6 @@ impl<'a> ReviewLine<'a> {
             }
             Answer::Reviewed(r) => r,
         };
-        line.uid = Some(loggable(&r.uid, 256));
-        line.kind = Some(r.kind);
-        line.namespace = Some(loggable(&r.namespace, 256));
-        line.name = Some(loggable(&r.name, 256));
-        line.operation = Some(r.operation);
         line.patch_ops = Some(r.patch_ops);
         match (&r.outcome, &r.error) {
             (ReviewOutcome::ErrorAllowed | ReviewOutcome::ErrorDenied, Some(err)) => {
@@ -167,11 +170,6 @@ impl<'a> ReviewLine<'a> {
                 tracing::event!(
                     target: TARGET,
                     $level,
-                    uid = self.uid.as_ref().map(tracing::field::display),
-                    kind = self.kind,
-                    namespace = self.namespace.as_ref().map(tracing::field::display),
-                    name = self.name.as_ref().map(tracing::field::display),
-                    operation = self.operation,
                     outcome = self.outcome,
                     patch_ops = self.patch_ops,
                     duration_ms = self.duration_ms,

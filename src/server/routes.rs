@@ -15,13 +15,14 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::BodyExt;
+use tracing::Instrument;
 
 use super::answered::{error_body, respond};
 use super::budget::{Budget, Charge, SMALL_BODY_BYTES};
 use crate::admission::{self, Answer, MAX_BODY_BYTES, ReviewOptions};
 use crate::engine::Snapshot;
 use crate::store::PolicyStore;
-use crate::telemetry::{Metrics, clip};
+use crate::telemetry::{Metrics, clip, review_span};
 
 /// Reading a request body must finish within this time (the API server
 /// sends it at once; a slow body holds memory budget).
@@ -191,7 +192,9 @@ async fn mutate(
     Extension(budget): Extension<Budget>,
     request: Request,
 ) -> Response {
-    answer_review(&state, budget, request, admission::review).await
+    answer_review(&state, budget, request, admission::review)
+        .instrument(review_span())
+        .await
 }
 
 async fn validate(
@@ -199,11 +202,14 @@ async fn validate(
     Extension(budget): Extension<Budget>,
     request: Request,
 ) -> Response {
-    answer_review(&state, budget, request, validate_review).await
+    answer_review(&state, budget, request, validate_review)
+        .instrument(review_span())
+        .await
 }
 
 /// Reads the body within the limits and answers it with `review` (on the
-/// blocking pool when large).
+/// blocking pool when large), inside the review's span ([`review_span`],
+/// which the handlers open around it).
 async fn answer_review(
     state: &AppState,
     budget: Budget,
@@ -231,7 +237,9 @@ async fn answer_review(
     // stays with the review, even if this request is abandoned.
     let turn = budget.large_review().await;
     let metrics = metrics.clone();
+    let span = tracing::Span::current();
     let task = move || {
+        let _entered = span.enter();
         let answer = review(&snapshot, &bytes, &options);
         let response = respond(&metrics, answer, started);
         drop((bytes, charge, turn));

@@ -6,6 +6,7 @@
 //! (`CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `other`), `outcome` (see
 //! [`crate::admission::ReviewOutcome`]) and `result` (`success` or `error`).
 
+mod json;
 mod writer;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
@@ -14,8 +15,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use tracing_subscriber::fmt::format::{Format, Json};
 
+pub use json::{JsonFormat, json_format, review_span};
 pub use writer::{FlushOnDrop, flush as flush_logs};
 
 /// Prefix of every metric this crate registers.
@@ -235,18 +236,6 @@ pub enum LogFormat {
     #[default]
     Json,
     Text,
-}
-
-/// The JSON log line: `tracing-subscriber`'s JSON format with the event's
-/// fields flattened and without the current span, that is
-/// `{"timestamp", "level", "message", the fields in order, "target"}` (an
-/// event inside a span adds `"spans"`). docs/server.md and the tests read
-/// these keys.
-pub fn json_format() -> Format<Json> {
-    tracing_subscriber::fmt::format()
-        .json()
-        .flatten_event(true)
-        .with_current_span(false)
 }
 
 /// Installs the global tracing subscriber (level from `RUST_LOG`, default

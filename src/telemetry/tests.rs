@@ -46,6 +46,18 @@ pub(crate) fn json_lines(f: impl FnOnce()) -> String {
     String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
 }
 
+/// What `f` logs, in the text format without colour.
+pub(crate) fn text_lines(f: impl FnOnce()) -> String {
+    let lines = Lines::default();
+    let sink = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+}
+
 /// The review line as docs/server.md and the tests read it: keys in
 /// this order, numbers as numbers, a UTC timestamp in microseconds.
 #[test]

@@ -4,7 +4,7 @@ use std::time::Instant;
 use super::{CHANGES_LOG_BYTES, change_lines, respond};
 use crate::admission::{Answer, BadRequest, ReviewOutcome, Reviewed};
 use crate::telemetry::Metrics;
-use crate::telemetry::tests::json_lines;
+use crate::telemetry::tests::{json_lines, text_lines};
 
 #[test]
 fn change_lines_are_joined_bounded_and_escaped() {
@@ -16,12 +16,13 @@ fn change_lines_are_joined_bounded_and_escaped() {
     assert!(logged.ends_with("bytes more)"), "{logged}");
 }
 
-/// The JSON line [`respond`] logs for `answer`, from `"level"` on, with
-/// the duration replaced by `<ms>`.
+/// The JSON line [`respond`] logs for `answer` inside the review's span (as
+/// the routes call it), from `"level"` on, with the duration replaced by
+/// `<ms>`.
 fn logged(answer: Answer<'_>) -> String {
     let metrics = Metrics::unregistered();
     let text = json_lines(|| {
-        respond(&metrics, answer, Instant::now());
+        crate::telemetry::review_span().in_scope(|| respond(&metrics, answer, Instant::now()));
     });
     let line = text.lines().next().expect("one line").to_string();
     let rest = &line[line.find("\"level\"").expect("a level")..];
@@ -87,5 +88,32 @@ fn the_review_line_per_outcome() {
         format!(
             r#""level":"INFO","message":"review",{NAMES},"outcome":"patched","patch_ops":2,"duration_ms":<ms>,"changes":"a: 1 -> 2; b: x -> y",{TARGET}"#
         )
+    );
+}
+
+/// In the text format the names are the span's, shown once in its prefix;
+/// in JSON, a line logged inside the review's span (not its own line) gets
+/// them at its top level too, with no `"spans"` list repeating them.
+#[test]
+fn the_names_are_the_spans_and_shown_once() {
+    let metrics = Metrics::unregistered();
+    let text = text_lines(|| {
+        let answer = Answer::Reviewed(reviewed(ReviewOutcome::Unchanged));
+        crate::telemetry::review_span().in_scope(|| respond(&metrics, answer, Instant::now()));
+    });
+    assert_eq!(text.matches("uid=").count(), 1, "{text}");
+    assert!(
+        text.contains(r#"review{uid=u1 kind="Deployment" namespace=knative-serving name=con\u{a}troller operation="CREATE"}: knative_ha_webhook::server::routes: review outcome="unchanged""#),
+        "{text}"
+    );
+    let json = json_lines(|| {
+        let span = crate::telemetry::review_span();
+        span.record("uid", "u1");
+        span.in_scope(|| tracing::warn!(detail = 1, "inside"));
+    });
+    assert!(
+        json.contains(r#""level":"WARN","message":"inside","uid":"u1","detail":1,"target""#)
+            && !json.contains("spans"),
+        "{json}"
     );
 }
