@@ -47,6 +47,9 @@ pub struct FieldChange {
     pub before: Option<String>,
     /// Its value after (`removed` where the field goes).
     pub after: String,
+    /// The field is in a Deployment's pod template: writing it starts a
+    /// rollout (new pods).
+    pub pod_template: bool,
 }
 
 /// What [`FieldChange::after`] shows for a field removed.
@@ -63,6 +66,24 @@ impl FieldChange {
             field: field.into(),
             before: Some(before.into()),
             after: after.into(),
+            pod_template: false,
+        }
+    }
+
+    /// The field at `path` (shown as its keys joined by `.`), `before ->
+    /// after` (`None`: removed); in the pod template where `path` is.
+    pub fn at(path: &[&str], before: impl Into<String>, after: Option<String>) -> FieldChange {
+        FieldChange {
+            pod_template: path.starts_with(&["spec", "template"]),
+            ..FieldChange::new(path.join("."), before, after.unwrap_or(REMOVED.into()))
+        }
+    }
+
+    /// The same change, of a field in the pod template.
+    pub fn in_pod_template(self) -> FieldChange {
+        FieldChange {
+            pod_template: true,
+            ..self
         }
     }
 
@@ -162,6 +183,26 @@ impl What {
         after: impl Into<String>,
     ) -> What {
         What::Fields(vec![FieldChange::new(field, before, after)])
+    }
+
+    /// Whether the change writes a Deployment's pod template (and so starts
+    /// a rollout): the anti-affinity term, the spread constraints, a
+    /// container's args, a field of the template.
+    pub fn in_pod_template(&self) -> bool {
+        match self {
+            What::AntiAffinitySet { .. }
+            | What::AntiAffinityRemoved(_)
+            | What::SpreadSet(_)
+            | What::ContainerArg { .. } => true,
+            What::Fields(fields) => fields.iter().any(|f| f.pod_template),
+            What::Warning(_)
+            | What::KeptRelease { .. }
+            | What::KeptTheirs { .. }
+            | What::ArgKept { .. }
+            | What::BudgetCreated { .. }
+            | What::BudgetChanged { .. }
+            | What::BudgetDeleted { .. } => false,
+        }
     }
 
     /// The fields whose values changed (none for the other kinds).

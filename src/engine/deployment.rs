@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use serde_json::{Map, Value, json};
 
 use super::affinity::{ANTI_AFFINITY, MATCH_LABELS};
-use super::change::{Change, Spread, TermOwner, What};
+use super::change::{Change, FieldChange, Spread, TermOwner, What};
 use super::patch::Patcher;
 use super::records::{
     self, PRIORITY_CLASS, REPLICAS as RECORDED_REPLICAS, ROLLOUT_MAX_UNAVAILABLE, TOPOLOGY_SPREAD,
@@ -320,11 +320,11 @@ fn priority_class(
     let pt = records::patcher(t, p, &[&PRIORITY_CLASS])?;
     pt.set(PRIORITY_CLASS_PATH, json!(want))
         .map_err(|e| t.malformed(e))?;
-    let field = What::field(
-        PRIORITY_CLASS_PATH.join("."),
+    let field = What::Fields(vec![FieldChange::at(
+        PRIORITY_CLASS_PATH,
         current.unwrap_or("unset"),
-        want,
-    );
+        Some(want.to_string()),
+    )]);
     changes.push(
         t.change(field)
             .noted("the PriorityClass must exist: pods naming one that does not are refused"),

@@ -146,7 +146,8 @@ fn settings_annotation(
             let pt = p.get_or_insert_with(|| Patcher::new(t.object));
             super::records::remove_pruned(pt, HASH_PATH);
             let field =
-                FieldChange::removed(hash_field(), crate::policy::schema_check::show(current));
+                FieldChange::removed(hash_field(), crate::policy::schema_check::show(current))
+                    .in_pod_template();
             changes.push(t.change(What::Fields(vec![field])).noted(format!(
                 "{why}: the leader-election settings are not written there"
             )));
@@ -167,7 +168,8 @@ fn settings_annotation(
     let pt = p.get_or_insert_with(|| Patcher::new(t.object));
     pt.set(HASH_PATH, json!(want)).map_err(|e| t.malformed(e))?;
     let before = current.and_then(Value::as_str).unwrap_or("unset");
-    changes.push(t.change(What::field(hash_field(), before, want)).noted(
+    let field = FieldChange::new(hash_field(), before, want).in_pod_template();
+    changes.push(t.change(What::Fields(vec![field])).noted(
         "hash of the leader-election settings: when they change, the leader-elected Deployments restart together",
     ));
     Ok(true)

@@ -385,16 +385,18 @@ pub(crate) fn put_back(
     let current = super::lookup(&pt.doc, r.path)
         .filter(|v| !v.is_null())
         .cloned();
-    let field = r.path.join(".");
     let shown = |v: Option<&Value>| v.map_or("unset".to_string(), show);
     let what = match (&current, &original) {
         (a, b) if a == b => What::KeptRelease {
-            field,
+            field: r.path.join("."),
             value: shown(original.as_ref()),
             record: r.annotation,
         },
-        (_, None) => What::Fields(vec![FieldChange::removed(field, shown(current.as_ref()))]),
-        (_, Some(v)) => What::field(field, shown(current.as_ref()), show(v)),
+        (_, v) => What::Fields(vec![FieldChange::at(
+            r.path,
+            shown(current.as_ref()),
+            v.as_ref().map(show),
+        )]),
     };
     match original {
         None => remove_pruned(pt, r.path),

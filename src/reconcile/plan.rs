@@ -1,9 +1,6 @@
 //! Pure drift planning: what the engine would change on an object that
 //! already exists, which of those changes touch the pod template (and so
 //! roll the Deployment's pods), and the patch the reconciler sends.
-
-use std::collections::BTreeSet;
-
 use json_patch::{Patch, PatchOperation, TestOperation};
 use serde::Serialize;
 use serde_json::Value;
@@ -142,39 +139,6 @@ fn hold_back_unsafe(
     (held.len(), sent)
 }
 
-/// Which change lines of `outcome` are pod template changes: the engine
-/// runs again on the object with its pod template already as the policy
-/// wants it; the lines that remain are the others.
-fn pod_template_lines(
-    snapshot: &Snapshot,
-    input: &Input<'_>,
-    outcome: &engine::Mutated,
-) -> Result<BTreeSet<Change>, EngineError> {
-    let mut aligned = input.object.clone();
-    if let (Some(slot), Some(wanted)) = (
-        aligned.pointer_mut(POD_TEMPLATE),
-        outcome
-            .object
-            .as_ref()
-            .and_then(|o| o.pointer(POD_TEMPLATE)),
-    ) {
-        *slot = wanted.clone();
-    }
-    let aligned = Input {
-        object: &aligned,
-        ..*input
-    };
-    let rest = engine::outcome(Answering::Governed(snapshot), &aligned)?.mutation;
-    let rest: BTreeSet<&Change> = rest.changes.iter().collect();
-    Ok(outcome
-        .mutation
-        .changes
-        .iter()
-        .filter(|c| !rest.contains(c))
-        .cloned()
-        .collect())
-}
-
 /// Computes the drift of one existing object (operation UPDATE, like the
 /// admission request its write will produce). `Ok(None)`: in line, or not
 /// a governed kind/namespace. With `pod_templates == false`, operations on
@@ -208,18 +172,13 @@ pub fn plan(
         .cloned()
         .partition(touches_pod_template);
 
-    let template_lines = if template_ops.is_empty() {
-        BTreeSet::new()
-    } else {
-        pod_template_lines(snapshot, &input, &outcome)?
-    };
     let changes = outcome
         .mutation
         .changes
         .iter()
         .map(|c| ChangeLine {
             change: c.clone(),
-            rolls_pods: template_lines.contains(c),
+            rolls_pods: c.what.in_pod_template(),
         })
         .collect();
     let (patch, held_back) = if pod_templates {

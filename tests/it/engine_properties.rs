@@ -342,6 +342,33 @@ proptest! {
         prop_assert!(second.mutation.lines().iter().all(|c| c.contains(": warning: ")));
     }
 
+    /// A change says whether it writes the pod template (and so rolls the
+    /// Deployment's pods), and it says so exactly: once the object's pod
+    /// template is the one the policy wants, the engine's changes left are
+    /// those that did not say so.
+    #[test]
+    fn changes_say_whether_they_roll_pods(
+        policy in policygen::arb_policy(&SHAPE),
+        (object, ns) in prop_oneof![arb_deployment(), arb_fixture()],
+        ctx in arb_ctx(),
+    ) {
+        let ns = ns.unwrap_or(&policy.spec.target_namespace).to_string();
+        let outcome = run(&policy, &ns, &object, &ctx);
+        let mut aligned = object.clone();
+        let wanted = outcome.object.as_ref().and_then(|o| o.pointer("/spec/template"));
+        if let (Some(slot), Some(wanted)) = (aligned.pointer_mut("/spec/template"), wanted) {
+            *slot = wanted.clone();
+        }
+        let rest = run(&policy, &ns, &aligned, &ctx).mutation.changes;
+        for change in &outcome.mutation.changes {
+            prop_assert_eq!(
+                change.what.in_pod_template(),
+                !rest.contains(change),
+                "{}", change
+            );
+        }
+    }
+
     #[test]
     fn objects_outside_the_target_namespace_are_never_patched(
         policy in policygen::arb_policy(&SHAPE),

@@ -47,7 +47,8 @@ pub(super) fn engine_owned(
     if let Some(hash) = crate::engine::lookup(object, HASH) {
         let pt = p.get_or_insert_with(|| Patcher::new(object));
         remove_pruned(pt, HASH);
-        let field = FieldChange::removed(crate::engine::leader::hash_field(), show(hash));
+        let field =
+            FieldChange::removed(crate::engine::leader::hash_field(), show(hash)).in_pod_template();
         changes.push(
             n.stated(What::Fields(vec![field]))
                 .noted("restored; the pods roll"),

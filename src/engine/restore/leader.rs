@@ -25,7 +25,7 @@ pub(crate) fn undo(
     if let Some(hash) = crate::engine::lookup(t.object, HASH) {
         let pt = p.get_or_insert_with(|| Patcher::new(t.object));
         remove_pruned(pt, HASH);
-        let field = FieldChange::removed(hash_field(), show(hash));
+        let field = FieldChange::removed(hash_field(), show(hash)).in_pod_template();
         changes.push(t.change(What::Fields(vec![field])).noted(
             "no policy setting asks for leader election settings any more: the leader-elected Deployments restart together",
         ));

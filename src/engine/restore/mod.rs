@@ -164,9 +164,8 @@ fn last_applied_pdb(n: &Named<'_>, object: &Value, p: &mut Option<Patcher>) -> O
             let fields = vec![
                 FieldChange::removed(format!("spec.{other}"), show(&current[other])),
                 FieldChange {
-                    field: format!("spec.{field}"),
                     before: None,
-                    after: show(&value),
+                    ..FieldChange::new(format!("spec.{field}"), "", show(&value))
                 },
             ];
             return Some(n.stated(What::Fields(fields)).noted(format!(
