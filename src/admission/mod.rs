@@ -327,6 +327,3 @@ fn engine_failed(
     }
     reply.error = Some(message);
 }
-
-#[cfg(test)]
-mod tests;

@@ -6,6 +6,8 @@
 
 mod support;
 
+mod admission_review;
+mod admission_unclaimed;
 mod audit_cli;
 mod cli_commands;
 mod cli_habits;

@@ -3,7 +3,11 @@
 //! undoes); with `--undo-unclaimed` the engine's records are undone at
 //! admission.
 
-use super::*;
+use crate::admission_review::{Reply, review, review_json};
+use base64::Engine as _;
+use knative_ha_webhook::admission::{OnError, ReviewOptions, ReviewOutcome};
+use knative_ha_webhook::engine::Snapshot;
+use serde_json::Value;
 
 /// `--undo-unclaimed`.
 const UNDO: ReviewOptions = ReviewOptions {
@@ -131,9 +135,10 @@ fn a_policy_object_not_in_force_or_no_sync_undoes_nothing() {
     let pdb = reapplied_pdb();
     let body = review_json("UPDATE", "knative-serving", pdb);
     let mut claimed = no_policy_object();
-    claimed.unclaimed = crate::engine::Unclaimed::all_but(["knative-serving".to_string()]);
+    claimed.unclaimed =
+        knative_ha_webhook::engine::Unclaimed::all_but(["knative-serving".to_string()]);
     let mut unknown = no_policy_object();
-    unknown.unclaimed = crate::engine::Unclaimed::Unknown;
+    unknown.unclaimed = knative_ha_webhook::engine::Unclaimed::Unknown;
     let mut unsynced = no_policy_object();
     unsynced.synced = false;
     for (name, snapshot, outcome) in [

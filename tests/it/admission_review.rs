@@ -1,24 +1,30 @@
-use super::*;
-use crate::policy::Policy;
+//! `admission::review` on its own: the answers, statuses and outcomes of
+//! reviews read back as the HTTP layer sends them.
+
+use base64::Engine as _;
+use knative_ha_webhook::admission::*;
+use knative_ha_webhook::engine::Snapshot;
+use knative_ha_webhook::policy::Policy;
+use serde_json::Value;
 
 /// An answer as the HTTP layer sends it (status from `server::routes`).
-struct Reply {
-    status: u16,
-    body: Value,
-    outcome: ReviewOutcome,
-    namespace: String,
-    error: Option<String>,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
+    pub(crate) outcome: ReviewOutcome,
+    pub(crate) namespace: String,
+    pub(crate) error: Option<String>,
 }
 
 /// [`super::review`], its answer read back as status and JSON.
-fn review(snapshot: &Snapshot, body: &[u8], opts: &ReviewOptions) -> Reply {
-    let answer = super::review(snapshot, body, opts);
+pub(crate) fn review(snapshot: &Snapshot, body: &[u8], opts: &ReviewOptions) -> Reply {
+    let answer = knative_ha_webhook::admission::review(snapshot, body, opts);
     let outcome = answer.outcome();
     let (namespace, error) = match &answer {
         Answer::Reviewed(r) => (r.namespace.to_string(), r.error.clone()),
         Answer::BadRequest(b) => (String::new(), Some(b.reason.clone())),
     };
-    let (status, body) = crate::server::http_answer(answer);
+    let (status, body) = knative_ha_webhook::server::http_answer(answer);
     Reply {
         status: status.as_u16(),
         body: serde_json::from_slice(&body).expect("the answer is JSON"),
@@ -33,7 +39,7 @@ fn snapshot() -> Snapshot {
     Snapshot::from_policies([policy])
 }
 
-fn review_json(op: &str, ns: &str, object: Value) -> Vec<u8> {
+pub(crate) fn review_json(op: &str, ns: &str, object: Value) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -253,7 +259,9 @@ fn names_come_from_the_object_when_the_request_has_none() {
                     "object": {"metadata": {"generateName": "web-", "namespace": "ns"}}}
     }))
     .unwrap();
-    let Answer::Reviewed(r) = super::review(&snapshot(), &body, &ReviewOptions::default()) else {
+    let Answer::Reviewed(r) =
+        knative_ha_webhook::admission::review(&snapshot(), &body, &ReviewOptions::default())
+    else {
         panic!("a usable review");
     };
     assert_eq!((&*r.namespace, &*r.name, &*r.uid), ("ns", "web-*", "u\"1"));
@@ -303,5 +311,3 @@ fn legacy_leader_election_keys_hold_the_durations_back_at_admission() {
         "{warnings:?}"
     );
 }
-
-mod unclaimed;
