@@ -5,20 +5,29 @@
 //! Only `metadata` (name, namespace, resourceVersion, the opt-out label) and
 //! `spec.scaleTargetRef` are parsed ([`HpaRef`]); the HPA controller's
 //! status rewrites (every HPA about every 15 s) cost one small parse and
-//! change nothing: each watcher folds its events into its own
-//! `WatchTargets` in its task and tells the state only when the
-//! namespace's targets change or its first list completes (`HpaUpdate`),
-//! so a status update neither wakes the state task nor publishes.
+//! change nothing: one watcher per namespace with a policy in force
+//! ([`super::namespace_watches`]) keeps its HPAs in a reflector store and
+//! tells the state only when the namespace's targets change or its first
+//! list completes ([`HpaUpdate`]), so a status update neither wakes the
+//! state task nor publishes.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
+use kube::{Api, Resource};
 use serde::{Deserialize, Deserializer};
 
-use super::{Item, WatchEvent};
+use super::namespace_watches::{Kind, NamespaceWatches, Update};
+use super::{Msg, Source};
+
+/// Every HPA watch and the targets per namespace.
+pub(crate) type HpaWatches = NamespaceWatches<BTreeSet<String>>;
+
+/// What the HPA watches are logged as.
+pub(crate) const WHAT: &str = "HorizontalPodAutoscalers";
 
 /// The parts of an HPA the source reads.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -96,183 +105,64 @@ impl Resource for HpaRef {
     }
 }
 
-/// What the source keeps of one HPA.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HpaTarget {
-    pub namespace: String,
-    /// The Deployment the HPA scales (None for other target kinds).
-    pub deployment: Option<String>,
-}
-
-/// The key the source tracks an HPA by (its name; watches are per
-/// namespace) and what it keeps of it, the strings moved rather than
-/// copied (once per event).
-pub fn into_parts(hpa: HpaRef) -> (String, HpaTarget) {
-    let HpaRef { metadata, spec } = hpa;
-    let target = spec.scale_target_ref;
-    let skipped = metadata
+/// The Deployment an HPA scales (None for other target kinds), marked
+/// when the HPA opts out ([`crate::engine::hpa_target_entry`]).
+pub fn target(hpa: &HpaRef) -> Option<String> {
+    let target = &hpa.spec.scale_target_ref;
+    let skipped = hpa
+        .metadata
         .labels
         .as_ref()
         .and_then(|l| l.get(crate::engine::SKIP_LABEL))
         .is_some_and(|v| v == "true");
-    // The name moved, not copied (once per event), unless it gets the mark.
-    let deployment = (target.kind == "Deployment").then(|| {
+    (target.kind == "Deployment").then(|| {
         if skipped {
             crate::engine::hpa_target_entry(&target.name, true)
         } else {
-            target.name
+            target.name.clone()
         }
-    });
-    (
-        metadata.name.unwrap_or_default(),
-        HpaTarget {
-            namespace: metadata.namespace.unwrap_or_default(),
-            deployment,
-        },
-    )
-}
-
-/// The HPAs of one namespace and the Deployments they target, kept up to
-/// date one HPA at a time (O(log n) per change).
-#[derive(Debug, Default)]
-pub struct NamespaceTargets {
-    /// HPA name -> the Deployment it targets (hashed: looked up on every
-    /// event, never iterated).
-    by_hpa: HashMap<String, Option<String>>,
-    /// Deployment -> how many HPAs target it.
-    counts: BTreeMap<String, usize>,
-}
-
-impl NamespaceTargets {
-    /// Sets (`Some`) or removes (`None`) one HPA's target; true when the set
-    /// of targeted Deployments changed.
-    pub fn apply(&mut self, hpa: &str, target: Option<Option<String>>) -> bool {
-        let old = match &target {
-            // A known HPA (every status update): no new key.
-            Some(t) => match self.by_hpa.get_mut(hpa) {
-                Some(slot) if slot == t => return false,
-                Some(slot) => Some(std::mem::replace(slot, t.clone())),
-                None => self.by_hpa.insert(hpa.to_string(), t.clone()),
-            },
-            None => self.by_hpa.remove(hpa),
-        };
-        let new = target.flatten();
-        let old = old.flatten();
-        if old == new {
-            return false;
-        }
-        let mut changed = false;
-        if let Some(d) = old
-            && let Some(n) = self.counts.get_mut(&d)
-        {
-            *n -= 1;
-            if *n == 0 {
-                self.counts.remove(&d);
-                changed = true;
-            }
-        }
-        if let Some(d) = new {
-            let n = self.counts.entry(d).or_insert(0);
-            *n += 1;
-            changed |= *n == 1;
-        }
-        changed
-    }
-
-    /// Replaces everything (after a relist); true when the targets changed.
-    pub fn replace(&mut self, hpas: BTreeMap<String, Option<String>>) -> bool {
-        let before = self.targets();
-        self.by_hpa.clear();
-        self.counts.clear();
-        for (name, target) in hpas {
-            self.apply(&name, Some(target));
-        }
-        before != self.targets()
-    }
-
-    /// The Deployments some HPA of the namespace targets.
-    pub fn targets(&self) -> BTreeSet<String> {
-        self.counts.keys().cloned().collect()
-    }
+    })
 }
 
 /// What an HPA watcher tells the state: the namespace's targeted
 /// Deployments when they changed, and whether its first list completed.
-pub(crate) type HpaUpdate = super::namespace_watches::Update<BTreeSet<String>>;
+pub(crate) type HpaUpdate = Update<BTreeSet<String>>;
 
-/// One HPA watcher's view of its namespace, kept in the watcher's task:
-/// the targets, a relist in progress, whether the first list completed.
-#[derive(Debug, Default)]
-pub(crate) struct WatchTargets {
-    targets: NamespaceTargets,
-    /// A relist in progress: HPA name -> target.
-    pending: Option<BTreeMap<String, Option<String>>>,
-    synced: bool,
-}
+impl Kind for HpaRef {
+    const SOURCE: Source = Source::Hpas;
+    type Counts = String;
+    /// The targets as the engine's context holds them: with
+    /// [`crate::engine::HPAS_LISTED`] (sent only once listed: every HPA is
+    /// known).
+    type Value = BTreeSet<String>;
 
-impl WatchTargets {
-    /// Folds one watcher change in; the update for the state, or None when
-    /// the targets did not change and no first list completed (a status
-    /// update, a relist's objects). O(log n) for an event.
-    pub(crate) fn apply(&mut self, change: WatchEvent) -> Option<HpaUpdate> {
-        let target = |item: Item| match item {
-            Item::Hpa(t) => Some(t.deployment),
-            Item::Policy(_) | Item::LeaderElection(_) | Item::Budget(_) | Item::PriorityClass => {
-                None
-            }
-        };
-        let mut first_list = false;
-        let changed = match change {
-            WatchEvent::Init => {
-                self.pending = Some(BTreeMap::new());
-                false
-            }
-            WatchEvent::InitApply(name, item) => {
-                if let Some(t) = target(item) {
-                    self.pending
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(name, t);
-                }
-                false
-            }
-            WatchEvent::InitDone => {
-                first_list = !self.synced;
-                self.synced = true;
-                let listed = self.pending.take().unwrap_or_default();
-                self.targets.replace(listed)
-            }
-            WatchEvent::Apply(name, item) => match target(item) {
-                Some(t) => self.targets.apply(&name, Some(t)),
-                None => false,
-            },
-            WatchEvent::Delete(name) => self.targets.apply(&name, None),
-            WatchEvent::Missing => {
-                first_list = !self.synced;
-                self.synced = true;
-                self.targets.replace(BTreeMap::new())
-            }
-        };
-        (changed || first_list).then(|| HpaUpdate {
-            value: Some(self.published()),
-            first_list,
-        })
+    fn api(client: kube::Client, namespace: &str) -> Api<HpaRef> {
+        Api::namespaced(client, namespace)
     }
-
-    /// The targets as the engine's context holds them: once the first list
-    /// completed, with [`crate::engine::HPAS_LISTED`] (every HPA is known).
-    fn published(&self) -> BTreeSet<String> {
-        let mut out = self.targets.targets();
-        if self.synced {
-            out.insert(crate::engine::HPAS_LISTED.to_string());
+    fn counts(&self) -> Option<String> {
+        target(self)
+    }
+    fn value(objects: &[Arc<HpaRef>]) -> BTreeSet<String> {
+        let listed = crate::engine::HPAS_LISTED.to_string();
+        let targets = objects.iter().filter_map(|h| target(h));
+        targets.chain([listed]).collect()
+    }
+    fn msg(namespace: String, id: u64, update: HpaUpdate) -> Msg {
+        Msg::Hpa {
+            namespace,
+            id,
+            update,
         }
-        out
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sources::cluster::namespace_watches::Fold;
+    use crate::sources::cluster::namespace_watches::tests::NoSpawn;
     use kube::ResourceExt;
+    use kube::runtime::watcher::Event;
     use serde_json::json;
 
     fn hpa(ns: &str, name: &str, kind: &str, target: &str) -> HpaRef {
@@ -292,19 +182,12 @@ mod tests {
         let h = hpa("knative-serving", "activator", "Deployment", "activator");
         assert_eq!(h.resource_version().as_deref(), Some("7"));
         assert!(h.metadata.managed_fields.is_none());
-        assert_eq!(
-            into_parts(h),
-            (
-                "activator".to_string(),
-                HpaTarget {
-                    namespace: "knative-serving".into(),
-                    deployment: Some("activator".into())
-                }
-            )
-        );
-        let (key, sts) = into_parts(hpa("ns", "s", "StatefulSet", "db"));
-        assert_eq!(key, "s");
-        assert_eq!(sts.deployment, None);
+        assert_eq!(h.metadata.name.as_deref(), Some("activator"));
+        assert_eq!(h.metadata.namespace.as_deref(), Some("knative-serving"));
+        assert_eq!(target(&h).as_deref(), Some("activator"));
+        let sts = hpa("ns", "s", "StatefulSet", "db");
+        assert_eq!(sts.metadata.name.as_deref(), Some("s"));
+        assert_eq!(target(&sts), None);
     }
 
     #[test]
@@ -318,26 +201,142 @@ mod tests {
         let kept = read.metadata.labels.as_ref().map(BTreeMap::len);
         assert_eq!(kept, Some(1), "only the opt-out label is kept");
         assert_eq!(
-            into_parts(read).1.deployment.as_deref(),
+            target(&read).as_deref(),
             Some("knativeha.dev/skipped-hpa:activator")
         );
     }
 
+    const NS: &str = "knative-serving";
+
+    fn apply(name: &str, kind: &str, to: &str) -> Event<HpaRef> {
+        Event::Apply(hpa(NS, name, kind, to))
+    }
+
+    fn delete(name: &str) -> Event<HpaRef> {
+        Event::Delete(hpa(NS, name, "Deployment", ""))
+    }
+
+    /// A watcher's fold after its first list (of nothing).
+    fn listed_fold() -> Fold<HpaRef> {
+        let mut seen = Fold::default();
+        seen.apply(Event::Init);
+        assert!(seen.apply(Event::InitDone).is_some_and(|u| u.first_list));
+        seen
+    }
+
     #[test]
     fn incremental_targets_report_only_real_changes() {
-        let mut t = NamespaceTargets::default();
-        assert!(t.apply("a", Some(Some("activator".into()))));
-        assert!(!t.apply("a", Some(Some("activator".into()))), "same target");
-        assert!(!t.apply("a2", Some(Some("activator".into()))), "second HPA");
-        assert!(!t.apply("a", None), "still targeted by a2");
-        assert!(t.apply("a2", None), "no HPA left on activator");
-        assert!(t.targets().is_empty());
-        assert!(!t.apply("s", Some(None)), "non-Deployment target");
-        assert!(t.apply("s", Some(Some("webhook".into()))), "retargeted");
-        assert!(t.apply("s", Some(Some("controller".into()))));
-        assert_eq!(t.targets(), ["controller".to_string()].into());
-        let relist: BTreeMap<_, _> = [("s".to_string(), Some("controller".to_string()))].into();
-        assert!(!t.replace(relist));
-        assert!(t.replace(BTreeMap::new()));
+        let mut t = listed_fold();
+        let mut changed = |e| t.apply(e).is_some();
+        assert!(changed(apply("a", "Deployment", "activator")));
+        assert!(
+            !changed(apply("a", "Deployment", "activator")),
+            "same target"
+        );
+        assert!(
+            !changed(apply("a2", "Deployment", "activator")),
+            "second HPA"
+        );
+        assert!(!changed(delete("a")), "still targeted by a2");
+        assert!(changed(delete("a2")), "no HPA left on activator");
+        assert!(
+            !changed(apply("s", "StatefulSet", "db")),
+            "non-Deployment target"
+        );
+        assert!(changed(apply("s", "Deployment", "webhook")), "retargeted");
+        let update = t.apply(apply("s", "Deployment", "controller"));
+        assert_eq!(update.and_then(|u| u.value), Some(listed(&["controller"])));
+        t.apply(Event::Init);
+        t.apply(Event::InitApply(hpa(NS, "s", "Deployment", "controller")));
+        assert_eq!(t.apply(Event::InitDone), None, "the same relisted");
+        t.apply(Event::Init);
+        assert!(t.apply(Event::InitDone).is_some(), "an empty relist");
+    }
+
+    /// One event through a watcher's fold and, when it sends anything,
+    /// the state's watches: (targets changed, first list completed).
+    fn feed(
+        w: &mut HpaWatches,
+        seen: &mut Fold<HpaRef>,
+        id: u64,
+        event: Event<HpaRef>,
+    ) -> (bool, bool) {
+        match seen.apply(event) {
+            Some(update) => w.apply(NS, id, update),
+            None => (false, false),
+        }
+    }
+
+    #[test]
+    fn watches_follow_the_namespaces_and_stale_messages_are_dropped() {
+        let mut w = HpaWatches::new(WHAT, Box::new(NoSpawn));
+        let serving = NS.to_string();
+        assert!(!w.set([&serving]));
+        assert!(!w.synced());
+        let mut seen = Fold::default();
+        assert_eq!(seen.apply(Event::Init), None, "a list starts: nothing sent");
+        assert_eq!(
+            seen.apply(Event::InitApply(hpa(NS, "a", "Deployment", "activator"))),
+            None,
+            "a listed object: nothing sent"
+        );
+        assert_eq!(feed(&mut w, &mut seen, 1, Event::InitDone), (true, true));
+        assert!(w.synced());
+        assert_eq!(w.values()[&serving], listed(&["activator"]));
+        // Same target again (a status update): the watcher sends nothing.
+        assert_eq!(seen.apply(apply("a", "Deployment", "activator")), None);
+        // Policy gone: watch stopped, targets dropped.
+        assert!(w.set([]));
+        assert!(w.values().is_empty());
+        // Back: a new watcher (id 2); the old one's leftovers are ignored.
+        w.set([&serving]);
+        let stale = seen.apply(apply("b", "Deployment", "webhook"));
+        assert!(stale.is_some(), "the old watcher saw a new target");
+        assert_eq!(w.apply(NS, 1, stale.unwrap()), (false, false));
+        assert!(w.values().is_empty());
+        assert!(!w.synced());
+        let mut seen = Fold::default();
+        seen.apply(Event::Init);
+        // An empty namespace, listed: the engine learns there is no HPA at all.
+        assert_eq!(feed(&mut w, &mut seen, 2, Event::InitDone), (true, true));
+        assert_eq!(w.values()[&serving], listed(&[]));
+        assert!(w.synced());
+        let apply_b = apply("b", "Deployment", "webhook");
+        assert!(feed(&mut w, &mut seen, 2, apply_b).0);
+        assert_eq!(w.values()[&serving], listed(&["webhook"]));
+        assert!(feed(&mut w, &mut seen, 2, delete("b")).0);
+        assert_eq!(w.values()[&serving], listed(&[]));
+    }
+
+    /// What the state holds for a listed namespace: its targets and the
+    /// mark that every HPA is known.
+    fn listed(targets: &[&str]) -> BTreeSet<String> {
+        targets
+            .iter()
+            .map(|t| t.to_string())
+            .chain([crate::engine::HPAS_LISTED.to_string()])
+            .collect()
+    }
+
+    #[test]
+    fn a_relist_sends_only_what_changed() {
+        let mut seen = Fold::<HpaRef>::default();
+        seen.apply(Event::Init);
+        seen.apply(Event::InitApply(hpa(NS, "a", "Deployment", "activator")));
+        let first = seen.apply(Event::InitDone).expect("first list");
+        assert!(first.first_list);
+        // A relist (after 410 Gone) with the same objects: nothing sent.
+        seen.apply(Event::Init);
+        seen.apply(Event::InitApply(hpa(NS, "a", "Deployment", "activator")));
+        assert_eq!(seen.apply(Event::InitDone), None);
+        // A relist that misses a deletion: the new targets, not a first list.
+        seen.apply(Event::Init);
+        assert_eq!(
+            seen.apply(Event::InitDone),
+            Some(HpaUpdate {
+                value: Some(listed(&[])),
+                first_list: false
+            })
+        );
     }
 }

@@ -5,11 +5,13 @@
 //! - `watch`: one kube-runtime watcher per source (with backoff), turned
 //!   into `Msg`s; it also keeps the `source_up` / `watch_errors` metrics
 //!   and logs outages (once) and reconnects.
-//! - `policies`, `configmaps`, `hpas`: per-source conversion and validation.
+//! - `policies`, `configmaps`: per-source conversion and validation.
 //! - `namespace_watches`: what is watched only in the namespaces where a
-//!   policy is in force, one watcher per namespace and kind, started and
-//!   stopped by the state as policies come and go: HPAs (`hpa_watches`) and
-//!   the ConfigMap `config-leader-election` (`leader_election`).
+//!   policy is in force, one watcher per namespace and kind (each kept in a
+//!   kube-runtime reflector store), started and stopped by the state as
+//!   policies come and go: HPAs (`hpas`), PodDisruptionBudgets
+//!   (`budget_watches`), the ConfigMap `config-leader-election`
+//!   (`leader_election`), and PriorityClasses (`priority_classes`).
 //! - `source_state`: per-source objects and a relist in progress, with the
 //!   last valid version of each policy object.
 //! - `state`: merge, publication of [`crate::engine::Snapshot`]s, and the
@@ -21,6 +23,8 @@
 //!   watch path); `sent`: what was asked of it.
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Api;
 use kube::api::DynamicObject;
 use kube::runtime::events::{Recorder, Reporter};
@@ -34,7 +38,6 @@ use crate::store::PolicyStore;
 
 mod budget_watches;
 pub mod configmaps;
-mod hpa_watches;
 pub mod hpas;
 mod leader_election;
 pub mod merge;
@@ -174,36 +177,47 @@ pub enum Invalid {
     },
 }
 
-/// An object of one of the sources.
-#[derive(Clone, Debug)]
-pub(crate) enum Item {
-    Policy(Box<Observed>),
-    Hpa(hpas::HpaTarget),
-    /// A PDB's selector and budget fields; None for one the reconciler
-    /// created ([`budget_watches`]).
-    Budget(Option<String>),
-    /// A PriorityClass (only its name, the key, counts).
-    PriorityClass,
-    /// The duration keys of `config-leader-election`.
-    LeaderElection(serde_json::Map<String, serde_json::Value>),
-}
-
-/// What a watcher tells the state.
+/// What a policy watcher tells the state: each object under its key.
 #[derive(Debug)]
 pub(crate) enum WatchEvent {
     /// A (re)list starts.
     Init,
-    InitApply(String, Item),
+    InitApply(String, Box<Observed>),
     /// The (re)list is complete: objects not listed are gone.
     InitDone,
-    Apply(String, Item),
+    Apply(String, Box<Observed>),
     Delete(String),
     /// The resource does not exist (CRD not installed): no objects, synced.
     Missing,
 }
 
+impl WatchEvent {
+    /// A watcher's event with its object observed under its key.
+    fn observed<K>(
+        event: watcher::Event<K>,
+        key: fn(&K) -> String,
+        observe: fn(&K) -> Observed,
+    ) -> WatchEvent {
+        let parts = |obj: &K| (key(obj), Box::new(observe(obj)));
+        match event {
+            watcher::Event::Init => WatchEvent::Init,
+            watcher::Event::InitApply(obj) => {
+                let (key, observed) = parts(&obj);
+                WatchEvent::InitApply(key, observed)
+            }
+            watcher::Event::InitDone => WatchEvent::InitDone,
+            watcher::Event::Apply(obj) => {
+                let (key, observed) = parts(&obj);
+                WatchEvent::Apply(key, observed)
+            }
+            watcher::Event::Delete(obj) => WatchEvent::Delete(key(&obj)),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) enum Msg {
+    /// A change of the policy objects (`Policies`, `ConfigMaps`).
     Watch(Source, WatchEvent),
     /// The HPA watcher `id` of `namespace` changed its targets or
     /// completed its first list (it sends nothing else: an event that
@@ -220,7 +234,6 @@ pub(crate) enum Msg {
         id: u64,
         update: leader_election::LeaderElectionUpdate,
     },
-    /// A status write for this HighAvailabilityPolicy uid failed: retry.
     /// A PDB watcher's news ([`budget_watches`]).
     Budgets {
         namespace: String,
@@ -230,8 +243,9 @@ pub(crate) enum Msg {
     /// The PriorityClass watcher's news ([`priority_classes`]).
     PriorityClasses {
         id: u64,
-        update: namespace_watches::Update<std::collections::BTreeMap<String, String>>,
+        update: namespace_watches::Update<std::collections::BTreeSet<String>>,
     },
+    /// A status write for this HighAvailabilityPolicy uid failed: retry.
     WriteFailed(String),
 }
 
@@ -263,19 +277,10 @@ pub async fn run(
         metrics: metrics.clone(),
     };
     let spawners = state::Spawners {
-        hpas: Box::new(hpa_watches::KubeSpawner {
-            client: client.clone(),
-            sink: sink.clone(),
-        }),
-        budgets: Box::new(budget_watches::KubeSpawner {
-            client: client.clone(),
-            sink: sink.clone(),
-        }),
-        priority_classes: Box::new(priority_classes::KubeSpawner {
-            client: client.clone(),
-            sink: sink.clone(),
-        }),
-        leader_election: Box::new(leader_election::KubeSpawner { client, sink }),
+        hpas: sink.spawner::<hpas::HpaRef>(&client),
+        budgets: sink.spawner::<PodDisruptionBudget>(&client),
+        priority_classes: sink.spawner::<PriorityClass>(&client),
+        leader_election: sink.spawner::<ConfigMap>(&client),
     };
     let state = state::run(
         rx,
@@ -324,13 +329,10 @@ async fn watch_policies(
         config: watcher::Config::default(),
         tx: tx.clone(),
         metrics: metrics.clone(),
-        convert: |obj: DynamicObject| {
-            (
-                policies::key(&obj),
-                Item::Policy(Box::new(policies::observe(&obj))),
-            )
+        handle: |event| {
+            let change = WatchEvent::observed(event, policies::key, policies::observe);
+            Some(Msg::Watch(Source::Policies, change))
         },
-        to_msg: |change| Some(Msg::Watch(Source::Policies, change)),
     }
     .run();
     let watch_cms = watch::Watch {
@@ -340,13 +342,10 @@ async fn watch_policies(
         config: watcher::Config::default().labels(configmaps::LABEL_SELECTOR),
         tx: tx.clone(),
         metrics: metrics.clone(),
-        convert: |cm: ConfigMap| {
-            (
-                configmaps::key(&cm),
-                Item::Policy(Box::new(configmaps::observe(&cm))),
-            )
+        handle: |event| {
+            let change = WatchEvent::observed(event, configmaps::key, configmaps::observe);
+            Some(Msg::Watch(Source::ConfigMaps, change))
         },
-        to_msg: |change| Some(Msg::Watch(Source::ConfigMaps, change)),
     }
     .run();
     tokio::select! {

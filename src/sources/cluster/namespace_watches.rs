@@ -1,25 +1,31 @@
 //! Watches kept per namespace with a policy in force (policies for
 //! namespaces outside `--governed-namespaces` are never in force, so those
-//! are never watched): one watcher per namespace and per kind (HPAs,
-//! `config-leader-election`), started and stopped by the state as policies
-//! come and go. Each watcher folds its events into its namespace's value in
-//! its own task and sends the state an [`Update`] only when the value
-//! changes or its first list completes: the events that change nothing
-//! (the HPA controller's status updates) never wake the state task.
+//! are never watched): one watcher per namespace and per [`Kind`] (HPAs,
+//! PodDisruptionBudgets, `config-leader-election`; PriorityClasses once
+//! for the cluster), started and stopped by the state as policies come and
+//! go. Each watcher keeps its objects in a kube-runtime reflector store
+//! (a relist replaces them at once when it completes), folds them into its
+//! namespace's value in its own task ([`Fold`]) and sends the state an
+//! [`Update`] only when the value changes or its first list completes: the
+//! events that change nothing that counts (the HPA controller's and the
+//! disruption controller's status updates) never wake the state task.
 //!
 //! A watcher that was stopped may still have messages in the channel:
 //! every watcher gets an id and messages of an old id are dropped.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::sync::Arc;
 
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 
-use super::{ClusterMetrics, Item, Msg, Source, WatchEvent};
+use super::{ClusterMetrics, Msg, Source};
 
 /// How the watchers are started (a client, or nothing in unit tests).
 pub(crate) trait Spawn: Send {
@@ -36,6 +42,86 @@ pub(crate) struct Update<T> {
     pub first_list: bool,
 }
 
+/// A kind watched per namespace: how it is watched, what counts of one
+/// object and what the state is told.
+pub(crate) trait Kind:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+    /// The `source` metric label and log field.
+    const SOURCE: Source;
+    /// What counts of one object.
+    type Counts: PartialEq;
+    /// A namespace's value, as the snapshot holds it.
+    type Value: Clone + Debug + Default + PartialEq + Send + 'static;
+    /// The objects watched for `namespace`.
+    fn api(client: kube::Client, namespace: &str) -> Api<Self>;
+    fn config() -> watcher::Config {
+        watcher::Config::default()
+    }
+    /// What counts of this object (None: nothing, its changes are no news).
+    fn counts(&self) -> Option<Self::Counts>;
+    /// The namespace's value, from all its objects once listed.
+    fn value(objects: &[Arc<Self>]) -> Self::Value;
+    /// The message that tells the state.
+    fn msg(namespace: String, id: u64, update: Update<Self::Value>) -> Msg;
+}
+
+/// One watcher's objects, kept by kube-runtime's reflector store (a relist
+/// replaces them when it completes), and the value last sent: it tells the
+/// state only when that changes or its first list completes. An event that
+/// changes nothing that counts of its object is looked up in the store and
+/// costs no recomputation.
+pub(crate) struct Fold<K: Kind> {
+    writer: Writer<K>,
+    store: Store<K>,
+    sent: K::Value,
+    synced: bool,
+}
+
+impl<K: Kind> Default for Fold<K> {
+    fn default() -> Fold<K> {
+        let writer = Writer::default();
+        Fold {
+            store: writer.as_reader(),
+            writer,
+            sent: K::Value::default(),
+            synced: false,
+        }
+    }
+}
+
+impl<K: Kind> Fold<K> {
+    /// Folds one watcher event in; the update for the state, or None when
+    /// the value did not change and no first list completed.
+    pub(crate) fn apply(&mut self, event: watcher::Event<K>) -> Option<Update<K::Value>> {
+        let counted = |obj: &K| {
+            let old = self.store.get(&ObjectRef::from_obj(obj));
+            old.and_then(|o| o.counts())
+        };
+        let touched = match &event {
+            watcher::Event::Apply(obj) => counted(obj) != obj.counts(),
+            watcher::Event::Delete(obj) => counted(obj).is_some(),
+            watcher::Event::InitDone => true,
+            watcher::Event::Init | watcher::Event::InitApply(_) => false,
+        };
+        self.writer.apply_watcher_event(&event);
+        let first_list = matches!(event, watcher::Event::InitDone) && !self.synced;
+        self.synced |= first_list;
+        if !touched || !self.synced {
+            return None;
+        }
+        let value = K::value(&self.store.state());
+        let changed = value != self.sent;
+        if changed {
+            self.sent = value.clone();
+        }
+        (changed || first_list).then(|| Update {
+            value: changed.then_some(value),
+            first_list,
+        })
+    }
+}
+
 /// Where a started watcher sends its messages and counts its errors.
 #[derive(Clone)]
 pub(crate) struct Sink {
@@ -44,42 +130,47 @@ pub(crate) struct Sink {
 }
 
 impl Sink {
-    /// Starts one namespace's watcher of `source` in a task: `convert` as in
-    /// [`super::watch::Watch`], `fold` keeps the namespace's value and says
-    /// what to send (None: nothing).
-    pub(crate) fn spawn<K, C, F>(
-        &self,
-        source: Source,
-        namespace: &str,
-        api: Api<K>,
-        config: watcher::Config,
-        convert: C,
-        fold: F,
-    ) -> JoinHandle<()>
-    where
-        K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
-        C: Fn(K) -> (String, Item) + Send + 'static,
-        F: FnMut(WatchEvent) -> Option<Msg> + Send + 'static,
-    {
-        let sink = self.clone();
-        let scope = namespace.to_string();
-        tokio::spawn(async move {
+    /// What starts the real watchers of `K` through the API server.
+    pub(crate) fn spawner<K: Kind>(&self, client: &kube::Client) -> Box<dyn Spawn> {
+        Box::new(KubeSpawner::<K> {
+            client: client.clone(),
+            sink: self.clone(),
+            kind: PhantomData,
+        })
+    }
+}
+
+/// Starts real watchers of `K` through the API server.
+struct KubeSpawner<K> {
+    client: kube::Client,
+    sink: Sink,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Kind> Spawn for KubeSpawner<K> {
+    fn spawn(&self, namespace: &str, id: u64) -> Option<JoinHandle<()>> {
+        let api = K::api(self.client.clone(), namespace);
+        let sink = self.sink.clone();
+        let ns = namespace.to_string();
+        let mut fold = Fold::<K>::default();
+        Some(tokio::spawn(async move {
+            // The cluster-scoped watch's key is "" (`priority_classes::CLUSTER`).
+            let scope = if ns.is_empty() { "cluster" } else { &ns };
             let result = super::watch::Watch {
-                source,
-                scope: &scope,
+                source: K::SOURCE,
+                scope,
                 api,
-                config,
+                config: K::config(),
                 tx: sink.tx,
                 metrics: sink.metrics,
-                convert,
-                to_msg: fold,
+                handle: |event| fold.apply(event).map(|u| K::msg(ns.clone(), id, u)),
             }
             .run()
             .await;
             if let Err(e) = result {
-                tracing::debug!(source = source.label(), namespace = %scope, error = %crate::errors::Chain(&e), "watch ended");
+                tracing::debug!(source = K::SOURCE.label(), namespace = %scope, error = %crate::errors::Chain(&e), "watch ended");
             }
-        })
+        }))
     }
 }
 
@@ -204,79 +295,6 @@ impl<T: Default + PartialEq> NamespaceWatches<T> {
             self.values.insert(namespace.to_string(), value);
         }
         (true, update.first_list)
-    }
-}
-
-/// A watcher's view of the objects of its scope by name, each reduced to
-/// what counts of it (a PDB's selector and budget fields; nothing but its
-/// name for a PriorityClass), kept in its task: it tells the state only
-/// when that changes or its first list completes.
-#[derive(Debug, Default)]
-pub(crate) struct Keyed {
-    objects: BTreeMap<String, String>,
-    /// A relist in progress: what it listed so far.
-    pending: Option<BTreeMap<String, String>>,
-    synced: bool,
-}
-
-impl Keyed {
-    /// Folds one watcher change in, `counts` saying what counts of an item
-    /// (None: the object is left out); the update for the state, or None
-    /// when nothing that counts changed and no first list completed.
-    pub(crate) fn apply(
-        &mut self,
-        change: WatchEvent,
-        counts: impl Fn(Item) -> Option<String>,
-    ) -> Option<Update<BTreeMap<String, String>>> {
-        let mut first_list = false;
-        let next = match change {
-            WatchEvent::Init => {
-                self.pending = Some(BTreeMap::new());
-                None
-            }
-            WatchEvent::InitApply(name, item) => {
-                if let Some(c) = counts(item) {
-                    self.pending
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(name, c);
-                }
-                None
-            }
-            WatchEvent::InitDone | WatchEvent::Missing => {
-                first_list = !self.synced;
-                self.synced = true;
-                Some(self.pending.take().unwrap_or_default())
-            }
-            WatchEvent::Apply(name, item) => {
-                let c = counts(item);
-                if self.objects.get(&name) == c.as_ref() {
-                    None
-                } else {
-                    let mut next = self.objects.clone();
-                    match c {
-                        Some(c) => next.insert(name, c),
-                        None => next.remove(&name),
-                    };
-                    Some(next)
-                }
-            }
-            WatchEvent::Delete(name) => self.objects.contains_key(&name).then(|| {
-                let mut next = self.objects.clone();
-                next.remove(&name);
-                next
-            }),
-        };
-        let changed = match next {
-            Some(b) if b != self.objects => {
-                self.objects = b;
-                true
-            }
-            _ => false,
-        };
-        (changed || first_list).then(|| Update {
-            value: changed.then(|| self.objects.clone()),
-            first_list,
-        })
     }
 }
 

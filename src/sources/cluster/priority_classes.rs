@@ -4,32 +4,26 @@
 //! admission refuses each), so a typo in the policy would roll every
 //! governed Deployment onto pods that are never created. The engine holds
 //! the name back, with a warning, where the class is known to be missing
-//! ([`crate::engine::Facts::priority_classes`]). Only names are kept.
+//! ([`crate::engine::Facts::priority_classes`]). Only names count.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::Api;
-use kube::runtime::watcher;
-use tokio::task::JoinHandle;
+use kube::{Api, ResourceExt};
 
-use super::namespace_watches::{Keyed, NamespaceWatches, Sink, Spawn};
-use super::{Item, Msg, Source};
+use super::namespace_watches::{Kind, NamespaceWatches, Update};
+use super::{Msg, Source};
 use crate::policy::Policy;
 
-/// The one watch (its scope key is [`CLUSTER`]): name -> "".
-pub(crate) type PriorityClassWatches = NamespaceWatches<BTreeMap<String, String>>;
+/// The one watch (its scope key is [`CLUSTER`]): the names.
+pub(crate) type PriorityClassWatches = NamespaceWatches<BTreeSet<String>>;
 
 /// What these watches are logged as.
 pub(crate) const WHAT: &str = "PriorityClasses";
 
 /// The scope key of the one watch: PriorityClasses belong to no namespace.
 pub(crate) const CLUSTER: &str = "";
-
-/// What counts of a watched PriorityClass: that it is there.
-pub(crate) fn counts(item: Item) -> Option<String> {
-    matches!(item, Item::PriorityClass).then(String::new)
-}
 
 /// Whether any of `policies` names a PriorityClass (only then is the
 /// cluster's list watched).
@@ -40,35 +34,26 @@ pub(crate) fn named<'a>(mut policies: impl Iterator<Item = &'a Policy>) -> bool 
 /// The PriorityClasses that exist, once the watch has listed them (None:
 /// not known, or not watched).
 pub(crate) fn known(watches: &PriorityClassWatches) -> Option<BTreeSet<String>> {
-    watches.synced_in(CLUSTER).then(|| {
-        watches
-            .values()
-            .get(CLUSTER)
-            .map(|names| names.keys().cloned().collect())
-            .unwrap_or_default()
-    })
+    let names = || watches.values().get(CLUSTER).cloned().unwrap_or_default();
+    watches.synced_in(CLUSTER).then(names)
 }
 
-/// Starts the real watcher through the API server.
-pub(crate) struct KubeSpawner {
-    pub client: kube::Client,
-    pub sink: Sink,
-}
+impl Kind for PriorityClass {
+    const SOURCE: Source = Source::PriorityClasses;
+    /// Only that it is there counts.
+    type Counts = ();
+    type Value = BTreeSet<String>;
 
-impl Spawn for KubeSpawner {
-    fn spawn(&self, _: &str, id: u64) -> Option<JoinHandle<()>> {
-        let api: Api<PriorityClass> = Api::all(self.client.clone());
-        let mut seen = Keyed::default();
-        Some(self.sink.spawn(
-            Source::PriorityClasses,
-            "cluster",
-            api,
-            watcher::Config::default(),
-            |pc: PriorityClass| (pc.metadata.name.unwrap_or_default(), Item::PriorityClass),
-            move |change| {
-                let update = seen.apply(change, counts)?;
-                Some(Msg::PriorityClasses { id, update })
-            },
-        ))
+    fn api(client: kube::Client, _: &str) -> Api<PriorityClass> {
+        Api::all(client)
+    }
+    fn counts(&self) -> Option<()> {
+        Some(())
+    }
+    fn value(objects: &[Arc<PriorityClass>]) -> BTreeSet<String> {
+        objects.iter().map(|pc| pc.name_any()).collect()
+    }
+    fn msg(_: String, id: u64, update: Update<BTreeSet<String>>) -> Msg {
+        Msg::PriorityClasses { id, update }
     }
 }

@@ -1,13 +1,13 @@
-//! What the state keeps per source: every object a watcher has listed or
-//! seen change (a relist buffered until it completes), and for policy
-//! objects the last valid version.
+//! What the state keeps per policy source: every object a watcher has
+//! listed or seen change (a relist buffered until it completes), each with
+//! its last valid version.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::merge::PolicyObject;
 use super::status::ObservedStatus;
-use super::{Item, Observed, WatchEvent};
+use super::{Observed, WatchEvent};
 
 /// A policy object plus what it currently carries in `status`.
 #[derive(Clone, Debug)]
@@ -43,38 +43,38 @@ pub(crate) fn fold(prev: Option<&Tracked>, obs: Observed) -> Tracked {
     Tracked { object, status }
 }
 
-/// Objects of one source: `live` is what is known; `pending` buffers a
-/// (re)list until it completes.
-#[derive(Debug)]
-pub(crate) struct SourceState<T> {
-    pub live: BTreeMap<String, T>,
-    pub pending: Option<BTreeMap<String, T>>,
+/// The policy objects of one source: `live` is what is known; `pending`
+/// buffers a (re)list until it completes (each listed version is folded
+/// into the last one known under its key, which a reflector store, holding
+/// only the objects, would not keep).
+#[derive(Debug, Default)]
+pub(crate) struct SourceState {
+    pub live: BTreeMap<String, Tracked>,
+    pub pending: Option<BTreeMap<String, Tracked>>,
     pub synced: bool,
 }
 
-impl<T> SourceState<T> {
-    /// Applies one watcher change. `make` turns an item into the stored
-    /// value, given the value already known under its key (the pending
-    /// relist's first, then the live one); `None` ignores the item.
-    pub fn apply(&mut self, change: WatchEvent, make: impl FnOnce(Option<&T>, Item) -> Option<T>) {
+impl SourceState {
+    /// Applies one watcher change, each version [`fold`]ed into the one
+    /// already known under its key (the pending relist's first, then the
+    /// live one).
+    pub fn apply(&mut self, change: WatchEvent) {
         match change {
             WatchEvent::Init => self.pending = Some(BTreeMap::new()),
-            WatchEvent::InitApply(key, item) => {
+            WatchEvent::InitApply(key, observed) => {
                 let prev = self
                     .pending
                     .as_ref()
                     .and_then(|p| p.get(&key))
                     .or_else(|| self.live.get(&key));
-                if let Some(value) = make(prev, item) {
-                    self.pending
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(key, value);
-                }
+                let value = fold(prev, *observed);
+                self.pending
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key, value);
             }
-            WatchEvent::Apply(key, item) => {
-                if let Some(value) = make(self.live.get(&key), item) {
-                    self.live.insert(key, value);
-                }
+            WatchEvent::Apply(key, observed) => {
+                let value = fold(self.live.get(&key), *observed);
+                self.live.insert(key, value);
             }
             WatchEvent::InitDone => {
                 self.live = self.pending.take().unwrap_or_default();
@@ -88,16 +88,6 @@ impl<T> SourceState<T> {
                 self.pending = None;
                 self.synced = true;
             }
-        }
-    }
-}
-
-impl<T> Default for SourceState<T> {
-    fn default() -> Self {
-        SourceState {
-            live: BTreeMap::new(),
-            pending: None,
-            synced: false,
         }
     }
 }

@@ -9,17 +9,17 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 
 use super::budget_watches::{self, BudgetWatches};
-use super::hpa_watches::{self, HpaWatches};
+use super::hpas::{self, HpaWatches};
 use super::leader_election::{self, LeaderElectionWatches};
 use super::merge::{self, Merged, Origin, PolicyObject, Verdict};
 use super::namespace_watches::Spawn;
 use super::observe::{count_policies, log_verdict, log_winners};
 use super::priority_classes::{self, PriorityClassWatches};
 use super::sent::Sent;
-use super::source_state::{SourceState, Tracked, fold};
+use super::source_state::SourceState;
 use super::status;
 use super::writer::WriteReq;
-use super::{ClusterError, ClusterMetrics, Item, Msg, Source};
+use super::{ClusterError, ClusterMetrics, Msg, Source};
 use crate::engine::{Snapshot, Unclaimed};
 use crate::findings::Findings;
 use crate::scope::AllowedNamespaces;
@@ -30,8 +30,8 @@ const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
 #[derive(Debug)]
 struct State {
-    policies: SourceState<Tracked>,
-    configmaps: SourceState<Tracked>,
+    policies: SourceState,
+    configmaps: SourceState,
     /// HPA watches of the namespaces with a policy in force.
     hpas: HpaWatches,
     /// `config-leader-election` watches of the same namespaces.
@@ -76,7 +76,7 @@ impl State {
         State {
             policies: SourceState::default(),
             configmaps: SourceState::default(),
-            hpas: HpaWatches::new(hpa_watches::WHAT, spawners.hpas),
+            hpas: HpaWatches::new(hpas::WHAT, spawners.hpas),
             leader_election: LeaderElectionWatches::new(
                 leader_election::WHAT,
                 spawners.leader_election,
@@ -104,24 +104,16 @@ impl State {
                 && self.leader_election.synced())
     }
 
-    /// A policy object's new state: folded into its last valid version.
-    fn policy_item(prev: Option<&Tracked>, item: Item) -> Option<Tracked> {
-        match item {
-            Item::Policy(obs) => Some(fold(prev, *obs)),
-            Item::Hpa(_) | Item::LeaderElection(_) | Item::Budget(_) | Item::PriorityClass => None,
-        }
-    }
-
     /// Applies one message; true when the snapshot may have changed (an
     /// HPA event that changes no target never reaches the state).
     fn apply(&mut self, msg: Msg) -> bool {
         match msg {
             Msg::Watch(Source::Policies, change) => {
-                self.policies.apply(change, Self::policy_item);
+                self.policies.apply(change);
                 true
             }
             Msg::Watch(Source::ConfigMaps, change) => {
-                self.configmaps.apply(change, Self::policy_item);
+                self.configmaps.apply(change);
                 true
             }
             Msg::Watch(

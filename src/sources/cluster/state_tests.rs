@@ -7,9 +7,11 @@ use super::*;
 use crate::engine::leader::{HASH_ANNOTATION, settings_hash};
 use crate::policy::LeaderElection;
 use crate::sources::cluster::hpas::HpaUpdate;
-use crate::sources::cluster::leader_election::{WatchData, into_parts};
+use crate::sources::cluster::namespace_watches::Fold;
 use crate::sources::cluster::namespace_watches::tests::NoSpawn;
 use crate::sources::cluster::{WatchEvent, configmaps};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::watcher::Event;
 
 const NS: &str = "knative-serving";
 
@@ -42,7 +44,7 @@ fn state_with_policy(store: &PolicyStore, metrics: &ClusterMetrics) -> State {
     let observed = configmaps::observe(&configmap("ha", json!({"policy.yaml": policy})));
     for change in [
         WatchEvent::Init,
-        WatchEvent::InitApply("ha".into(), Item::Policy(Box::new(observed))),
+        WatchEvent::InitApply("ha".into(), Box::new(observed)),
         WatchEvent::InitDone,
     ] {
         state.apply(Msg::Watch(Source::ConfigMaps, change));
@@ -70,15 +72,14 @@ fn config_leader_election_reaches_the_snapshot_and_the_hash() {
         update: first_list,
     });
     // The watcher's fold over its first list of config-leader-election.
-    let mut seen = WatchData::default();
+    let mut seen = Fold::<ConfigMap>::default();
     let cm = configmap(
         "config-leader-election",
         json!({"retryPeriod": "30s", "_example": "..."}),
     );
-    seen.apply(WatchEvent::Init);
-    let (key, data) = into_parts(cm);
-    seen.apply(WatchEvent::InitApply(key, Item::LeaderElection(data)));
-    let update = seen.apply(WatchEvent::InitDone).expect("first list");
+    seen.apply(Event::Init);
+    seen.apply(Event::InitApply(cm));
+    let update = seen.apply(Event::InitDone).expect("first list");
     assert!(state.apply(Msg::LeaderElection {
         namespace: NS.into(),
         id: 1,
@@ -121,27 +122,25 @@ fn config_leader_election_reaches_the_snapshot_and_the_hash() {
 /// full run), and the disruption controller's status writes never do.
 #[test]
 fn a_release_budget_reaches_the_snapshot() {
-    use crate::sources::cluster::budget_watches::counts;
-    use crate::sources::cluster::namespace_watches::Keyed;
     let (store, metrics) = (PolicyStore::default(), ClusterMetrics::default());
     let mut state = state_with_policy(&store, &metrics);
-    let mut seen = Keyed::default();
-    seen.apply(WatchEvent::Init, counts);
-    let first = seen
-        .apply(WatchEvent::InitDone, counts)
-        .expect("first list");
+    let mut seen = Fold::<PodDisruptionBudget>::default();
+    seen.apply(Event::Init);
+    let first = seen.apply(Event::InitDone).expect("first list");
     assert!(!state.apply(Msg::Budgets {
         namespace: NS.into(),
         id: 1,
         update: first,
     }));
-    let budget = |status: i64| {
-        Item::Budget(Some(format!(
-            "[{{\"matchLabels\":{{\"app\":\"autoscaler\"}}}},null,1,{status}]"
-        )))
-    };
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "autoscaler", "namespace": NS},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "autoscaler"}}},
+        "status": {"currentHealthy": 0, "desiredHealthy": 1, "disruptionsAllowed": 1,
+                   "expectedPods": 1},
+    }))
+    .unwrap();
     let update = seen
-        .apply(WatchEvent::Apply("autoscaler".into(), budget(0)), counts)
+        .apply(Event::Apply(budget.clone()))
         .expect("a new budget is news");
     assert!(state.apply(Msg::Budgets {
         namespace: NS.into(),
@@ -151,9 +150,7 @@ fn a_release_budget_reaches_the_snapshot() {
     state.publish(&store, &metrics);
     assert_eq!(store.load().budgets[NS].len(), 1);
     // A stopped watcher's leftovers change nothing.
-    let stale = seen
-        .apply(WatchEvent::Delete("autoscaler".into()), counts)
-        .unwrap();
+    let stale = seen.apply(Event::Delete(budget)).unwrap();
     assert!(!state.apply(Msg::Budgets {
         namespace: NS.into(),
         id: 99,

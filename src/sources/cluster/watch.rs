@@ -1,5 +1,6 @@
-//! One kube-runtime watcher per source (per namespace for HPAs), turned
-//! into [`Msg`]s for the state. Keeps `source_up` and `watch_errors`, logs
+//! One kube-runtime watcher per source (per namespace for HPAs and the
+//! other [`super::namespace_watches`]), its events handed to a handler that
+//! makes the [`Msg`]s for the state. Keeps `source_up` and `watch_errors`, logs
 //! outages and reconnects, and treats a 404 on the policy resource as
 //! "CRD not installed" (not fatal; retried).
 //!
@@ -20,7 +21,7 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{ClusterError, ClusterMetrics, Item, Msg, Source, WatchEvent};
+use super::{ClusterError, ClusterMetrics, Msg, Source, WatchEvent};
 
 /// The first retry after an error.
 pub const BACKOFF_INITIAL: Duration = Duration::from_millis(800);
@@ -130,12 +131,11 @@ impl Outage<'_> {
 }
 
 /// One watcher: what it watches and where its changes go. `scope` names
-/// what is watched in log lines (`cluster` or a namespace); `convert`
-/// turns an object (moved, so its strings can be kept) into its key and
-/// item, `to_msg` wraps each change for
-/// the state, or keeps it (None: nothing is sent, the state is not woken;
-/// the HPA watchers fold their events in their own task this way).
-pub(crate) struct Watch<'a, K, C, M>
+/// what is watched in log lines (`cluster` or a namespace); `handle` takes
+/// each event and makes the message for the state, or keeps it (None:
+/// nothing is sent, the state is not woken; the per-namespace watchers fold
+/// their events into their reflector store in their own task this way).
+pub(crate) struct Watch<'a, K, H>
 where
     K: Resource,
 {
@@ -145,8 +145,7 @@ where
     pub config: watcher::Config,
     pub tx: UnboundedSender<Msg>,
     pub metrics: ClusterMetrics,
-    pub convert: C,
-    pub to_msg: M,
+    pub handle: H,
 }
 
 /// What one running watch remembers between events.
@@ -157,11 +156,10 @@ struct Progress<'a> {
     crd_backoff: Backoff,
 }
 
-impl<K, C, M> Watch<'_, K, C, M>
+impl<K, H> Watch<'_, K, H>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
-    C: Fn(K) -> (String, Item),
-    M: FnMut(WatchEvent) -> Option<Msg>,
+    H: FnMut(watcher::Event<K>) -> Option<Msg>,
 {
     /// Runs the watcher until the channel closes.
     pub(crate) async fn run(mut self) -> Result<(), ClusterError> {
@@ -184,16 +182,17 @@ where
             };
             match next {
                 Ok(event) => {
-                    let change = self.on_event(&mut progress, event);
-                    self.send(change)?;
+                    self.on_event(&mut progress, &event);
+                    let msg = (self.handle)(event);
+                    self.send(msg)?;
                 }
                 Err(err) => self.on_error(&mut progress, err).await?,
             }
         }
     }
 
-    fn send(&mut self, change: WatchEvent) -> Result<(), ClusterError> {
-        let Some(msg) = (self.to_msg)(change) else {
+    fn send(&self, msg: Option<Msg>) -> Result<(), ClusterError> {
+        let Some(msg) = msg else {
             return Ok(());
         };
         self.tx
@@ -216,7 +215,7 @@ where
                 tracing::info!("HighAvailabilityPolicy CRD not installed; using ConfigMaps only");
                 progress.crd_missing = true;
             }
-            self.send(WatchEvent::Missing)?;
+            self.send(Some(Msg::Watch(self.source, WatchEvent::Missing)))?;
             tokio::time::sleep(progress.crd_backoff.next_delay()).await;
             return Ok(());
         }
@@ -239,17 +238,12 @@ where
         Ok(())
     }
 
-    /// One watcher event as a change for the state; every event but `Init`
-    /// is an answer of the API server.
-    fn on_event(&self, progress: &mut Progress<'_>, event: watcher::Event<K>) -> WatchEvent {
+    /// The bookkeeping of one watcher event: every event but `Init` is an
+    /// answer of the API server.
+    fn on_event(&self, progress: &mut Progress<'_>, event: &watcher::Event<K>) {
         match event {
             // Emitted before the list is even requested: not an answer.
-            watcher::Event::Init => WatchEvent::Init,
-            watcher::Event::InitApply(obj) => {
-                progress.outage.success();
-                let (key, item) = (self.convert)(obj);
-                WatchEvent::InitApply(key, item)
-            }
+            watcher::Event::Init => {}
             watcher::Event::InitDone => {
                 progress.outage.success();
                 progress.crd_backoff.reset();
@@ -264,16 +258,9 @@ where
                     scope = self.scope,
                     "list complete"
                 );
-                WatchEvent::InitDone
             }
-            watcher::Event::Apply(obj) => {
-                progress.outage.success();
-                let (key, item) = (self.convert)(obj);
-                WatchEvent::Apply(key, item)
-            }
-            watcher::Event::Delete(obj) => {
-                progress.outage.success();
-                WatchEvent::Delete((self.convert)(obj).0)
+            watcher::Event::InitApply(_) | watcher::Event::Apply(_) | watcher::Event::Delete(_) => {
+                progress.outage.success()
             }
         }
     }
