@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::{Policy, PolicyError, prune};
+use super::{Path, Policy, PolicyError, prune};
 
 /// The label that marks a policy ConfigMap (key, value).
 pub const POLICY_LABEL: (&str, &str) = ("knativeha.dev/policy", "true");
@@ -19,17 +19,9 @@ pub const DATA_KEY: &str = "policy.yaml";
 /// is still to generate (`metadata.generateName`, no `metadata.name`)
 /// is checked as if named by `generateName`.
 pub fn check_resource(object: &Value) -> Result<Policy, Vec<PolicyError>> {
-    let meta = object.get("metadata");
-    let named = meta
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty());
-    let generate = meta
-        .and_then(|m| m.get("generateName"))
-        .and_then(Value::as_str)
-        .filter(|g| !g.is_empty());
-    match generate {
-        Some(prefix) if !named => {
+    let meta = &object["metadata"];
+    match meta["generateName"].as_str().filter(|g| !g.is_empty()) {
+        Some(prefix) if meta["name"].as_str().is_none_or(str::is_empty) => {
             let mut named = object.clone();
             named["metadata"]["name"] = Value::from(prefix);
             prune::check_all(&named)
@@ -40,11 +32,7 @@ pub fn check_resource(object: &Value) -> Result<Policy, Vec<PolicyError>> {
 
 /// True when a ConfigMap carries [`POLICY_LABEL`].
 pub fn is_policy_configmap(configmap: &Value) -> bool {
-    configmap
-        .pointer("/metadata/labels")
-        .and_then(|l| l.get(POLICY_LABEL.0))
-        .and_then(Value::as_str)
-        == Some(POLICY_LABEL.1)
+    configmap["metadata"]["labels"][POLICY_LABEL.0].as_str() == Some(POLICY_LABEL.1)
 }
 
 /// The policy document of a ConfigMap's `data` (the label is not looked
@@ -52,8 +40,8 @@ pub fn is_policy_configmap(configmap: &Value) -> bool {
 /// the files a server loads, `/validate`, the cluster source) reads it so.
 /// The error's path is `data.policy.yaml`.
 pub fn configmap_document(configmap: &Value) -> Result<Value, PolicyError> {
-    let field = format!("data.{DATA_KEY}");
-    let Some(text) = configmap.pointer("/data").and_then(|d| d.get(DATA_KEY)) else {
+    let field = Path::from(["data", DATA_KEY]);
+    let Some(text) = configmap["data"].get(DATA_KEY) else {
         return Err(PolicyError::invalid(
             field,
             "missing (the policy document goes there)",
@@ -62,7 +50,7 @@ pub fn configmap_document(configmap: &Value) -> Result<Value, PolicyError> {
     let Some(text) = text.as_str() else {
         return Err(PolicyError::invalid(
             field,
-            format!("must be a string, got {}", super::schema_check::show(text)),
+            format!("must be a string, got {}", crate::errors::show(text)),
         ));
     };
     let doc = crate::yaml::YamlDoc {

@@ -8,27 +8,25 @@ use super::{HighAvailabilityPolicy, Policy, PolicyError, Result, prune, validate
 impl Policy {
     /// Validates a parsed resource: every semantic rule, all errors collected.
     pub fn from_resource(res: &HighAvailabilityPolicy) -> Result<Policy> {
-        let mut errors = Vec::new();
         let name = res.metadata.name.clone().unwrap_or_default();
-        if name.is_empty() {
-            errors.push(PolicyError::invalid("metadata.name", "required, got \"\""));
+        let unnamed = name
+            .is_empty()
+            .then(|| PolicyError::invalid(["metadata", "name"], "required, got \"\""));
+        let errors: Vec<_> = unnamed
+            .into_iter()
+            .chain(validate::validate_spec(&res.spec))
+            .collect();
+        if !errors.is_empty() {
+            return Err(PolicyError::from_list(errors));
         }
-        errors.extend(validate::validate_spec(&res.spec));
-        if errors.is_empty() {
-            Ok(Policy {
-                name,
-                spec: res.spec.clone(),
-            })
-        } else {
-            Err(PolicyError::from_list(errors))
-        }
+        Ok(Policy {
+            name,
+            spec: res.spec.clone(),
+        })
     }
 
-    /// Parses and validates one policy given as a JSON value (as the cluster
-    /// source receives it from the API server), with every error
-    /// [`prune::check_all`] finds, as `check` and `/validate` report them.
-    /// Unknown fields anywhere (except inside `metadata` and `status`) are
-    /// errors. Never panics.
+    /// Parses and validates one policy given as a JSON value, with every
+    /// error [`prune::check_all`] finds. Never panics.
     pub fn from_json(value: &serde_json::Value) -> Result<Policy> {
         prune::check_all(value).map_err(PolicyError::from_list)
     }
@@ -61,8 +59,7 @@ pub fn split_documents(text: &str) -> Vec<(usize, String)> {
 
 /// One policy document of a file, read and checked: where it stands and
 /// its policy, or every error of it (placed in its ConfigMap, not yet in
-/// its item or document). `check` reports these and the file source
-/// loads them, so both say the same of the same file.
+/// its item or document). `check` and the file source both read files so.
 #[derive(Debug)]
 pub struct DocumentRead {
     /// 1-based index of the YAML document in the file.
@@ -75,19 +72,17 @@ pub struct DocumentRead {
 }
 
 impl DocumentRead {
+    /// Where the document stands: `document N` or `document N, item M`.
+    pub fn place(&self) -> String {
+        match self.item {
+            Some(item) => format!("document {}, item {item}", self.index),
+            None => format!("document {}", self.index),
+        }
+    }
+
     /// An error of this document placed in its item and document.
     pub fn placed(&self, error: PolicyError) -> PolicyError {
-        let error = match self.item {
-            Some(item) => PolicyError::Item {
-                item,
-                error: Box::new(error),
-            },
-            None => error,
-        };
-        PolicyError::Document {
-            index: self.index,
-            error: Box::new(error),
-        }
+        error.at(self.place())
     }
 }
 
@@ -107,39 +102,35 @@ pub struct Documents {
 pub fn read_documents(text: &str) -> Documents {
     let mut out = Documents::default();
     for doc in crate::yaml::documents(text) {
-        let value = match crate::yaml::parse(&doc) {
-            Ok(value) => value,
-            Err(e) => {
-                out.reads.push(DocumentRead {
-                    index: doc.index,
-                    item: None,
-                    configmap: None,
-                    outcome: Err(vec![PolicyError::Yaml(e.to_string())]),
-                });
-                continue;
-            }
-        };
-        if wrapped::is_empty_list(&value) {
-            out.empty_list.get_or_insert(doc.index);
-        }
-        out.reads
-            .extend(wrapped::unwrap(value).into_iter().map(|found| {
-                let mut errors = found.errors.clone();
-                let outcome = match found.document.as_ref().map(prune::check_all) {
-                    Some(Ok(policy)) if errors.is_empty() => Ok(policy),
-                    Some(Err(e)) => {
-                        errors.extend(e.into_iter().map(|e| found.in_configmap(e)));
-                        Err(errors)
-                    }
-                    _ => Err(errors),
-                };
-                DocumentRead {
-                    index: doc.index,
-                    item: found.item,
-                    configmap: found.configmap,
-                    outcome,
+        let found = match crate::yaml::parse(&doc) {
+            Ok(value) => {
+                if wrapped::is_empty_list(&value) {
+                    out.empty_list.get_or_insert(doc.index);
                 }
-            }));
+                wrapped::unwrap(value)
+            }
+            Err(e) => vec![wrapped::Found {
+                errors: vec![PolicyError::Yaml(e.to_string())],
+                ..Default::default()
+            }],
+        };
+        out.reads.extend(found.into_iter().map(|found| {
+            let mut errors = found.errors.clone();
+            let outcome = match found.document.as_ref().map(prune::check_all) {
+                Some(Ok(policy)) if errors.is_empty() => Ok(policy),
+                Some(Err(e)) => {
+                    errors.extend(e.into_iter().map(|e| found.in_configmap(e)));
+                    Err(errors)
+                }
+                _ => Err(errors),
+            };
+            DocumentRead {
+                index: doc.index,
+                item: found.item,
+                configmap: found.configmap,
+                outcome,
+            }
+        }));
     }
     out
 }
@@ -181,12 +172,10 @@ pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
                 continue;
             }
         };
-        let place = match read.item {
-            Some(item) => format!("document {}, item {item}", read.index),
-            None => format!("document {}", read.index),
-        };
-        match claims.claim(policy, &place) {
-            Err(e) => errors.push(read.placed(PolicyError::invalid("spec.targetNamespace", e))),
+        match claims.claim(policy, &read.place()) {
+            Err(e) => {
+                errors.push(read.placed(PolicyError::invalid(["spec", "targetNamespace"], e)))
+            }
             Ok(()) => policies.push(policy.clone()),
         }
     }

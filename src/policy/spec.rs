@@ -6,8 +6,6 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::DEFAULT_TOPOLOGY_KEY;
-
 /// Go duration syntax, positive, no sign (kept in sync with [`super::duration`]).
 const DURATION_PATTERN: &str = r"^(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$";
 /// A DNS-1123 label (namespace names).
@@ -169,7 +167,9 @@ pub struct PodAntiAffinity {
 impl PodAntiAffinity {
     /// The topology key, defaulting to `kubernetes.io/hostname`.
     pub fn topology_key(&self) -> &str {
-        self.topology_key.as_deref().unwrap_or(DEFAULT_TOPOLOGY_KEY)
+        self.topology_key
+            .as_deref()
+            .unwrap_or("kubernetes.io/hostname")
     }
 }
 
