@@ -34,33 +34,29 @@ const SHIPPED: &str = "Knative ships 1";
 /// The fewest replicas under `spec.podDisruptionBudget`: the global
 /// replicas (what Knative ships when unset: the HPA-backed Deployments keep
 /// minReplicas 1) and every workload override without its own budget.
-pub fn fewest_for_global(spec: &HighAvailabilityPolicySpec) -> Option<Fewest> {
-    disabled(spec).or_else(|| {
-        let global = match spec.replicas {
-            Some(n) => (n, "spec.replicas".to_string()),
-            None => (
-                1,
-                format!(
-                    "spec.replicas unset: {SHIPPED}, the activator and webhook HPAs' minReplicas"
-                ),
-            ),
-        };
-        let overrides = spec.workloads.iter().enumerate().filter_map(|(i, w)| {
-            let r = w.replicas.filter(|_| w.pod_disruption_budget.is_none())?;
-            Some((r, format!("spec.workloads[{i}].replicas")))
-        });
-        let fewest = std::iter::once(global)
-            .chain(overrides)
-            .min_by_key(|(n, _)| *n);
-        fewest.map(|(replicas, source)| Fewest { replicas, source })
-    })
+pub fn fewest_for_global(spec: &HighAvailabilityPolicySpec) -> Fewest {
+    if let Some(off) = disabled(spec) {
+        return off;
+    }
+    let global = match spec.replicas {
+        Some(n) => (n, "spec.replicas".to_string()),
+        None => (
+            1,
+            format!("spec.replicas unset: {SHIPPED}, the activator and webhook HPAs' minReplicas"),
+        ),
+    };
+    let overrides = spec.workloads.iter().enumerate().filter_map(|(i, w)| {
+        let r = w.replicas.filter(|_| w.pod_disruption_budget.is_none())?;
+        Some((r, format!("spec.workloads[{i}].replicas")))
+    });
+    let (replicas, source) = overrides.fold(global, |a, b| if b.0 < a.0 { b } else { a });
+    Fewest { replicas, source }
 }
 
 /// The replicas the Deployment `name` runs under the policy, the fewest
-/// when an HPA scales it (the HPA's minReplicas is raised to them, never
-/// lowered): one with leader election off or for a Deployment Knative
-/// scales on demand; else its override, the global value, or what Knative
-/// ships (1).
+/// when an HPA scales it (its minReplicas is raised to them, never
+/// lowered): one with leader election off or when Knative scales it on
+/// demand; else its override, the global value, or what Knative ships.
 pub fn replicas_of(spec: &HighAvailabilityPolicySpec, name: &str) -> Fewest {
     let i = spec.workloads.iter().position(|w| w.name == name);
     replicas_at(spec, i, name)
@@ -125,7 +121,7 @@ const BLOCKS: &str =
 pub fn check(
     path: &Path,
     pdb: &PodDisruptionBudgetPolicy,
-    fewest: Option<&Fewest>,
+    fewest: &Fewest,
     errors: &mut Vec<PolicyError>,
 ) {
     match (&pdb.min_available, &pdb.max_unavailable) {
@@ -158,17 +154,11 @@ pub fn check(
     }
 }
 
-fn min_available(
-    path: Path,
-    v: &IntOrString,
-    fewest: Option<&Fewest>,
-    errors: &mut Vec<PolicyError>,
-) {
+fn min_available(path: Path, v: &IntOrString, f: &Fewest, errors: &mut Vec<PolicyError>) {
     if matches!(v, IntOrString::String(s) if parse_percent(s) == Some(100)) {
         errors.push(PolicyError::invalid(path, format!("{} {BLOCKS}", shown(v))));
         return;
     }
-    let Some(f) = fewest else { return };
     let n = i64::from(f.replicas);
     let Some(allowed) = disruptions_allowed(true, v, n) else {
         return;

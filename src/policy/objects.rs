@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::{Path, Policy, PolicyError, prune};
+use super::{Policy, PolicyError, prune};
 
 /// The label that marks a policy ConfigMap (key, value).
 pub const POLICY_LABEL: (&str, &str) = ("knativeha.dev/policy", "true");
@@ -13,11 +13,9 @@ pub const POLICY_LABEL: (&str, &str) = ("knativeha.dev/policy", "true");
 /// The data key of a policy ConfigMap holding the policy document.
 pub const DATA_KEY: &str = "policy.yaml";
 
-/// Checks a HighAvailabilityPolicy object: every error, each naming the
-/// field path and the bad value ([`prune::check_all`]). `status` is not
-/// checked (the webhook writes it). A CREATE whose name the API server
-/// is still to generate (`metadata.generateName`, no `metadata.name`)
-/// is checked as if named by `generateName`.
+/// Checks a HighAvailabilityPolicy object ([`prune::check_all`]). A CREATE
+/// whose name the API server is still to generate (`metadata.generateName`,
+/// no `metadata.name`) is checked as if named by `generateName`.
 pub fn check_resource(object: &Value) -> Result<Policy, Vec<PolicyError>> {
     let meta = &object["metadata"];
     match meta["generateName"].as_str().filter(|g| !g.is_empty()) {
@@ -36,34 +34,24 @@ pub fn is_policy_configmap(configmap: &Value) -> bool {
 }
 
 /// The policy document of a ConfigMap's `data` (the label is not looked
-/// at), or why there is none: every reader of a policy ConfigMap (`check`,
-/// the files a server loads, `/validate`, the cluster source) reads it so.
-/// The error's path is `data.policy.yaml`.
+/// at), or why there is none (at `data.policy.yaml`).
 pub fn configmap_document(configmap: &Value) -> Result<Value, PolicyError> {
-    let field = Path::from(["data", DATA_KEY]);
-    let Some(text) = configmap["data"].get(DATA_KEY) else {
-        return Err(PolicyError::invalid(
-            field,
-            "missing (the policy document goes there)",
-        ));
+    let message = match configmap["data"].get(DATA_KEY) {
+        None => "missing (the policy document goes there)".to_string(),
+        Some(Value::String(text)) => {
+            let doc = crate::yaml::YamlDoc {
+                index: 1,
+                line: 1,
+                text: text.clone(),
+            };
+            match crate::yaml::parse(&doc) {
+                Ok(document) => return Ok(document),
+                Err(e) => format!("invalid YAML: {e} (of the {DATA_KEY} value)"),
+            }
+        }
+        Some(other) => format!("must be a string, got {}", crate::errors::show(other)),
     };
-    let Some(text) = text.as_str() else {
-        return Err(PolicyError::invalid(
-            field,
-            format!("must be a string, got {}", crate::errors::show(text)),
-        ));
-    };
-    let doc = crate::yaml::YamlDoc {
-        index: 1,
-        line: 1,
-        text: text.to_string(),
-    };
-    crate::yaml::parse(&doc).map_err(|e| {
-        PolicyError::invalid(
-            field,
-            format!("invalid YAML: {e} (of the {DATA_KEY} value)"),
-        )
-    })
+    Err(PolicyError::invalid(["data", DATA_KEY], message))
 }
 
 /// Checks the policy document of a ConfigMap ([`configmap_document`]):

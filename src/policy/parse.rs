@@ -39,9 +39,8 @@ impl Policy {
     }
 }
 
-/// The `spec.targetNamespace` a policy document names, valid or not (a
-/// non-empty string); None when it names none (for the namespaces a policy
-/// object claims even while it is invalid: `engine::Unclaimed`).
+/// The `spec.targetNamespace` a policy document names, valid or not (for
+/// the namespaces a policy object claims even while it is invalid).
 pub fn written_target(doc: &serde_json::Value) -> Option<String> {
     let target = doc.get("spec")?.get("targetNamespace")?.as_str()?;
     (!target.is_empty()).then(|| target.to_string())
@@ -95,10 +94,8 @@ pub struct Documents {
     pub empty_list: Option<usize>,
 }
 
-/// Every policy document of a multi-document file, in order: a policy, a
-/// policy ConfigMap or a list of them (see [`wrapped`]), each checked with
-/// every error [`prune::check_all`] finds. A document that is not YAML is
-/// one read with that error.
+/// Every policy document of a multi-document file, in order (see
+/// [`wrapped`] for the forms), each checked by [`prune::check_all`].
 pub fn read_documents(text: &str) -> Documents {
     let mut out = Documents::default();
     for doc in crate::yaml::documents(text) {
@@ -136,8 +133,7 @@ pub fn read_documents(text: &str) -> Documents {
 }
 
 /// One policy per target namespace: the policy claiming each namespace so
-/// far, and where it was read. Every reader of several policies (a file,
-/// `check`'s and `preview`'s files) claims through it.
+/// far, and where it was read.
 #[derive(Debug, Default)]
 pub struct Claims(BTreeMap<String, (String, String)>);
 
@@ -158,9 +154,7 @@ impl Claims {
 }
 
 /// Parses a multi-document policy file ([`read_documents`]): every
-/// non-empty document must be a valid policy, a policy ConfigMap or a list
-/// of them. Errors name the (1-based) document index, the list item and the
-/// ConfigMap. Two policies for the same target namespace are an error.
+/// document must hold valid policies, at most one per target namespace.
 pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
     let (mut policies, mut claims) = (Vec::new(), Claims::default());
     let mut errors = Vec::new();

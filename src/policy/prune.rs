@@ -1,58 +1,21 @@
 //! Every error of a policy document in one pass, for `check`: the
-//! structural errors ([`super::schema_check`]) are reported, then the fields
-//! they name (unknown fields, wrong types) are pruned and the value rules
+//! structural errors ([`super::schema_check`]) are reported and the fields
+//! they name (unknown fields, wrong types) taken out, then the value rules
 //! ([`super::validate`]) run over what is left, so a typo in one field does
 //! not hide an out-of-range value in another.
 
 use serde_json::Value;
 
-use super::schema_check::{self, TOP_LEVEL, field, fits};
-use super::{HighAvailabilityPolicy, Path, Policy, PolicyError, crd_schema};
-
-/// Removes, below `schema`, the fields the schema does not know and the
-/// values of the wrong type (nulls included).
-pub fn prune(schema: &Value, value: &mut Value) {
-    match value {
-        Value::Object(obj) => {
-            obj.retain(|key, sub| match field(schema, key) {
-                Ok(Some(s)) => !sub.is_null() && fits(s, sub),
-                Ok(None) => true,
-                Err(_) => false,
-            });
-            for (key, sub) in obj.iter_mut() {
-                if let Ok(Some(s)) = field(schema, key) {
-                    prune(s, sub);
-                }
-            }
-        }
-        Value::Array(items) => {
-            if let Some(item_schema) = schema.get("items") {
-                items.retain(|item| !item.is_null() && fits(item_schema, item));
-                for item in items.iter_mut() {
-                    prune(item_schema, item);
-                }
-            }
-        }
-        _ => {}
-    }
-}
+use super::{HighAvailabilityPolicy, Path, Policy, PolicyError, schema_check};
 
 /// Checks one policy document and returns every error: structural ones
-/// first, then the value rules over the pruned document (skipping paths that
-/// already have an error). `Ok` only when there is none.
+/// first, then the value rules over the rest (skipping paths that already
+/// have an error). `Ok` only when there is none.
 pub fn check_all(document: &Value) -> Result<Policy, Vec<PolicyError>> {
-    let mut errors = schema_check::check_document(document);
     let mut pruned = document.clone();
-    if let Value::Object(obj) = &mut pruned {
-        obj.retain(|k, _| TOP_LEVEL.contains(&k.as_str()) && k != "status");
-        if let Some(spec) = obj.get_mut("spec") {
-            let schema = crd_schema()
-                .pointer("/properties/spec")
-                .unwrap_or(&Value::Null);
-            if fits(schema, spec) {
-                prune(schema, spec);
-            }
-        }
+    let mut errors = schema_check::check_document(&mut pruned);
+    if let Some(obj) = pruned.as_object_mut() {
+        obj.remove("status");
     }
     let semantic = match serde_json::from_value::<HighAvailabilityPolicy>(pruned) {
         Ok(res) => match Policy::from_resource(&res) {

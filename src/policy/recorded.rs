@@ -3,16 +3,13 @@
 //! ConfigMap), read back by a restarted webhook while the object's current
 //! version is invalid.
 //!
-//! The recorded spec is what the objects run now: an earlier process (maybe
-//! of an earlier release) validated it and the engine applied it. When this
-//! release refuses some of its settings (a rule the recording release did
-//! not have), it still applies, without exactly those settings: each error
-//! names its setting by field path, and the settings are left out one at a
-//! time until the rest passes every rule of this release (a field an item
-//! of a list needs leaves the item out). So the namespace stays governed,
-//! and the engine still only ever sees a spec that passes every rule.
-//! A recorded spec that does not parse (unknown fields, wrong types) is not
-//! applied, nor one whose remains are refused whole (a bad targetNamespace).
+//! The recorded spec is what the objects run now. When this release refuses
+//! some of its settings (a rule the recording release did not have), the
+//! settings its errors name are left out one at a time until the rest
+//! passes every rule (a field an item of a list needs leaves the item out):
+//! the namespace stays governed, and the engine still only sees a spec that
+//! passes every rule. A spec that does not parse, or whose remains are
+//! refused whole (a bad targetNamespace), is not applied.
 
 use serde_json::Value;
 
@@ -85,21 +82,20 @@ pub fn recorded(name: &str, spec: &Value) -> Result<Recorded, PolicyError> {
 /// The recorded spec as a resource: the structural check of the schema
 /// (unknown fields, types, required fields, enums), then decoding.
 fn parse(name: &str, spec: &Value) -> Result<HighAvailabilityPolicy, PolicyError> {
-    let doc = serde_json::json!({
+    let mut doc = serde_json::json!({
         "apiVersion": super::API_VERSION,
         "kind": super::KIND,
         "metadata": {"name": name},
         "spec": spec,
     });
-    let errors = schema_check::check_document(&doc);
+    let errors = schema_check::check_document(&mut doc);
     if !errors.is_empty() {
         return Err(PolicyError::from_list(errors));
     }
     serde_json::from_value(doc).map_err(|e| PolicyError::Parse(e.to_string()))
 }
 
-/// The steps below `spec` of the setting an error names (`None`: not a
-/// setting of the spec).
+/// The steps below `spec` of the setting an error names.
 fn in_spec(error: &PolicyError) -> Option<&[Step]> {
     let PolicyError::Invalid { path, .. } = error else {
         return None;
@@ -125,22 +121,19 @@ fn compact(value: &Value) -> Value {
 /// out are still counted).
 fn as_recorded(spec: &Value, compacted: &[Step]) -> Option<Vec<Step>> {
     let mut at = spec;
-    let mut out = Vec::new();
-    for step in compacted {
-        match step {
-            Step::Key(k) => {
-                at = at.get(k.as_str()).unwrap_or(&Value::Null);
-                out.push(step.clone());
-            }
-            Step::Index(i) => {
-                let items = at.as_array()?.iter().enumerate();
-                let (index, item) = items.filter(|(_, v)| !v.is_null()).nth(*i)?;
-                at = item;
-                out.push(Step::Index(index));
-            }
+    let recorded = compacted.iter().map(|step| match step {
+        Step::Key(k) => {
+            at = at.get(k.as_str()).unwrap_or(&Value::Null);
+            Some(step.clone())
         }
-    }
-    Some(out)
+        Step::Index(i) => {
+            let items = at.as_array()?.iter().enumerate();
+            let (index, item) = items.filter(|(_, v)| !v.is_null()).nth(*i)?;
+            at = item;
+            Some(Step::Index(index))
+        }
+    });
+    recorded.collect()
 }
 
 /// Leaves out the setting at `setting` (steps below `spec`, in the

@@ -2,7 +2,8 @@
 //! `openAPIV3Schema`: unknown fields, types, required fields and enums, with
 //! the field path and bad value in every error. This is what the API server
 //! would reject (and what a file or ConfigMap policy must not get past).
-//! Value rules (bounds, durations, ...) are in [`super::validate`].
+//! The check takes out what it refuses, so that the value rules
+//! ([`super::validate`]) can still run over the rest ([`super::prune`]).
 
 use serde_json::{Map, Value};
 
@@ -11,7 +12,7 @@ use super::{API_VERSION, KIND, Path, PolicyError, crd_schema};
 pub use crate::errors::show;
 
 /// Top-level fields of a policy document.
-pub(super) const TOP_LEVEL: [&str; 5] = ["apiVersion", "kind", "metadata", "spec", "status"];
+const TOP_LEVEL: [&str; 5] = ["apiVersion", "kind", "metadata", "spec", "status"];
 
 fn type_name(value: &Value) -> &'static str {
     match value {
@@ -33,10 +34,7 @@ fn flag(schema: &Value, flag: &str) -> bool {
 /// The schema of field `key` of a mapping under `schema`: `Ok(None)` when
 /// the mapping lets any field through unchecked, `Err` (its known fields)
 /// when it has no such field.
-pub(super) fn field<'a>(
-    schema: &'a Value,
-    key: &str,
-) -> Result<Option<&'a Value>, &'a Map<String, Value>> {
+fn field<'a>(schema: &'a Value, key: &str) -> Result<Option<&'a Value>, &'a Map<String, Value>> {
     let props = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties").filter(|a| a.is_object());
     match (props.and_then(|p| p.get(key)).or(additional), props) {
@@ -48,7 +46,7 @@ pub(super) fn field<'a>(
 /// True when `value` has the JSON type the schema node asks for (any type
 /// when it names none; a 32-bit integer or any string for
 /// `x-kubernetes-int-or-string`).
-pub(super) fn fits(schema: &Value, value: &Value) -> bool {
+fn fits(schema: &Value, value: &Value) -> bool {
     if flag(schema, "x-kubernetes-int-or-string") {
         return value.is_string() || value.as_i64().is_some_and(|i| i32::try_from(i).is_ok());
     }
@@ -60,9 +58,11 @@ pub(super) fn fits(schema: &Value, value: &Value) -> bool {
 }
 
 /// Checks a whole document (top level: apiVersion, kind, metadata, spec,
-/// status). Returns every structural error found.
-pub fn check_document(doc: &Value) -> Vec<PolicyError> {
-    let Some(obj) = doc.as_object() else {
+/// status). Returns every structural error found, and takes out of the
+/// document the fields and items they name (unknown, of the wrong type,
+/// null).
+pub fn check_document(doc: &mut Value) -> Vec<PolicyError> {
+    let Some(obj) = doc.as_object_mut() else {
         return vec![PolicyError::invalid(
             ["(document)"],
             format!(
@@ -86,7 +86,7 @@ pub fn check_document(doc: &Value) -> Vec<PolicyError> {
         }
     }
     let props = crd_schema().get("properties").and_then(Value::as_object);
-    for (key, value) in obj {
+    for (key, value) in obj.iter_mut() {
         match key.as_str() {
             // Server-populated metadata (managedFields, uid, ...) and status
             // are the API server's business, not the policy's.
@@ -94,7 +94,7 @@ pub fn check_document(doc: &Value) -> Vec<PolicyError> {
             "metadata" => check_metadata(value, &mut errors),
             _ => match props.and_then(|p| p.get(key)) {
                 Some(sub) => check_value(sub, value, &Path::from([key.as_str()]), &mut errors),
-                None => errors.push(unknown_field(&Path::default(), key, TOP_LEVEL)),
+                None => errors.push(unknown_field(&Path::default(), key, TOP_LEVEL.to_vec())),
             },
         }
     }
@@ -102,6 +102,7 @@ pub fn check_document(doc: &Value) -> Vec<PolicyError> {
     if !obj.contains_key("spec") {
         errors.push(PolicyError::invalid(["spec"], "required field missing"));
     }
+    obj.retain(|key, _| TOP_LEVEL.contains(&key.as_str()));
     errors
 }
 
@@ -143,20 +144,14 @@ fn check_name_present(obj: &Map<String, Value>, errors: &mut Vec<PolicyError>) {
     }
 }
 
-fn unknown_field<'a>(
-    path: &Path,
-    key: &str,
-    known: impl IntoIterator<Item = &'a str>,
-) -> PolicyError {
-    let known: Vec<&str> = known.into_iter().collect();
-    PolicyError::invalid(
-        path.key(key),
-        format!("unknown field {key:?} (known fields: {})", known.join(", ")),
-    )
+fn unknown_field(path: &Path, key: &str, known: Vec<&str>) -> PolicyError {
+    let message = format!("unknown field {key:?} (known fields: {})", known.join(", "));
+    PolicyError::invalid(path.key(key), message)
 }
 
-/// Checks `value` at `path` against the schema node `schema`.
-pub fn check_value(schema: &Value, value: &Value, path: &Path, errors: &mut Vec<PolicyError>) {
+/// Checks `value` at `path` against the schema node `schema`, taking out
+/// below it the fields and items it refuses.
+pub fn check_value(schema: &Value, value: &mut Value, path: &Path, errors: &mut Vec<PolicyError>) {
     if value.is_null() {
         if !flag(schema, "nullable") {
             errors.push(PolicyError::invalid(path.clone(), "must not be null"));
@@ -187,38 +182,32 @@ pub fn check_value(schema: &Value, value: &Value, path: &Path, errors: &mut Vec<
         Value::Object(obj) => check_object(schema, obj, path, errors),
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
-                for (i, item) in items.iter().enumerate() {
+                for (i, item) in items.iter_mut().enumerate() {
                     check_value(item_schema, item, &path.index(i), errors);
                 }
+                items.retain(|item| !item.is_null() && fits(item_schema, item));
             }
         }
-        Value::String(s) => check_enum(schema, s, value, path, errors),
-        Value::Number(n)
-            if ty == "integer"
-                && schema.get("format").and_then(Value::as_str) == Some("int32")
-                && n.as_i64().is_none_or(|i| i32::try_from(i).is_err()) =>
-        {
-            errors.push(PolicyError::invalid(
-                path.clone(),
-                format!("must be a 32-bit integer, got {n}"),
-            ));
-        }
-        _ => {}
+        scalar => check_scalar(schema, ty, scalar, path, errors),
     }
 }
 
 /// Fields of a mapping: known, additional or unknown; then required ones.
 fn check_object(
     schema: &Value,
-    obj: &Map<String, Value>,
+    obj: &mut Map<String, Value>,
     path: &Path,
     errors: &mut Vec<PolicyError>,
 ) {
-    for (key, sub_value) in obj {
+    for (key, sub_value) in obj.iter_mut() {
         match field(schema, key) {
             Ok(Some(sub)) => check_value(sub, sub_value, &path.key(key), errors),
             Ok(None) => {}
-            Err(props) => errors.push(unknown_field(path, key, props.keys().map(String::as_str))),
+            Err(props) => errors.push(unknown_field(
+                path,
+                key,
+                props.keys().map(String::as_str).collect(),
+            )),
         }
     }
     let required = schema.get("required").and_then(Value::as_array);
@@ -230,17 +219,38 @@ fn check_object(
             ));
         }
     }
+    obj.retain(|key, sub| match field(schema, key) {
+        Ok(Some(s)) => !sub.is_null() && fits(s, sub),
+        Ok(None) => true,
+        Err(_) => false,
+    });
 }
 
-/// A string the schema restricts to an `enum`.
-fn check_enum(schema: &Value, s: &str, value: &Value, path: &Path, errors: &mut Vec<PolicyError>) {
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+/// A string the schema restricts to an `enum`, an integer to `int32`.
+fn check_scalar(
+    schema: &Value,
+    ty: &str,
+    value: &Value,
+    path: &Path,
+    errors: &mut Vec<PolicyError>,
+) {
+    let allowed = schema.get("enum").and_then(Value::as_array);
+    if let (Some(s), Some(allowed)) = (value.as_str(), allowed)
         && !allowed.iter().any(|a| a.as_str() == Some(s))
     {
         let names: Vec<String> = allowed.iter().map(show).collect();
         errors.push(PolicyError::invalid(
             path.clone(),
             format!("must be one of {}, got {}", names.join(", "), show(value)),
+        ));
+    }
+    if ty == "integer"
+        && schema.get("format").and_then(Value::as_str) == Some("int32")
+        && value.as_i64().is_none_or(|i| i32::try_from(i).is_err())
+    {
+        errors.push(PolicyError::invalid(
+            path.clone(),
+            format!("must be a 32-bit integer, got {value}"),
         ));
     }
 }

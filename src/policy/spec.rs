@@ -141,16 +141,6 @@ pub enum AntiAffinityType {
     None,
 }
 
-impl AntiAffinityType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AntiAffinityType::Preferred => "Preferred",
-            AntiAffinityType::Required => "Required",
-            AntiAffinityType::None => "None",
-        }
-    }
-}
-
 /// Pod anti-affinity between replicas of one Deployment.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -240,15 +230,6 @@ pub enum WhenUnsatisfiable {
     DoNotSchedule,
 }
 
-impl WhenUnsatisfiable {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WhenUnsatisfiable::ScheduleAnyway => "ScheduleAnyway",
-            WhenUnsatisfiable::DoNotSchedule => "DoNotSchedule",
-        }
-    }
-}
-
 /// Whether a spread constraint counts the nodes whose taints the pod does
 /// not tolerate (Kubernetes' `nodeTaintsPolicy`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
@@ -262,14 +243,22 @@ pub enum NodeTaintsPolicy {
     Ignore,
 }
 
-impl NodeTaintsPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeTaintsPolicy::Honor => "Honor",
-            NodeTaintsPolicy::Ignore => "Ignore",
+/// `as_str` of a unit enum: the variant's name, as serde writes it.
+macro_rules! variant_names {
+    ($ty:ident: $($variant:ident),+) => {
+        impl $ty {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => stringify!($variant)),+
+                }
+            }
         }
-    }
+    };
 }
+
+variant_names!(AntiAffinityType: Preferred, Required, None);
+variant_names!(WhenUnsatisfiable: ScheduleAnyway, DoNotSchedule);
+variant_names!(NodeTaintsPolicy: Honor, Ignore);
 
 /// One topology spread constraint over the Deployment's own pods
 /// (`labelSelector` = the Deployment's `spec.selector.matchLabels`, and

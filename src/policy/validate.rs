@@ -66,7 +66,7 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
     if let Some(pdb) = &spec.pod_disruption_budget {
         let fewest = disruption::fewest_for_global(spec);
         let path = root.key("podDisruptionBudget");
-        disruption::check(&path, pdb, fewest.as_ref(), &mut check.errors);
+        disruption::check(&path, pdb, &fewest, &mut check.errors);
     }
     check.priority_class(root.key("priorityClassName"), &spec.priority_class_name);
     for (i, w) in spec.workloads.iter().enumerate() {
@@ -262,7 +262,7 @@ impl SpecCheck<'_> {
         if let Some(pdb) = &w.pod_disruption_budget {
             let fewest = disruption::replicas_at(self.spec, Some(i), &w.name);
             let path = path.key("podDisruptionBudget");
-            disruption::check(&path, pdb, Some(&fewest), &mut self.errors);
+            disruption::check(&path, pdb, &fewest, &mut self.errors);
         }
         if let Some(list) = &w.topology_spread_constraints {
             self.spread(path.key("topologySpreadConstraints"), list);

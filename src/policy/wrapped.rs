@@ -2,8 +2,7 @@
 //! policy ConfigMap (labelled `knativeha.dev/policy: "true"`, the document
 //! under the data key `policy.yaml`) and a `kind: List` or
 //! `HighAvailabilityPolicyList` of either (what `kubectl get -o yaml`
-//! prints). Every command that reads a policy file (`check`, `preview`,
-//! `audit --policy-file`, `serve --policy-file`) unwraps them the same way.
+//! prints). Every command that reads a policy file unwraps them so.
 
 use serde_json::Value;
 
@@ -20,8 +19,7 @@ pub struct Found {
     /// The HighAvailabilityPolicy document; `None` when the ConfigMap holds
     /// none that parses.
     pub document: Option<Value>,
-    /// What is wrong with the ConfigMap around the document (reported next
-    /// to the document's own errors).
+    /// What is wrong around the document (its ConfigMap).
     pub errors: Vec<PolicyError>,
 }
 
