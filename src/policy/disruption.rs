@@ -18,22 +18,18 @@ pub struct Fewest {
 /// What leader election off means for replica counts (every governed
 /// Deployment runs one replica).
 fn disabled(spec: &HighAvailabilityPolicySpec) -> Option<Fewest> {
-    spec.leader_election
-        .as_ref()
-        .is_some_and(|le| !le.is_enabled())
-        .then(|| Fewest {
-            replicas: 1,
-            source: "spec.leaderElection.enabled false".to_string(),
-        })
+    spec.leader_election_off().then(|| Fewest {
+        replicas: 1,
+        source: "spec.leaderElection.enabled false".to_string(),
+    })
 }
 
 /// Where the replicas come from when the policy sets none: what Knative
 /// ships (its HPAs' minReplicas 1, its Deployments' spec.replicas 1).
 const SHIPPED: &str = "Knative ships 1";
 
-/// The fewest replicas under `spec.podDisruptionBudget`: the global
-/// replicas (what Knative ships when unset: the HPA-backed Deployments keep
-/// minReplicas 1) and every workload override without its own budget.
+/// The fewest replicas under `spec.podDisruptionBudget`: the global replicas
+/// (or what Knative ships) and every workload override without its own budget.
 pub fn fewest_for_global(spec: &HighAvailabilityPolicySpec) -> Fewest {
     if let Some(off) = disabled(spec) {
         return off;
@@ -118,12 +114,8 @@ const BLOCKS: &str =
     "allows no voluntary disruption, so every node drain and cluster upgrade would block";
 
 /// Exactly one of the two fields, each well formed and allowing a disruption.
-pub fn check(
-    path: &Path,
-    pdb: &PodDisruptionBudgetPolicy,
-    fewest: &Fewest,
-    errors: &mut Vec<PolicyError>,
-) {
+pub fn check(path: &Path, pdb: &PodDisruptionBudgetPolicy, fewest: &Fewest) -> Vec<PolicyError> {
+    let mut errors = Vec::new();
     match (&pdb.min_available, &pdb.max_unavailable) {
         (Some(_), Some(_)) => errors.push(PolicyError::invalid(
             path.clone(),
@@ -137,7 +129,7 @@ pub fn check(
     }
     let max_path = path.key("maxUnavailable");
     if let Some(v) = &pdb.max_unavailable
-        && well_formed(&max_path, v, errors)
+        && well_formed(&max_path, v, &mut errors)
         && matches!(v, IntOrString::Int(0))
             | matches!(v, IntOrString::String(s) if parse_percent(s) == Some(0))
     {
@@ -146,12 +138,13 @@ pub fn check(
     }
     let min_path = path.key("minAvailable");
     if let Some(v) = &pdb.min_available
-        && well_formed(&min_path, v, errors)
+        && well_formed(&min_path, v, &mut errors)
         // With both set the budget is refused above; its replicas are moot.
         && pdb.max_unavailable.is_none()
     {
-        min_available(min_path, v, fewest, errors);
+        min_available(min_path, v, fewest, &mut errors);
     }
+    errors
 }
 
 fn min_available(path: Path, v: &IntOrString, f: &Fewest, errors: &mut Vec<PolicyError>) {

@@ -36,14 +36,11 @@ fn digits(s: &str) -> (&str, &str) {
 
 /// Parses a Go duration into nanoseconds.
 pub fn parse_go_duration(text: &str) -> Result<u128, DurationError> {
-    if text.is_empty() {
-        return Err(DurationError::Empty);
-    }
-    if text.starts_with('-') || text.starts_with('+') {
-        return Err(DurationError::Signed);
-    }
-    if text == "0" {
-        return Ok(0);
+    match text {
+        "" => return Err(DurationError::Empty),
+        "0" => return Ok(0),
+        _ if text.starts_with(['-', '+']) => return Err(DurationError::Signed),
+        _ => {}
     }
     let mut rest = text;
     let mut total: u128 = 0;

@@ -161,10 +161,9 @@ impl PolicyError {
     }
 
     fn from_list(mut errors: Vec<PolicyError>) -> PolicyError {
-        if errors.len() == 1 {
-            errors.remove(0)
-        } else {
-            PolicyError::Many(errors)
+        match errors.len() {
+            1 => errors.remove(0),
+            _ => PolicyError::Many(errors),
         }
     }
 }

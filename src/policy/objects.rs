@@ -1,7 +1,6 @@
-//! Every error of a policy object as the API server holds it: a
-//! HighAvailabilityPolicy resource, or a labelled ConfigMap with the
-//! document under `data.policy.yaml`. `check` and the validating admission
-//! endpoint (`POST /validate`) report the same messages through these.
+//! Every error of a policy object as the API server holds it (a
+//! HighAvailabilityPolicy resource, or a labelled policy ConfigMap): `check`
+//! and the validating admission endpoint (`POST /validate`) report these.
 
 use serde_json::Value;
 

@@ -9,13 +9,11 @@ impl Policy {
     /// Validates a parsed resource: every semantic rule, all errors collected.
     pub fn from_resource(res: &HighAvailabilityPolicy) -> Result<Policy> {
         let name = res.metadata.name.clone().unwrap_or_default();
-        let unnamed = name
-            .is_empty()
-            .then(|| PolicyError::invalid(["metadata", "name"], "required, got \"\""));
-        let errors: Vec<_> = unnamed
-            .into_iter()
-            .chain(validate::validate_spec(&res.spec))
-            .collect();
+        let mut errors = validate::validate_spec(&res.spec);
+        if name.is_empty() {
+            let unnamed = PolicyError::invalid(["metadata", "name"], "required, got \"\"");
+            errors.insert(0, unnamed);
+        }
         if !errors.is_empty() {
             return Err(PolicyError::from_list(errors));
         }

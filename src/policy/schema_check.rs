@@ -14,6 +14,11 @@ pub use crate::errors::show;
 /// Top-level fields of a policy document.
 const TOP_LEVEL: [&str; 5] = ["apiVersion", "kind", "metadata", "spec", "status"];
 
+/// What an error says it got: the value's JSON type, then the value.
+fn got(value: &Value) -> String {
+    format!("{} {}", type_name(value), show(value))
+}
+
 fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -63,26 +68,23 @@ fn fits(schema: &Value, value: &Value) -> bool {
 /// null).
 pub fn check_document(doc: &mut Value) -> Vec<PolicyError> {
     let Some(obj) = doc.as_object_mut() else {
-        return vec![PolicyError::invalid(
-            ["(document)"],
-            format!(
-                "must be a mapping (a HighAvailabilityPolicy), got {} {}",
-                type_name(doc),
-                show(doc)
-            ),
-        )];
+        let message = format!(
+            "must be a mapping (a HighAvailabilityPolicy), got {}",
+            got(doc)
+        );
+        return vec![PolicyError::invalid(["(document)"], message)];
     };
     let mut errors = Vec::new();
     for (field, wanted) in [("apiVersion", API_VERSION), ("kind", KIND)] {
         match obj.get(field) {
             Some(Value::String(v)) if v == wanted => {}
-            other => errors.push(PolicyError::invalid(
-                [field],
-                format!(
-                    "must be {wanted:?}, got {}",
-                    other.map_or("nothing".into(), show)
-                ),
-            )),
+            other => {
+                let got = other.map_or("nothing".into(), show);
+                errors.push(PolicyError::invalid(
+                    [field],
+                    format!("must be {wanted:?}, got {got}"),
+                ));
+            }
         }
     }
     let props = crd_schema().get("properties").and_then(Value::as_object);
@@ -112,18 +114,14 @@ fn check_metadata(value: &Value, errors: &mut Vec<PolicyError>) {
         if let Some(v) = value.get(field).filter(|v| !v.is_string() && !v.is_null()) {
             errors.push(PolicyError::invalid(
                 ["metadata", field],
-                format!("must be a string, got {} {}", type_name(v), show(v)),
+                format!("must be a string, got {}", got(v)),
             ));
         }
     }
     if !value.is_object() {
         errors.push(PolicyError::invalid(
             ["metadata"],
-            format!(
-                "must be a mapping, got {} {}",
-                type_name(value),
-                show(value)
-            ),
+            format!("must be a mapping, got {}", got(value)),
         ));
     }
 }
@@ -159,10 +157,7 @@ pub fn check_value(schema: &Value, value: &mut Value, path: &Path, errors: &mut 
         return;
     }
     let int_or_string = flag(schema, "x-kubernetes-int-or-string");
-    let ty = schema
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let ty = schema["type"].as_str().unwrap_or_default();
     if !fits(schema, value) {
         let wanted = match ty {
             _ if int_or_string => "a 32-bit integer or a string".to_string(),
@@ -171,7 +166,7 @@ pub fn check_value(schema: &Value, value: &mut Value, path: &Path, errors: &mut 
         };
         errors.push(PolicyError::invalid(
             path.clone(),
-            format!("must be {wanted}, got {} {}", type_name(value), show(value)),
+            format!("must be {wanted}, got {}", got(value)),
         ));
         return;
     }
@@ -245,7 +240,7 @@ fn check_scalar(
         ));
     }
     if ty == "integer"
-        && schema.get("format").and_then(Value::as_str) == Some("int32")
+        && schema["format"] == "int32"
         && value.as_i64().is_none_or(|i| i32::try_from(i).is_err())
     {
         errors.push(PolicyError::invalid(

@@ -82,6 +82,11 @@ impl HighAvailabilityPolicySpec {
         self.govern_operator_owned != Some(false)
     }
 
+    /// `leaderElection.enabled` is false: single instances.
+    pub fn leader_election_off(&self) -> bool {
+        matches!(&self.leader_election, Some(le) if !le.is_enabled())
+    }
+
     /// Every PriorityClass the policy names, with its field
     /// (`spec.priorityClassName`, `spec.workloads[i].priorityClassName`).
     pub fn priority_classes(&self) -> impl Iterator<Item = (String, &str)> {

@@ -35,10 +35,7 @@ fn is_dns1123_subdomain(s: &str) -> bool {
 pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
     let mut check = SpecCheck {
         spec,
-        disabled: spec
-            .leader_election
-            .as_ref()
-            .is_some_and(|le| !le.is_enabled()),
+        disabled: spec.leader_election_off(),
         errors: Vec::new(),
     };
     let root = Path::from(["spec"]);
@@ -51,14 +48,18 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
             ),
         );
     }
-    check.replicas(root.key("replicas"), spec.replicas);
+    check.within(root.key("replicas"), spec.replicas, MAX_REPLICAS);
     if let Some(le) = &spec.leader_election {
         check.buckets(le);
         check.timings(le);
     }
     check.single_replica(root.key("replicas"), spec.replicas);
-    if let Some(aa) = &spec.pod_anti_affinity {
-        check.anti_affinity(root.key("podAntiAffinity"), aa);
+    if let Some(PodAntiAffinity {
+        topology_key: Some(key),
+        ..
+    }) = &spec.pod_anti_affinity
+    {
+        check.topology_key(root.key("podAntiAffinity").key("topologyKey"), key);
     }
     if let Some(list) = &spec.topology_spread_constraints {
         check.spread(root.key("topologySpreadConstraints"), list);
@@ -66,9 +67,11 @@ pub fn validate_spec(spec: &HighAvailabilityPolicySpec) -> Vec<PolicyError> {
     if let Some(pdb) = &spec.pod_disruption_budget {
         let fewest = disruption::fewest_for_global(spec);
         let path = root.key("podDisruptionBudget");
-        disruption::check(&path, pdb, &fewest, &mut check.errors);
+        check.errors.extend(disruption::check(&path, pdb, &fewest));
     }
-    check.priority_class(root.key("priorityClassName"), &spec.priority_class_name);
+    if let Some(name) = &spec.priority_class_name {
+        check.subdomain(root.key("priorityClassName"), "PriorityClass", name);
+    }
     for (i, w) in spec.workloads.iter().enumerate() {
         check.workload(root.key("workloads").index(i), i, w);
     }
@@ -91,14 +94,12 @@ impl SpecCheck<'_> {
         self.errors.push(PolicyError::invalid(path, message));
     }
 
-    fn replicas(&mut self, path: Path, value: Option<i32>) {
+    /// A count that must lie in `1..=max`.
+    fn within(&mut self, path: Path, value: Option<i32>, max: i32) {
         if let Some(n) = value
-            && !(1..=MAX_REPLICAS).contains(&n)
+            && !(1..=max).contains(&n)
         {
-            self.fail(
-                path,
-                format!("must be between 1 and {MAX_REPLICAS}, got {n}"),
-            );
+            self.fail(path, format!("must be between 1 and {max}, got {n}"));
         }
     }
 
@@ -124,24 +125,12 @@ impl SpecCheck<'_> {
         }
     }
 
-    fn priority_class(&mut self, path: Path, name: &Option<String>) {
-        if let Some(name) = name {
-            self.subdomain(path, "PriorityClass", name);
-        }
-    }
-
     fn topology_key(&mut self, path: Path, key: &str) {
         if key.trim().is_empty() || key.chars().any(char::is_whitespace) {
             self.fail(
                 path,
                 format!("must be a non-empty node label key without spaces, got {key:?}"),
             );
-        }
-    }
-
-    fn anti_affinity(&mut self, path: Path, aa: &PodAntiAffinity) {
-        if let Some(key) = &aa.topology_key {
-            self.topology_key(path.key("topologyKey"), key);
         }
     }
 
@@ -154,18 +143,13 @@ impl SpecCheck<'_> {
         }
         let mut seen: BTreeMap<(&str, &str), usize> = BTreeMap::new();
         for (i, c) in list.iter().enumerate() {
-            let key = &c.topology_key;
-            self.topology_key(path.index(i).key("topologyKey"), key);
-            if let Some(skew) = c.max_skew
-                && !(1..=100).contains(&skew)
-            {
-                let message = format!("must be between 1 and 100, got {skew}");
-                self.fail(path.index(i).key("maxSkew"), message);
-            }
+            let (at, key) = (path.index(i), &c.topology_key);
+            self.topology_key(at.key("topologyKey"), key);
+            self.within(at.key("maxSkew"), c.max_skew, 100);
             let pair = (key.as_str(), c.when_unsatisfiable().as_str());
             if let Some(first) = seen.insert(pair, i) {
                 self.fail(
-                    path.index(i).key("topologyKey"),
+                    at.key("topologyKey"),
                     format!(
                         "duplicate constraint {key:?} with {} (already at {})",
                         pair.1,
@@ -242,7 +226,7 @@ impl SpecCheck<'_> {
     /// `spec.workloads[i]`: its name, then its overrides.
     fn workload(&mut self, path: Path, i: usize, w: &WorkloadOverride) {
         self.workload_name(path.key("name"), i, &w.name);
-        self.replicas(path.key("replicas"), w.replicas);
+        self.within(path.key("replicas"), w.replicas, MAX_REPLICAS);
         self.single_replica(path.key("replicas"), w.replicas);
         if let Some(n) = w.replicas
             && crate::knative::is_scaled_on_demand(&w.name)
@@ -255,14 +239,20 @@ impl SpecCheck<'_> {
                 ),
             );
         }
-        if let Some(aa) = &w.pod_anti_affinity {
-            self.anti_affinity(path.key("podAntiAffinity"), aa);
+        if let Some(PodAntiAffinity {
+            topology_key: Some(key),
+            ..
+        }) = &w.pod_anti_affinity
+        {
+            self.topology_key(path.key("podAntiAffinity").key("topologyKey"), key);
         }
-        self.priority_class(path.key("priorityClassName"), &w.priority_class_name);
+        if let Some(name) = &w.priority_class_name {
+            self.subdomain(path.key("priorityClassName"), "PriorityClass", name);
+        }
         if let Some(pdb) = &w.pod_disruption_budget {
             let fewest = disruption::replicas_at(self.spec, Some(i), &w.name);
             let path = path.key("podDisruptionBudget");
-            disruption::check(&path, pdb, &fewest, &mut self.errors);
+            self.errors.extend(disruption::check(&path, pdb, &fewest));
         }
         if let Some(list) = &w.topology_spread_constraints {
             self.spread(path.key("topologySpreadConstraints"), list);

@@ -24,8 +24,7 @@ pub struct Found {
 }
 
 impl Found {
-    /// An error of the document, placed in its ConfigMap's data key
-    /// (unchanged for a document that is not in a ConfigMap).
+    /// An error of the document, placed in its ConfigMap's data key (if any).
     pub fn in_configmap(&self, error: PolicyError) -> PolicyError {
         match &self.configmap {
             Some(id) => error.at(format!("ConfigMap {id}: data.{DATA_KEY}")),
