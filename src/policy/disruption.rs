@@ -5,7 +5,7 @@
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{HighAvailabilityPolicySpec, PodDisruptionBudgetPolicy, PolicyError};
+use super::{HighAvailabilityPolicySpec, Path, PodDisruptionBudgetPolicy, PolicyError};
 
 /// The fewest replicas the policy produces for the workloads a budget
 /// covers, with the field it comes from.
@@ -15,67 +15,51 @@ pub struct Fewest {
     pub source: String,
 }
 
-fn fewest(candidates: impl Iterator<Item = (i32, String)>) -> Option<Fewest> {
-    candidates
-        .min_by_key(|(n, _)| *n)
-        .map(|(replicas, source)| Fewest { replicas, source })
-}
-
 /// What leader election off means for replica counts (every governed
 /// Deployment runs one replica).
 fn disabled(spec: &HighAvailabilityPolicySpec) -> Option<Fewest> {
-    spec.leader_election
-        .as_ref()
-        .is_some_and(|le| !le.is_enabled())
-        .then(|| Fewest {
-            replicas: 1,
-            source: "spec.leaderElection.enabled false".to_string(),
-        })
+    spec.leader_election_off().then(|| Fewest {
+        replicas: 1,
+        source: "spec.leaderElection.enabled false".to_string(),
+    })
 }
 
 /// Where the replicas come from when the policy sets none: what Knative
 /// ships (its HPAs' minReplicas 1, its Deployments' spec.replicas 1).
 const SHIPPED: &str = "Knative ships 1";
 
-/// The fewest replicas under `spec.podDisruptionBudget`: the global
-/// replicas (what Knative ships when unset: the HPA-backed Deployments keep
-/// minReplicas 1) and every workload override without its own budget.
-pub fn fewest_for_global(spec: &HighAvailabilityPolicySpec) -> Option<Fewest> {
-    disabled(spec).or_else(|| {
-        let global = match spec.replicas {
-            Some(n) => (n, "spec.replicas".to_string()),
-            None => (
-                1,
-                format!(
-                    "spec.replicas unset: {SHIPPED}, the activator and webhook HPAs' minReplicas"
-                ),
-            ),
-        };
-        let overrides = spec.workloads.iter().enumerate().filter_map(|(i, w)| {
-            let r = w.replicas.filter(|_| w.pod_disruption_budget.is_none())?;
-            Some((r, format!("spec.workloads[{i}].replicas")))
-        });
-        fewest(std::iter::once(global).chain(overrides))
-    })
-}
-
-/// The replicas of workload `i`: [`replicas_of`] its Deployment.
-pub fn fewest_for_workload(spec: &HighAvailabilityPolicySpec, i: usize) -> Option<Fewest> {
-    let w = spec.workloads.get(i)?;
-    Some(replicas_at(spec, Some(i), &w.name))
+/// The fewest replicas under `spec.podDisruptionBudget`: the global replicas
+/// (or what Knative ships) and every workload override without its own budget.
+pub fn fewest_for_global(spec: &HighAvailabilityPolicySpec) -> Fewest {
+    if let Some(off) = disabled(spec) {
+        return off;
+    }
+    let global = match spec.replicas {
+        Some(n) => (n, "spec.replicas".to_string()),
+        None => (
+            1,
+            format!("spec.replicas unset: {SHIPPED}, the activator and webhook HPAs' minReplicas"),
+        ),
+    };
+    let overrides = spec.workloads.iter().enumerate().filter_map(|(i, w)| {
+        let r = w.replicas.filter(|_| w.pod_disruption_budget.is_none())?;
+        Some((r, format!("spec.workloads[{i}].replicas")))
+    });
+    let (replicas, source) = overrides.fold(global, |a, b| if b.0 < a.0 { b } else { a });
+    Fewest { replicas, source }
 }
 
 /// The replicas the Deployment `name` runs under the policy, the fewest
-/// when an HPA scales it (the HPA's minReplicas is raised to them, never
-/// lowered): one with leader election off or for a Deployment Knative
-/// scales on demand; else its override, the global value, or what Knative
-/// ships (1).
+/// when an HPA scales it (its minReplicas is raised to them, never
+/// lowered): one with leader election off or when Knative scales it on
+/// demand; else its override, the global value, or what Knative ships.
 pub fn replicas_of(spec: &HighAvailabilityPolicySpec, name: &str) -> Fewest {
     let i = spec.workloads.iter().position(|w| w.name == name);
     replicas_at(spec, i, name)
 }
 
-fn replicas_at(spec: &HighAvailabilityPolicySpec, i: Option<usize>, name: &str) -> Fewest {
+/// [`replicas_of`] the Deployment `name`, which workload `i` names.
+pub fn replicas_at(spec: &HighAvailabilityPolicySpec, i: Option<usize>, name: &str) -> Fewest {
     if let Some(off) = disabled(spec) {
         return off;
     }
@@ -130,65 +114,51 @@ const BLOCKS: &str =
     "allows no voluntary disruption, so every node drain and cluster upgrade would block";
 
 /// Exactly one of the two fields, each well formed and allowing a disruption.
-pub fn check(
-    path: &str,
-    pdb: &PodDisruptionBudgetPolicy,
-    fewest: Option<&Fewest>,
-    errors: &mut Vec<PolicyError>,
-) {
+pub fn check(path: &Path, pdb: &PodDisruptionBudgetPolicy, fewest: &Fewest) -> Vec<PolicyError> {
+    let mut errors = Vec::new();
     match (&pdb.min_available, &pdb.max_unavailable) {
         (Some(_), Some(_)) => errors.push(PolicyError::invalid(
-            path,
+            path.clone(),
             "set exactly one of minAvailable and maxUnavailable, got both",
         )),
         (None, None) => errors.push(PolicyError::invalid(
-            path,
+            path.clone(),
             "set exactly one of minAvailable and maxUnavailable, got neither",
         )),
         _ => {}
     }
+    let max_path = path.key("maxUnavailable");
     if let Some(v) = &pdb.max_unavailable
-        && well_formed(&format!("{path}.maxUnavailable"), v, errors)
+        && well_formed(&max_path, v, &mut errors)
         && matches!(v, IntOrString::Int(0))
             | matches!(v, IntOrString::String(s) if parse_percent(s) == Some(0))
     {
-        errors.push(PolicyError::invalid(
-            format!("{path}.maxUnavailable"),
-            format!("{} {BLOCKS}; use at least 1", shown(v)),
-        ));
+        let message = format!("{} {BLOCKS}; use at least 1", shown(v));
+        errors.push(PolicyError::invalid(max_path, message));
     }
+    let min_path = path.key("minAvailable");
     if let Some(v) = &pdb.min_available
-        && well_formed(&format!("{path}.minAvailable"), v, errors)
+        && well_formed(&min_path, v, &mut errors)
         // With both set the budget is refused above; its replicas are moot.
         && pdb.max_unavailable.is_none()
     {
-        min_available(&format!("{path}.minAvailable"), v, fewest, errors);
+        min_available(min_path, v, fewest, &mut errors);
     }
+    errors
 }
 
-fn min_available(
-    path: &str,
-    v: &IntOrString,
-    fewest: Option<&Fewest>,
-    errors: &mut Vec<PolicyError>,
-) {
-    let percent = match v {
-        IntOrString::String(s) => parse_percent(s),
-        IntOrString::Int(_) => None,
-    };
-    if percent == Some(100) {
+fn min_available(path: Path, v: &IntOrString, f: &Fewest, errors: &mut Vec<PolicyError>) {
+    if matches!(v, IntOrString::String(s) if parse_percent(s) == Some(100)) {
         errors.push(PolicyError::invalid(path, format!("{} {BLOCKS}", shown(v))));
         return;
     }
-    let Some(f) = fewest else { return };
     let n = i64::from(f.replicas);
-    let needed = match (v, percent) {
-        (IntOrString::Int(m), _) => i64::from(*m),
-        // Kubernetes rounds a minAvailable percentage up.
-        (_, Some(p)) => (i64::from(p) * n + 99) / 100,
-        _ => return,
+    let Some(allowed) = disruptions_allowed(true, v, n) else {
+        return;
     };
-    if needed >= n {
+    // What the budget keeps (a percentage rounds up).
+    let needed = n - allowed;
+    if allowed <= 0 {
         let how = match v {
             IntOrString::Int(_) => String::new(),
             IntOrString::String(_) => format!(" (rounds up to {needed})"),
@@ -205,14 +175,14 @@ fn min_available(
     }
 }
 
-fn well_formed(path: &str, value: &IntOrString, errors: &mut Vec<PolicyError>) -> bool {
+fn well_formed(path: &Path, value: &IntOrString, errors: &mut Vec<PolicyError>) -> bool {
     let bad = match value {
         IntOrString::Int(n) => *n < 0,
         IntOrString::String(s) => parse_percent(s).is_none(),
     };
     if bad {
         errors.push(PolicyError::invalid(
-            path,
+            path.clone(),
             format!(
                 "must be an integer >= 0 or a percentage \"0%\"..\"100%\", got {}",
                 shown(value)

@@ -29,44 +29,32 @@ pub enum DurationError {
 /// The units Go accepts, as the errors list them.
 const UNITS: &str = "ns, us, ms, s, m or h";
 
+/// The leading ASCII digits of `s`, and the rest.
+fn digits(s: &str) -> (&str, &str) {
+    s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()))
+}
+
 /// Parses a Go duration into nanoseconds.
 pub fn parse_go_duration(text: &str) -> Result<u128, DurationError> {
-    if text.is_empty() {
-        return Err(DurationError::Empty);
+    match text {
+        "" => return Err(DurationError::Empty),
+        "0" => return Ok(0),
+        _ if text.starts_with(['-', '+']) => return Err(DurationError::Signed),
+        _ => {}
     }
-    if text.starts_with('-') || text.starts_with('+') {
-        return Err(DurationError::Signed);
-    }
-    if text == "0" {
-        return Ok(0);
-    }
-    let bytes = text.as_bytes();
-    let mut i = 0;
+    let mut rest = text;
     let mut total: u128 = 0;
-    while i < bytes.len() {
+    while !rest.is_empty() {
         // number: digits, optional '.', digits (at least one digit overall)
-        let int_start = i;
-        while i < bytes.len() && bytes[i].is_ascii_digit() {
-            i += 1;
-        }
-        let int_part = &text[int_start..i];
-        let mut frac_part = "";
-        if i < bytes.len() && bytes[i] == b'.' {
-            i += 1;
-            let frac_start = i;
-            while i < bytes.len() && bytes[i].is_ascii_digit() {
-                i += 1;
-            }
-            frac_part = &text[frac_start..i];
-        }
+        let start = text.len() - rest.len();
+        let (int_part, after) = digits(rest);
+        let (frac_part, after) = after.strip_prefix('.').map_or(("", after), digits);
         if int_part.is_empty() && frac_part.is_empty() {
-            return Err(DurationError::NoNumber(int_start));
+            return Err(DurationError::NoNumber(start));
         }
-        let unit_start = i;
-        while i < bytes.len() && !bytes[i].is_ascii_digit() && bytes[i] != b'.' {
-            i += 1;
-        }
-        let unit = &text[unit_start..i];
+        let unit_end = after.find(|c: char| c.is_ascii_digit() || c == '.');
+        let (unit, after) = after.split_at(unit_end.unwrap_or(after.len()));
+        rest = after;
         let scale: u128 = match unit {
             "ns" => 1,
             "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
@@ -77,12 +65,9 @@ pub fn parse_go_duration(text: &str) -> Result<u128, DurationError> {
             "" => return Err(DurationError::NoUnit),
             other => return Err(DurationError::UnknownUnit(other.to_string())),
         };
-        let int: u128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part
-                .parse::<u128>()
-                .map_err(|_| DurationError::NumberTooLarge)?
+        let int: u128 = match int_part {
+            "" => 0,
+            n => n.parse().map_err(|_| DurationError::NumberTooLarge)?,
         };
         let mut value = int.checked_mul(scale).ok_or(DurationError::TooLarge)?;
         // fractional part, truncated to nanoseconds like Go

@@ -1,17 +1,11 @@
 //! The HighAvailabilityPolicy model (one format for a file, a ConfigMap and
 //! the custom resource) and its validation.
 //!
-//! `HighAvailabilityPolicy` is what users write; [`Policy`] is the validated,
-//! normalised form the engine consumes. Only [`Policy`] values that passed
-//! [`Policy::from_resource`] (or [`Policy::from_json`] / [`Policy::from_yaml`] /
-//! [`parse_policies`], or [`recorded::recorded`] for a recorded last valid
-//! spec) ever reach the engine.
-//!
-//! Parsing goes through `serde_json::Value` first: the document is checked
-//! against the CRD's own `openAPIV3Schema` (unknown fields, types, bounds,
-//! enums; see [`schema_check`]), so every error names the field path and the
-//! bad value, and then the semantic rules run (see [`validate`]). All errors
-//! are collected, not just the first.
+//! `HighAvailabilityPolicy` is what users write; [`Policy`] is the validated
+//! form, and the only one the engine accepts. A document is checked against
+//! the CRD's own `openAPIV3Schema` first ([`schema_check`]), then by the
+//! semantic rules ([`validate`]); every error names the field path and the
+//! bad value, and all of them are collected, not just the first.
 
 pub mod disruption;
 pub mod duration;
@@ -39,12 +33,12 @@ pub use spec::{
     WorkloadOverride,
 };
 
+use std::fmt;
 use std::sync::OnceLock;
 
 use kube::CustomResourceExt;
 
 pub const GROUP: &str = "knativeha.dev";
-pub const VERSION: &str = "v1alpha1";
 pub const KIND: &str = "HighAvailabilityPolicy";
 pub const API_VERSION: &str = "knativeha.dev/v1alpha1";
 
@@ -54,10 +48,7 @@ pub const DEFAULT_LEASE_DURATION: &str = "60s";
 pub const DEFAULT_RENEW_DEADLINE: &str = "40s";
 pub const DEFAULT_RETRY_PERIOD: &str = "10s";
 
-/// The default `topologyKey` of pod anti-affinity.
-pub const DEFAULT_TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
-
-/// A validated policy: the only form the engine accepts.
+/// A validated policy.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Policy {
     /// `metadata.name` of the policy (used in change messages).
@@ -70,38 +61,70 @@ pub struct Policy {
 pub enum PolicyError {
     /// One rule broken at one field.
     #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
+    Invalid { path: Path, message: String },
     /// The text is not a YAML/JSON document at all.
     #[error("not a HighAvailabilityPolicy: {0}")]
     Parse(String),
     /// One document of a file is not YAML (its line in the file).
     #[error("invalid YAML: {0}")]
     Yaml(String),
-    /// Several errors (each an `Invalid` or `Parse`).
+    /// Several errors.
     #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
     Many(Vec<PolicyError>),
-    /// An error in one document of a multi-document file (1-based index).
-    #[error("{}", in_document(*index, error))]
-    Document {
-        index: usize,
+    /// An error where the document was found: its document and list item
+    /// in a file (`document 2, item 1`), or its policy ConfigMap
+    /// (`ConfigMap NAMESPACE/NAME: data.policy.yaml`).
+    #[error("{place}: {error}")]
+    At {
+        place: String,
         error: Box<PolicyError>,
     },
-    /// An error in one item of a list (1-based index).
-    #[error("item {item}: {error}")]
-    Item {
-        item: usize,
-        error: Box<PolicyError>,
-    },
-    /// An error in the policy document a ConfigMap holds (`id`: `NAMESPACE/NAME`).
-    #[error("ConfigMap {id}: data.{}: {error}", wrapped::DATA_KEY)]
-    InConfigMap { id: String, error: Box<PolicyError> },
 }
 
-/// `document N: ...`, or `document N, item M: ...` for an error in a list item.
-fn in_document(index: usize, error: &PolicyError) -> String {
-    match error {
-        PolicyError::Item { item, error } => format!("document {index}, item {item}: {error}"),
-        other => format!("document {index}: {other}"),
+/// A field path, step by step; shown as `spec.workloads[2].name`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Path(pub Vec<Step>);
+
+/// One step of a [`Path`]: a member or a list index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    Key(String),
+    Index(usize),
+}
+
+impl Path {
+    /// This path, then member `key`.
+    pub fn key(&self, key: &str) -> Path {
+        self.then(Step::Key(key.to_string()))
+    }
+
+    /// This path, then list item `index`.
+    pub fn index(&self, index: usize) -> Path {
+        self.then(Step::Index(index))
+    }
+
+    fn then(&self, step: Step) -> Path {
+        Path(self.0.iter().cloned().chain([step]).collect())
+    }
+}
+
+/// A path of members: `["spec", "replicas"]`.
+impl<const N: usize> From<[&str; N]> for Path {
+    fn from(keys: [&str; N]) -> Path {
+        Path(keys.map(|k| Step::Key(k.to_string())).to_vec())
+    }
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, step) in self.0.iter().enumerate() {
+            match step {
+                Step::Key(key) if i == 0 => f.write_str(key)?,
+                Step::Key(key) => write!(f, ".{key}")?,
+                Step::Index(index) => write!(f, "[{index}]")?,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -109,57 +132,38 @@ fn in_document(index: usize, error: &PolicyError) -> String {
 pub type Result<T, E = PolicyError> = std::result::Result<T, E>;
 
 impl PolicyError {
-    pub(crate) fn invalid(path: impl Into<String>, message: impl Into<String>) -> PolicyError {
+    pub(crate) fn invalid(path: impl Into<Path>, message: impl Into<String>) -> PolicyError {
         PolicyError::Invalid {
             path: path.into(),
             message: message.into(),
         }
     }
 
-    /// Flattens into single errors (`Many` expanded; `Document`, `Item` and
-    /// `InConfigMap` kept whole but with their inner errors expanded and
-    /// re-wrapped).
+    /// The error at `place` (`place: error`).
+    pub(crate) fn at(self, place: impl Into<String>) -> PolicyError {
+        PolicyError::At {
+            place: place.into(),
+            error: Box::new(self),
+        }
+    }
+
+    /// Flattens into single errors (`Many` expanded; an `At` kept, with its
+    /// inner errors expanded and each placed again).
     pub fn flatten(&self) -> Vec<PolicyError> {
-        let rewrap = |error: &PolicyError, wrap: &dyn Fn(PolicyError) -> PolicyError| {
-            error.flatten().into_iter().map(wrap).collect()
-        };
         match self {
-            PolicyError::Many(errors) => errors.iter().flat_map(|e| e.flatten()).collect(),
-            PolicyError::Document { index, error } => rewrap(error, &|e| PolicyError::Document {
-                index: *index,
-                error: Box::new(e),
-            }),
-            PolicyError::Item { item, error } => rewrap(error, &|e| PolicyError::Item {
-                item: *item,
-                error: Box::new(e),
-            }),
-            PolicyError::InConfigMap { id, error } => {
-                rewrap(error, &|e| PolicyError::InConfigMap {
-                    id: id.clone(),
-                    error: Box::new(e),
-                })
+            PolicyError::Many(errors) => errors.iter().flat_map(PolicyError::flatten).collect(),
+            PolicyError::At { place, error } => {
+                let placed = error.flatten().into_iter();
+                placed.map(|e| e.at(place.as_str())).collect()
             }
             other => vec![other.clone()],
         }
     }
 
-    /// The error with its field path under `place` (`place: path`); an
-    /// error that names no field is unchanged.
-    pub(crate) fn under(self, place: &str) -> PolicyError {
-        match self {
-            PolicyError::Invalid { path, message } => PolicyError::Invalid {
-                path: format!("{place}: {path}"),
-                message,
-            },
-            other => other,
-        }
-    }
-
     fn from_list(mut errors: Vec<PolicyError>) -> PolicyError {
-        if errors.len() == 1 {
-            errors.remove(0)
-        } else {
-            PolicyError::Many(errors)
+        match errors.len() {
+            1 => errors.remove(0),
+            _ => PolicyError::Many(errors),
         }
     }
 }

@@ -20,9 +20,8 @@ pub struct Misplaced {
 }
 
 /// The workload and exclude names of `spec` that are Knative Deployments
-/// living in another of Knative's namespaces (only for a policy whose
-/// `targetNamespace` is one of them: Knative installed elsewhere is not
-/// judged).
+/// of another of Knative's namespaces (judged only when `targetNamespace`
+/// is one of them: Knative installed elsewhere is not).
 pub fn misplaced(spec: &HighAvailabilityPolicySpec) -> Vec<Misplaced> {
     let target = spec.target_namespace.as_str();
     if !knative::namespaces().any(|n| n == target) {
@@ -69,17 +68,10 @@ pub struct Unmatched {
 /// Every Deployment name `spec` holds, with its field path, in the
 /// policy's order: `workloads[].name`, then `exclude[]`.
 fn named(spec: &HighAvailabilityPolicySpec) -> impl Iterator<Item = (String, &String)> {
-    let workloads = spec
-        .workloads
-        .iter()
-        .enumerate()
-        .map(|(i, w)| (format!("spec.workloads[{i}].name"), &w.name));
-    let excluded = spec
-        .exclude
-        .iter()
-        .enumerate()
-        .map(|(i, name)| (format!("spec.exclude[{i}]"), name));
-    workloads.chain(excluded)
+    let workloads = spec.workloads.iter().map(|w| &w.name).enumerate();
+    let excluded = spec.exclude.iter().enumerate();
+    let workloads = workloads.map(|(i, name)| (format!("spec.workloads[{i}].name"), name));
+    workloads.chain(excluded.map(|(i, name)| (format!("spec.exclude[{i}]"), name)))
 }
 
 /// The workload and exclude names of `spec` that are not in `known`, in

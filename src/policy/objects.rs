@@ -1,7 +1,6 @@
-//! Every error of a policy object as the API server holds it: a
-//! HighAvailabilityPolicy resource, or a labelled ConfigMap with the
-//! document under `data.policy.yaml`. `check` and the validating admission
-//! endpoint (`POST /validate`) report the same messages through these.
+//! Every error of a policy object as the API server holds it (a
+//! HighAvailabilityPolicy resource, or a labelled policy ConfigMap): `check`
+//! and the validating admission endpoint (`POST /validate`) report these.
 
 use serde_json::Value;
 
@@ -13,23 +12,13 @@ pub const POLICY_LABEL: (&str, &str) = ("knativeha.dev/policy", "true");
 /// The data key of a policy ConfigMap holding the policy document.
 pub const DATA_KEY: &str = "policy.yaml";
 
-/// Checks a HighAvailabilityPolicy object: every error, each naming the
-/// field path and the bad value ([`prune::check_all`]). `status` is not
-/// checked (the webhook writes it). A CREATE whose name the API server
-/// is still to generate (`metadata.generateName`, no `metadata.name`)
-/// is checked as if named by `generateName`.
+/// Checks a HighAvailabilityPolicy object ([`prune::check_all`]). A CREATE
+/// whose name the API server is still to generate (`metadata.generateName`,
+/// no `metadata.name`) is checked as if named by `generateName`.
 pub fn check_resource(object: &Value) -> Result<Policy, Vec<PolicyError>> {
-    let meta = object.get("metadata");
-    let named = meta
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty());
-    let generate = meta
-        .and_then(|m| m.get("generateName"))
-        .and_then(Value::as_str)
-        .filter(|g| !g.is_empty());
-    match generate {
-        Some(prefix) if !named => {
+    let meta = &object["metadata"];
+    match meta["generateName"].as_str().filter(|g| !g.is_empty()) {
+        Some(prefix) if meta["name"].as_str().is_none_or(str::is_empty) => {
             let mut named = object.clone();
             named["metadata"]["name"] = Value::from(prefix);
             prune::check_all(&named)
@@ -40,42 +29,28 @@ pub fn check_resource(object: &Value) -> Result<Policy, Vec<PolicyError>> {
 
 /// True when a ConfigMap carries [`POLICY_LABEL`].
 pub fn is_policy_configmap(configmap: &Value) -> bool {
-    configmap
-        .pointer("/metadata/labels")
-        .and_then(|l| l.get(POLICY_LABEL.0))
-        .and_then(Value::as_str)
-        == Some(POLICY_LABEL.1)
+    configmap["metadata"]["labels"][POLICY_LABEL.0].as_str() == Some(POLICY_LABEL.1)
 }
 
 /// The policy document of a ConfigMap's `data` (the label is not looked
-/// at), or why there is none: every reader of a policy ConfigMap (`check`,
-/// the files a server loads, `/validate`, the cluster source) reads it so.
-/// The error's path is `data.policy.yaml`.
+/// at), or why there is none (at `data.policy.yaml`).
 pub fn configmap_document(configmap: &Value) -> Result<Value, PolicyError> {
-    let field = format!("data.{DATA_KEY}");
-    let Some(text) = configmap.pointer("/data").and_then(|d| d.get(DATA_KEY)) else {
-        return Err(PolicyError::invalid(
-            field,
-            "missing (the policy document goes there)",
-        ));
+    let message = match configmap["data"].get(DATA_KEY) {
+        None => "missing (the policy document goes there)".to_string(),
+        Some(Value::String(text)) => {
+            let doc = crate::yaml::YamlDoc {
+                index: 1,
+                line: 1,
+                text: text.clone(),
+            };
+            match crate::yaml::parse(&doc) {
+                Ok(document) => return Ok(document),
+                Err(e) => format!("invalid YAML: {e} (of the {DATA_KEY} value)"),
+            }
+        }
+        Some(other) => format!("must be a string, got {}", crate::errors::show(other)),
     };
-    let Some(text) = text.as_str() else {
-        return Err(PolicyError::invalid(
-            field,
-            format!("must be a string, got {}", super::schema_check::show(text)),
-        ));
-    };
-    let doc = crate::yaml::YamlDoc {
-        index: 1,
-        line: 1,
-        text: text.to_string(),
-    };
-    crate::yaml::parse(&doc).map_err(|e| {
-        PolicyError::invalid(
-            field,
-            format!("invalid YAML: {e} (of the {DATA_KEY} value)"),
-        )
-    })
+    Err(PolicyError::invalid(["data", DATA_KEY], message))
 }
 
 /// Checks the policy document of a ConfigMap ([`configmap_document`]):

@@ -8,27 +8,23 @@ use super::{HighAvailabilityPolicy, Policy, PolicyError, Result, prune, validate
 impl Policy {
     /// Validates a parsed resource: every semantic rule, all errors collected.
     pub fn from_resource(res: &HighAvailabilityPolicy) -> Result<Policy> {
-        let mut errors = Vec::new();
         let name = res.metadata.name.clone().unwrap_or_default();
+        let mut errors = validate::validate_spec(&res.spec);
         if name.is_empty() {
-            errors.push(PolicyError::invalid("metadata.name", "required, got \"\""));
+            let unnamed = PolicyError::invalid(["metadata", "name"], "required, got \"\"");
+            errors.insert(0, unnamed);
         }
-        errors.extend(validate::validate_spec(&res.spec));
-        if errors.is_empty() {
-            Ok(Policy {
-                name,
-                spec: res.spec.clone(),
-            })
-        } else {
-            Err(PolicyError::from_list(errors))
+        if !errors.is_empty() {
+            return Err(PolicyError::from_list(errors));
         }
+        Ok(Policy {
+            name,
+            spec: res.spec.clone(),
+        })
     }
 
-    /// Parses and validates one policy given as a JSON value (as the cluster
-    /// source receives it from the API server), with every error
-    /// [`prune::check_all`] finds, as `check` and `/validate` report them.
-    /// Unknown fields anywhere (except inside `metadata` and `status`) are
-    /// errors. Never panics.
+    /// Parses and validates one policy given as a JSON value, with every
+    /// error [`prune::check_all`] finds. Never panics.
     pub fn from_json(value: &serde_json::Value) -> Result<Policy> {
         prune::check_all(value).map_err(PolicyError::from_list)
     }
@@ -41,9 +37,8 @@ impl Policy {
     }
 }
 
-/// The `spec.targetNamespace` a policy document names, valid or not (a
-/// non-empty string); None when it names none (for the namespaces a policy
-/// object claims even while it is invalid: `engine::Unclaimed`).
+/// The `spec.targetNamespace` a policy document names, valid or not (for
+/// the namespaces a policy object claims even while it is invalid).
 pub fn written_target(doc: &serde_json::Value) -> Option<String> {
     let target = doc.get("spec")?.get("targetNamespace")?.as_str()?;
     (!target.is_empty()).then(|| target.to_string())
@@ -61,8 +56,7 @@ pub fn split_documents(text: &str) -> Vec<(usize, String)> {
 
 /// One policy document of a file, read and checked: where it stands and
 /// its policy, or every error of it (placed in its ConfigMap, not yet in
-/// its item or document). `check` reports these and the file source
-/// loads them, so both say the same of the same file.
+/// its item or document). `check` and the file source both read files so.
 #[derive(Debug)]
 pub struct DocumentRead {
     /// 1-based index of the YAML document in the file.
@@ -75,19 +69,17 @@ pub struct DocumentRead {
 }
 
 impl DocumentRead {
+    /// Where the document stands: `document N` or `document N, item M`.
+    pub fn place(&self) -> String {
+        match self.item {
+            Some(item) => format!("document {}, item {item}", self.index),
+            None => format!("document {}", self.index),
+        }
+    }
+
     /// An error of this document placed in its item and document.
     pub fn placed(&self, error: PolicyError) -> PolicyError {
-        let error = match self.item {
-            Some(item) => PolicyError::Item {
-                item,
-                error: Box::new(error),
-            },
-            None => error,
-        };
-        PolicyError::Document {
-            index: self.index,
-            error: Box::new(error),
-        }
+        error.at(self.place())
     }
 }
 
@@ -100,53 +92,46 @@ pub struct Documents {
     pub empty_list: Option<usize>,
 }
 
-/// Every policy document of a multi-document file, in order: a policy, a
-/// policy ConfigMap or a list of them (see [`wrapped`]), each checked with
-/// every error [`prune::check_all`] finds. A document that is not YAML is
-/// one read with that error.
+/// Every policy document of a multi-document file, in order (see
+/// [`wrapped`] for the forms), each checked by [`prune::check_all`].
 pub fn read_documents(text: &str) -> Documents {
     let mut out = Documents::default();
     for doc in crate::yaml::documents(text) {
-        let value = match crate::yaml::parse(&doc) {
-            Ok(value) => value,
-            Err(e) => {
-                out.reads.push(DocumentRead {
-                    index: doc.index,
-                    item: None,
-                    configmap: None,
-                    outcome: Err(vec![PolicyError::Yaml(e.to_string())]),
-                });
-                continue;
-            }
-        };
-        if wrapped::is_empty_list(&value) {
-            out.empty_list.get_or_insert(doc.index);
-        }
-        out.reads
-            .extend(wrapped::unwrap(value).into_iter().map(|found| {
-                let mut errors = found.errors.clone();
-                let outcome = match found.document.as_ref().map(prune::check_all) {
-                    Some(Ok(policy)) if errors.is_empty() => Ok(policy),
-                    Some(Err(e)) => {
-                        errors.extend(e.into_iter().map(|e| found.in_configmap(e)));
-                        Err(errors)
-                    }
-                    _ => Err(errors),
-                };
-                DocumentRead {
-                    index: doc.index,
-                    item: found.item,
-                    configmap: found.configmap,
-                    outcome,
+        let found = match crate::yaml::parse(&doc) {
+            Ok(value) => {
+                if wrapped::is_empty_list(&value) {
+                    out.empty_list.get_or_insert(doc.index);
                 }
-            }));
+                wrapped::unwrap(value)
+            }
+            Err(e) => vec![wrapped::Found {
+                errors: vec![PolicyError::Yaml(e.to_string())],
+                ..Default::default()
+            }],
+        };
+        out.reads.extend(found.into_iter().map(|found| {
+            let mut errors = found.errors.clone();
+            let outcome = match found.document.as_ref().map(prune::check_all) {
+                Some(Ok(policy)) if errors.is_empty() => Ok(policy),
+                Some(Err(e)) => {
+                    errors.extend(e.into_iter().map(|e| found.in_configmap(e)));
+                    Err(errors)
+                }
+                _ => Err(errors),
+            };
+            DocumentRead {
+                index: doc.index,
+                item: found.item,
+                configmap: found.configmap,
+                outcome,
+            }
+        }));
     }
     out
 }
 
 /// One policy per target namespace: the policy claiming each namespace so
-/// far, and where it was read. Every reader of several policies (a file,
-/// `check`'s and `preview`'s files) claims through it.
+/// far, and where it was read.
 #[derive(Debug, Default)]
 pub struct Claims(BTreeMap<String, (String, String)>);
 
@@ -167,9 +152,7 @@ impl Claims {
 }
 
 /// Parses a multi-document policy file ([`read_documents`]): every
-/// non-empty document must be a valid policy, a policy ConfigMap or a list
-/// of them. Errors name the (1-based) document index, the list item and the
-/// ConfigMap. Two policies for the same target namespace are an error.
+/// document must hold valid policies, at most one per target namespace.
 pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
     let (mut policies, mut claims) = (Vec::new(), Claims::default());
     let mut errors = Vec::new();
@@ -181,12 +164,10 @@ pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
                 continue;
             }
         };
-        let place = match read.item {
-            Some(item) => format!("document {}, item {item}", read.index),
-            None => format!("document {}", read.index),
-        };
-        match claims.claim(policy, &place) {
-            Err(e) => errors.push(read.placed(PolicyError::invalid("spec.targetNamespace", e))),
+        match claims.claim(policy, &read.place()) {
+            Err(e) => {
+                errors.push(read.placed(PolicyError::invalid(["spec", "targetNamespace"], e)))
+            }
             Ok(()) => policies.push(policy.clone()),
         }
     }

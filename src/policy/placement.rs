@@ -30,11 +30,7 @@ pub fn stranding(spec: &HighAvailabilityPolicySpec) -> Vec<(String, String, i32,
         };
         let scaled = crate::knative::is_hpa_scaled(&w.name);
         if aa.kind == Required && n > 1 && !scaled && (own.is_some() || w.replicas.is_some()) {
-            let at = if own.is_some() {
-                "podAntiAffinity"
-            } else {
-                "replicas"
-            };
+            let at = own.map_or("replicas", |_| "podAntiAffinity");
             out.push((
                 format!("spec.workloads[{i}].{at}"),
                 format!("deployment/{}", w.name),

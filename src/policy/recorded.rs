@@ -3,20 +3,17 @@
 //! ConfigMap), read back by a restarted webhook while the object's current
 //! version is invalid.
 //!
-//! The recorded spec is what the objects run now: an earlier process (maybe
-//! of an earlier release) validated it and the engine applied it. When this
-//! release refuses some of its settings (a rule the recording release did
-//! not have), it still applies, without exactly those settings: each error
-//! names its setting by field path, and the settings are left out one at a
-//! time until the rest passes every rule of this release (a field an item
-//! of a list needs leaves the item out). So the namespace stays governed,
-//! and the engine still only ever sees a spec that passes every rule.
-//! A recorded spec that does not parse (unknown fields, wrong types) is not
-//! applied, nor one whose remains are refused whole (a bad targetNamespace).
+//! The recorded spec is what the objects run now. When this release refuses
+//! some of its settings (a rule the recording release did not have), the
+//! settings its errors name are left out one at a time until the rest
+//! passes every rule (a field an item of a list needs leaves the item out):
+//! the namespace stays governed, and the engine still only sees a spec that
+//! passes every rule. A spec that does not parse, or whose remains are
+//! refused whole (a bad targetNamespace), is not applied.
 
 use serde_json::Value;
 
-use super::{HighAvailabilityPolicy, Policy, PolicyError, schema_check};
+use super::{HighAvailabilityPolicy, Path, Policy, PolicyError, Step, schema_check};
 
 /// At most this many settings are left out (a recorded spec holds far fewer).
 const MAX_LEFT_OUT: usize = 64;
@@ -55,16 +52,16 @@ pub fn recorded(name: &str, spec: &Value) -> Result<Recorded, PolicyError> {
     // The spec as recorded, with a null in place of every list item left
     // out, so that paths keep naming the items as recorded.
     let mut spec = spec.clone();
-    let mut left_out: Vec<String> = Vec::new();
+    let mut left_out: Vec<Path> = Vec::new();
     let mut current = errors.clone();
     while left_out.len() < MAX_LEFT_OUT {
-        let Some(setting) = current.iter().find_map(spec_path) else {
+        let Some(setting) = current.iter().find_map(in_spec) else {
             break;
         };
-        let Some(removed) = leave_out(name, &mut spec, &setting) else {
+        let Some(removed) = leave_out(name, &mut spec, setting) else {
             break;
         };
-        left_out.retain(|p| !is_under(p, &removed));
+        left_out.retain(|p| !p.0.starts_with(&removed.0));
         left_out.push(removed);
         match Policy::from_resource(&parse(name, &compact(&spec))?) {
             Ok(policy) => {
@@ -72,7 +69,7 @@ pub fn recorded(name: &str, spec: &Value) -> Result<Recorded, PolicyError> {
                     policy,
                     refusal: Some(Refusal {
                         errors: errors.iter().map(ToString::to_string).collect(),
-                        left_out,
+                        left_out: left_out.iter().map(ToString::to_string).collect(),
                     }),
                 });
             }
@@ -85,59 +82,28 @@ pub fn recorded(name: &str, spec: &Value) -> Result<Recorded, PolicyError> {
 /// The recorded spec as a resource: the structural check of the schema
 /// (unknown fields, types, required fields, enums), then decoding.
 fn parse(name: &str, spec: &Value) -> Result<HighAvailabilityPolicy, PolicyError> {
-    let doc = serde_json::json!({
+    let mut doc = serde_json::json!({
         "apiVersion": super::API_VERSION,
         "kind": super::KIND,
         "metadata": {"name": name},
         "spec": spec,
     });
-    let errors = schema_check::check_document(&doc);
+    let errors = schema_check::check_document(&mut doc);
     if !errors.is_empty() {
         return Err(PolicyError::from_list(errors));
     }
     serde_json::from_value(doc).map_err(|e| PolicyError::Parse(e.to_string()))
 }
 
-/// The path below `spec` an error names (`None`: not a setting of the spec).
-fn spec_path(error: &PolicyError) -> Option<String> {
-    match error {
-        PolicyError::Invalid { path, .. } => path.strip_prefix("spec.").map(str::to_string),
+/// The steps below `spec` of the setting an error names.
+fn in_spec(error: &PolicyError) -> Option<&[Step]> {
+    let PolicyError::Invalid { path, .. } = error else {
+        return None;
+    };
+    match path.0.split_first() {
+        Some((Step::Key(spec), below)) if spec == "spec" && !below.is_empty() => Some(below),
         _ => None,
     }
-}
-
-/// True when `path` is `parent` or below it.
-fn is_under(path: &str, parent: &str) -> bool {
-    path.strip_prefix(parent)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
-}
-
-/// One step of a field path: a member or a list index.
-#[derive(Clone, Debug, PartialEq)]
-enum Step {
-    Key(String),
-    Index(usize),
-}
-
-/// `a.b[2].c` as steps (`None` when it is not such a path).
-fn steps(path: &str) -> Option<Vec<Step>> {
-    let mut out = Vec::new();
-    for part in path.split('.') {
-        let (key, mut rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
-        if key.is_empty() {
-            return None;
-        }
-        out.push(Step::Key(key.to_string()));
-        while !rest.is_empty() {
-            let (index, after) = rest.split_once(']')?;
-            out.push(Step::Index(index.parse().ok()?));
-            rest = match after {
-                "" => "",
-                more => more.strip_prefix('[')?,
-            };
-        }
-    }
-    Some(out)
 }
 
 /// The spec with the items left out (nulls) taken out of every list.
@@ -155,30 +121,27 @@ fn compact(value: &Value) -> Value {
 /// out are still counted).
 fn as_recorded(spec: &Value, compacted: &[Step]) -> Option<Vec<Step>> {
     let mut at = spec;
-    let mut out = Vec::new();
-    for step in compacted {
-        match step {
-            Step::Key(k) => {
-                at = at.get(k.as_str()).unwrap_or(&Value::Null);
-                out.push(step.clone());
-            }
-            Step::Index(i) => {
-                let items = at.as_array()?.iter().enumerate();
-                let (index, item) = items.filter(|(_, v)| !v.is_null()).nth(*i)?;
-                at = item;
-                out.push(Step::Index(index));
-            }
+    let recorded = compacted.iter().map(|step| match step {
+        Step::Key(k) => {
+            at = at.get(k.as_str()).unwrap_or(&Value::Null);
+            Some(step.clone())
         }
-    }
-    Some(out)
+        Step::Index(i) => {
+            let items = at.as_array()?.iter().enumerate();
+            let (index, item) = items.filter(|(_, v)| !v.is_null()).nth(*i)?;
+            at = item;
+            Some(Step::Index(index))
+        }
+    });
+    recorded.collect()
 }
 
-/// Leaves out the setting at `path` (of the compacted spec): the field
-/// itself, or else the innermost list item holding it, whichever first
-/// leaves a spec that parses. Returns the path left out, as `spec.…`
-/// (in the spec as recorded).
-fn leave_out(name: &str, spec: &mut Value, path: &str) -> Option<String> {
-    let steps = as_recorded(spec, &steps(path)?)?;
+/// Leaves out the setting at `setting` (steps below `spec`, in the
+/// compacted spec): the field itself, or else the innermost list item
+/// holding it, whichever first leaves a spec that parses. Returns the path
+/// left out, in the spec as recorded.
+fn leave_out(name: &str, spec: &mut Value, setting: &[Step]) -> Option<Path> {
+    let steps = as_recorded(spec, setting)?;
     let items = (1..steps.len())
         .rev()
         .filter(|&n| matches!(steps[n], Step::Index(_)));
@@ -186,7 +149,9 @@ fn leave_out(name: &str, spec: &mut Value, path: &str) -> Option<String> {
         let mut candidate = spec.clone();
         if remove(&mut candidate, &steps[..len]) && parse(name, &compact(&candidate)).is_ok() {
             *spec = candidate;
-            return Some(format!("spec.{}", show(&steps[..len])));
+            let mut path = Path::from(["spec"]);
+            path.0.extend_from_slice(&steps[..len]);
+            return Some(path);
         }
     }
     None
@@ -198,20 +163,13 @@ fn remove(value: &mut Value, steps: &[Step]) -> bool {
     let Some((last, parents)) = steps.split_last() else {
         return false;
     };
-    let mut at = value;
-    for step in parents {
-        let next = match step {
-            Step::Key(k) => at.get_mut(k.as_str()),
-            Step::Index(i) => at.get_mut(*i),
-        };
-        let Some(next) = next else {
-            return false;
-        };
-        at = next;
-    }
-    match (last, at) {
-        (Step::Key(k), Value::Object(map)) => map.remove(k).is_some(),
-        (Step::Index(i), Value::Array(items)) => match items.get_mut(*i) {
+    let parent = parents.iter().try_fold(value, |at, step| match step {
+        Step::Key(k) => at.get_mut(k.as_str()),
+        Step::Index(i) => at.get_mut(*i),
+    });
+    match (last, parent) {
+        (Step::Key(k), Some(Value::Object(map))) => map.remove(k).is_some(),
+        (Step::Index(i), Some(Value::Array(items))) => match items.get_mut(*i) {
             Some(item) if !item.is_null() => {
                 *item = Value::Null;
                 true
@@ -220,21 +178,6 @@ fn remove(value: &mut Value, steps: &[Step]) -> bool {
         },
         _ => false,
     }
-}
-
-fn show(steps: &[Step]) -> String {
-    let mut out = String::new();
-    for step in steps {
-        match step {
-            Step::Key(k) if out.is_empty() => out.push_str(k),
-            Step::Key(k) => {
-                out.push('.');
-                out.push_str(k);
-            }
-            Step::Index(i) => out.push_str(&format!("[{i}]")),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -326,21 +269,30 @@ mod tests {
     }
 
     #[test]
-    fn paths_read_as_steps() {
+    fn an_error_carries_its_path_as_steps() {
+        let spec = json!({"targetNamespace": "knative-serving", "workloads": [
+            {"name": "a"}, {"name": "b"},
+            {"name": "c", "podAntiAffinity": {"type": "Preferred", "topologyKey": " "}}]});
+        let errors = Policy::from_resource(&parse("serving", &spec).unwrap())
+            .unwrap_err()
+            .flatten();
         assert_eq!(
-            steps("workloads[2].podAntiAffinity.topologyKey"),
-            Some(vec![
-                Step::Key("workloads".into()),
-                Step::Index(2),
-                Step::Key("podAntiAffinity".into()),
-                Step::Key("topologyKey".into()),
-            ])
+            in_spec(&errors[0]),
+            Some(
+                &[
+                    Step::Key("workloads".into()),
+                    Step::Index(2),
+                    Step::Key("podAntiAffinity".into()),
+                    Step::Key("topologyKey".into()),
+                ][..]
+            )
         );
-        assert_eq!(
-            steps("exclude[0]").map(|s| show(&s)).as_deref(),
-            Some("exclude[0]")
+        assert!(
+            errors[0]
+                .to_string()
+                .starts_with("spec.workloads[2].podAntiAffinity.topologyKey: ")
         );
-        assert_eq!(steps("a[x]"), None);
-        assert_eq!(steps("a]b"), Some(vec![Step::Key("a]b".into())]));
+        let exclude = Path(vec![Step::Key("exclude".into()), Step::Index(0)]);
+        assert_eq!(exclude.to_string(), "exclude[0]");
     }
 }

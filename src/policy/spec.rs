@@ -6,8 +6,6 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::DEFAULT_TOPOLOGY_KEY;
-
 /// Go duration syntax, positive, no sign (kept in sync with [`super::duration`]).
 const DURATION_PATTERN: &str = r"^(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$";
 /// A DNS-1123 label (namespace names).
@@ -84,6 +82,11 @@ impl HighAvailabilityPolicySpec {
         self.govern_operator_owned != Some(false)
     }
 
+    /// `leaderElection.enabled` is false: single instances.
+    pub fn leader_election_off(&self) -> bool {
+        matches!(&self.leader_election, Some(le) if !le.is_enabled())
+    }
+
     /// Every PriorityClass the policy names, with its field
     /// (`spec.priorityClassName`, `spec.workloads[i].priorityClassName`).
     pub fn priority_classes(&self) -> impl Iterator<Item = (String, &str)> {
@@ -143,16 +146,6 @@ pub enum AntiAffinityType {
     None,
 }
 
-impl AntiAffinityType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AntiAffinityType::Preferred => "Preferred",
-            AntiAffinityType::Required => "Required",
-            AntiAffinityType::None => "None",
-        }
-    }
-}
-
 /// Pod anti-affinity between replicas of one Deployment.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -169,7 +162,9 @@ pub struct PodAntiAffinity {
 impl PodAntiAffinity {
     /// The topology key, defaulting to `kubernetes.io/hostname`.
     pub fn topology_key(&self) -> &str {
-        self.topology_key.as_deref().unwrap_or(DEFAULT_TOPOLOGY_KEY)
+        self.topology_key
+            .as_deref()
+            .unwrap_or("kubernetes.io/hostname")
     }
 }
 
@@ -240,15 +235,6 @@ pub enum WhenUnsatisfiable {
     DoNotSchedule,
 }
 
-impl WhenUnsatisfiable {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WhenUnsatisfiable::ScheduleAnyway => "ScheduleAnyway",
-            WhenUnsatisfiable::DoNotSchedule => "DoNotSchedule",
-        }
-    }
-}
-
 /// Whether a spread constraint counts the nodes whose taints the pod does
 /// not tolerate (Kubernetes' `nodeTaintsPolicy`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
@@ -262,14 +248,22 @@ pub enum NodeTaintsPolicy {
     Ignore,
 }
 
-impl NodeTaintsPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeTaintsPolicy::Honor => "Honor",
-            NodeTaintsPolicy::Ignore => "Ignore",
+/// `as_str` of a unit enum: the variant's name, as serde writes it.
+macro_rules! variant_names {
+    ($ty:ident: $($variant:ident),+) => {
+        impl $ty {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => stringify!($variant)),+
+                }
+            }
         }
-    }
+    };
 }
+
+variant_names!(AntiAffinityType: Preferred, Required, None);
+variant_names!(WhenUnsatisfiable: ScheduleAnyway, DoNotSchedule);
+variant_names!(NodeTaintsPolicy: Honor, Ignore);
 
 /// One topology spread constraint over the Deployment's own pods
 /// (`labelSelector` = the Deployment's `spec.selector.matchLabels`, and

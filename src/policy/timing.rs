@@ -3,26 +3,20 @@
 
 /// A rule of client-go's `leaderelection.NewLeaderElector`, which Knative
 /// runs on `config-leader-election`; a broken rule makes every
-/// leader-elected Knative process exit at start.
+/// leader-elected Knative process exit at start. [`TimingRule::message`]
+/// says each rule and why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimingRule {
-    /// leaseDuration must be greater than renewDeadline.
     LeaseAboveRenew,
-    /// renewDeadline must be greater than 1.2 x retryPeriod (JitterFactor).
     RenewAboveJitteredRetry,
-    /// leaseDuration must be a whole number of seconds, at least 1s: client-go
-    /// writes the Lease's `leaseDurationSeconds` as `int(leaseDuration /
-    /// 1s)`, and the Lease API refuses a value below 1.
     LeaseWholeSeconds,
-    /// leaseDuration must be at most `MAX_LEASE_SECONDS`: a crashed
-    /// leader's keys wait that long for another replica.
     LeaseAtMost,
 }
 
 /// The longest lease a policy or `config-leader-election` may set, in
 /// seconds (10 minutes: ten times Knative's default of 60s). Within
 /// `leaseDurationSeconds`' int32 with room to spare.
-pub const MAX_LEASE_SECONDS: u128 = 600;
+const MAX_LEASE_SECONDS: u128 = 600;
 
 const SECOND_NS: u128 = 1_000_000_000;
 
@@ -76,7 +70,7 @@ pub fn broken_timing_rules(lease: u128, renew: u128, retry: u128) -> Vec<TimingR
 }
 
 /// Nanoseconds in the largest exact unit: `12s`, `1500ms`, `7ns`.
-pub fn format_ns(ns: u128) -> String {
+fn format_ns(ns: u128) -> String {
     if ns.is_multiple_of(1_000_000_000) {
         format!("{}s", ns / 1_000_000_000)
     } else if ns.is_multiple_of(1_000_000) {

@@ -2,17 +2,15 @@
 //! policy ConfigMap (labelled `knativeha.dev/policy: "true"`, the document
 //! under the data key `policy.yaml`) and a `kind: List` or
 //! `HighAvailabilityPolicyList` of either (what `kubectl get -o yaml`
-//! prints). Every command that reads a policy file (`check`, `preview`,
-//! `audit --policy-file`, `serve --policy-file`) unwraps them the same way.
+//! prints). Every command that reads a policy file unwraps them so.
 
 use serde_json::Value;
 
 use super::PolicyError;
-
-pub use super::objects::{DATA_KEY, POLICY_LABEL as LABEL};
+use super::objects::{DATA_KEY, POLICY_LABEL, configmap_document, is_policy_configmap};
 
 /// One policy document found in a YAML document, before validation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Found {
     /// 1-based index in the document's `items` when the document is a list.
     pub item: Option<usize>,
@@ -21,45 +19,18 @@ pub struct Found {
     /// The HighAvailabilityPolicy document; `None` when the ConfigMap holds
     /// none that parses.
     pub document: Option<Value>,
-    /// What is wrong with the ConfigMap around the document (reported next
-    /// to the document's own errors).
+    /// What is wrong around the document (its ConfigMap).
     pub errors: Vec<PolicyError>,
 }
 
 impl Found {
-    /// `error` at this list item (unchanged outside a list).
-    pub fn at_item(&self, error: PolicyError) -> PolicyError {
-        match self.item {
-            Some(item) => PolicyError::Item {
-                item,
-                error: Box::new(error),
-            },
-            None => error,
-        }
-    }
-
-    /// An error of the document, placed in its ConfigMap's data key
-    /// (unchanged for a document that is not in a ConfigMap).
+    /// An error of the document, placed in its ConfigMap's data key (if any).
     pub fn in_configmap(&self, error: PolicyError) -> PolicyError {
         match &self.configmap {
-            Some(id) => PolicyError::InConfigMap {
-                id: id.clone(),
-                error: Box::new(error),
-            },
+            Some(id) => error.at(format!("ConfigMap {id}: data.{DATA_KEY}")),
             None => error,
         }
     }
-
-    /// An error of the document where it was found: ConfigMap, then item.
-    pub fn in_document(&self, error: PolicyError) -> PolicyError {
-        self.at_item(self.in_configmap(error))
-    }
-}
-
-/// A `v1` ConfigMap.
-pub fn is_configmap(value: &Value) -> bool {
-    value.get("apiVersion").and_then(Value::as_str) == Some("v1")
-        && value.get("kind").and_then(Value::as_str) == Some("ConfigMap")
 }
 
 /// A list with no items (`kubectl get` of nothing).
@@ -84,14 +55,12 @@ pub fn unwrap(value: Value) -> Vec<Found> {
 }
 
 fn one(value: Value) -> Found {
-    if is_configmap(&value) {
+    if value["apiVersion"] == "v1" && value["kind"] == "ConfigMap" {
         return configmap(&value);
     }
     Found {
-        item: None,
-        configmap: None,
         document: Some(value),
-        errors: Vec::new(),
+        ..Found::default()
     }
 }
 
@@ -104,27 +73,20 @@ fn configmap(cm: &Value) -> Found {
         ns => format!("{ns}/{name}"),
     };
     let mut errors = Vec::new();
-    if meta["labels"][LABEL.0].as_str() != Some(LABEL.1) {
+    if !is_policy_configmap(cm) {
+        let (key, value) = POLICY_LABEL;
         errors.push(PolicyError::invalid(
-            format!("ConfigMap {id}: metadata.labels"),
-            format!(
-                "missing {}={}; the webhook reads only ConfigMaps with that label",
-                LABEL.0, LABEL.1
-            ),
+            ["metadata", "labels"],
+            format!("missing {key}={value}; the webhook reads only ConfigMaps with that label"),
         ));
     }
-    let document = match super::objects::configmap_document(cm) {
-        Ok(document) => Some(document),
-        Err(e) => {
-            errors.push(e.under(&format!("ConfigMap {id}")));
-            None
-        }
-    };
+    let document = configmap_document(cm).map_err(|e| errors.push(e)).ok();
+    let errors = errors.into_iter().map(|e| e.at(format!("ConfigMap {id}")));
     Found {
-        item: None,
+        errors: errors.collect(),
         configmap: Some(id),
         document,
-        errors,
+        item: None,
     }
 }
 
@@ -186,15 +148,18 @@ mod tests {
             found.iter().map(|f| f.item).collect::<Vec<_>>(),
             [Some(1), Some(2)]
         );
-        let e = found[1].in_document(PolicyError::invalid("spec.replicas", "bad"));
+        let e = found[1].in_configmap(PolicyError::invalid(["spec", "replicas"], "bad"));
         assert_eq!(
-            e.to_string(),
+            e.clone().at("item 2").to_string(),
             "item 2: ConfigMap khw/ha: data.policy.yaml: spec.replicas: bad"
         );
-        let doc = PolicyError::Document {
+        let read = crate::policy::DocumentRead {
             index: 3,
-            error: Box::new(e),
+            item: found[1].item,
+            configmap: found[1].configmap.clone(),
+            outcome: Err(Vec::new()),
         };
+        let doc = read.placed(e);
         assert_eq!(
             doc.to_string(),
             "document 3, item 2: ConfigMap khw/ha: data.policy.yaml: spec.replicas: bad"

@@ -26,7 +26,7 @@ fn errors_of(doc: &Value) -> Vec<(String, String)> {
             .flatten()
             .into_iter()
             .map(|e| match e {
-                PolicyError::Invalid { path, message } => (path, message),
+                PolicyError::Invalid { path, message } => (path.to_string(), message),
                 other => (String::new(), other.to_string()),
             })
             .collect(),
