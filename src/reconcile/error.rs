@@ -103,10 +103,6 @@ pub fn is_conflict(e: &kube::Error) -> bool {
     code(e) == Some(409)
 }
 
-/// Attempts per object: the first write plus retries after a guarded
-/// write lost the race (`is_precondition_failed`).
-pub const MAX_ATTEMPTS: u32 = 4;
-
 /// A guarded write lost the race: 409 Conflict (the resourceVersion
 /// precondition), or 422 Invalid (the JSON patch's `test` of
 /// `metadata.resourceVersion` failed). Read the object again and retry.

@@ -11,7 +11,7 @@ use super::error::{ReconcileError, Result};
 pub use super::resource::api_resource;
 use crate::engine::{Kind, LEADER_ELECTION_CONFIGMAP, configmap};
 
-fn api(client: &kube::Client, kind: Kind, namespace: &str) -> Api<DynamicObject> {
+pub(super) fn api(client: &kube::Client, kind: Kind, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), namespace, &api_resource(kind))
 }
 
@@ -81,12 +81,8 @@ async fn list_all(
 ) -> Result<Vec<DynamicObject>> {
     let api = api(client, kind, namespace);
     let mut items = Vec::new();
-    let mut token: Option<String> = None;
+    let mut params = ListParams::default().limit(PAGE_SIZE);
     loop {
-        let mut params = ListParams::default().limit(PAGE_SIZE);
-        if let Some(t) = token.take() {
-            params = params.continue_token(&t);
-        }
         let page = api
             .list(&params)
             .await
@@ -99,7 +95,7 @@ async fn list_all(
             })?;
         items.extend(page.items);
         match page.metadata.continue_.filter(|t| !t.is_empty()) {
-            Some(t) => token = Some(t),
+            Some(token) => params = params.continue_token(&token),
             None => return Ok(items),
         }
     }
@@ -170,10 +166,19 @@ pub async fn get(
 /// tell its changes apart from the ones made at admission.
 pub const FIELD_MANAGER: &str = "knative-ha-webhook-reconciler";
 
+/// How often the hand-back is tried on a fresh read after another writer
+/// (the Knative Operator's pass, a GitOps sync) changed the object between
+/// the write and the hand-back.
+const HAND_BACK_ATTEMPTS: u32 = 3;
+
 /// Sends a JSON patch (RFC 6902) to `before`, as `manager`, then
 /// hands each field the write took from another manager back to it
 /// ([`super::ownership`]): the release's next server-side apply does not
-/// conflict with the reconciler or `restore`. The object the API server stored.
+/// conflict with the reconciler or `restore`. The hand-back rewrites
+/// `managedFields` with a `test` of the resourceVersion read; when another
+/// writer changed the object in between (the `test` fails: 422, or 409),
+/// the object is read again and the fields still with `manager` are handed
+/// back on that version. The object the API server stored.
 pub async fn patch(
     client: &kube::Client,
     kind: Kind,
@@ -184,27 +189,6 @@ pub async fn patch(
     let namespace = before["metadata"]["namespace"].as_str().unwrap_or_default();
     let name = before["metadata"]["name"].as_str().unwrap_or_default();
     let written = patch_as(client, kind, namespace, name, patch, manager).await?;
-    hand_back(client, kind, before, written, manager).await
-}
-
-/// How often the hand-back is tried on a fresh read after another writer
-/// (the Knative Operator's pass, a GitOps sync) changed the object between
-/// the write and the hand-back.
-const HAND_BACK_ATTEMPTS: u32 = 3;
-
-/// The hand-back of [`patch`]: `managedFields` rewritten with a `test` of
-/// the resourceVersion read. When another writer changed the object in
-/// between (the `test` fails: 422, or 409), the object is read again and
-/// the fields still with `manager` are handed back on that version.
-async fn hand_back(
-    client: &kube::Client,
-    kind: Kind,
-    before: &Value,
-    written: Value,
-    manager: &str,
-) -> Result<Value, kube::Error> {
-    let namespace = before["metadata"]["namespace"].as_str().unwrap_or_default();
-    let name = before["metadata"]["name"].as_str().unwrap_or_default();
     let mut current = written.clone();
     for attempt in 1..=HAND_BACK_ATTEMPTS {
         let Some(entries) = super::ownership::handed_back(before, &current, manager) else {
@@ -271,44 +255,9 @@ pub async fn patch_as(
     client.request::<Value>(request).await
 }
 
-/// Creates `object` as [`FIELD_MANAGER`]; the object the API server stored.
-pub async fn create(
-    client: &kube::Client,
-    kind: Kind,
-    object: &Value,
-) -> Result<Value, kube::Error> {
-    let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
-    let dynamic: DynamicObject =
-        serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
-    let params = kube::api::PostParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..Default::default()
-    };
-    let created = api(client, kind, namespace)
-        .create(&params, &dynamic)
-        .await?;
-    serde_json::to_value(&created).map_err(kube::Error::SerdeError)
-}
-
-/// Deletes `object`, provided it is still the version read
-/// (`preconditions.resourceVersion`): a concurrent change is a conflict.
-pub async fn delete(client: &kube::Client, kind: Kind, object: &Value) -> Result<(), kube::Error> {
-    let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
-    let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    let params = kube::api::DeleteParams {
-        preconditions: Some(kube::api::Preconditions {
-            resource_version: object["metadata"]["resourceVersion"]
-                .as_str()
-                .map(String::from),
-            uid: None,
-        }),
-        ..Default::default()
-    };
-    api(client, kind, namespace)
-        .delete(name, &params)
-        .await
-        .map(|_| ())
-}
+/// Attempts per object: the first write plus retries after a guarded
+/// write lost the race ([`super::error::is_precondition_failed`]).
+pub const MAX_ATTEMPTS: u32 = 4;
 
 /// How one attempt of [`write_retrying`] ended.
 pub enum Attempt<T> {
@@ -317,28 +266,6 @@ pub enum Attempt<T> {
     /// The guarded write lost a race with another writer (why, in words):
     /// read the object again and try again.
     Conflict(String),
-}
-
-/// What [`write_retrying`] does to an object on each attempt: plan it and
-/// write the patch (guarded by a `test` of its resourceVersion).
-pub trait Attempts {
-    /// What a finished attempt answers.
-    type Answer;
-    /// One attempt on `current`, the `n`th (from 1).
-    fn attempt(
-        &mut self,
-        current: &Value,
-        n: u32,
-    ) -> impl Future<Output = Attempt<Self::Answer>> + Send;
-}
-
-/// What [`write_retrying`] came to.
-#[derive(Debug, PartialEq)]
-pub enum Retried<T> {
-    /// The answer of the last attempt.
-    Done(T),
-    /// Read again after a conflict, the object was gone.
-    Gone,
 }
 
 /// Why [`write_retrying`] gave up on an object.
@@ -356,33 +283,47 @@ pub enum RetryError {
     },
 }
 
+/// What [`write_retrying`] does to an object on each attempt: plan it and
+/// write the patch (guarded by a `test` of its resourceVersion).
+pub trait Attempts {
+    /// What a finished attempt answers.
+    type Answer;
+    /// One attempt on `current`, the `n`th (from 1).
+    fn attempt(
+        &mut self,
+        current: &Value,
+        n: u32,
+    ) -> impl Future<Output = Attempt<Self::Answer>> + Send;
+}
+
 /// The one write-and-retry loop of the reconciler and `restore`:
 /// `attempts` plans and writes `object`, the `kind` `namespace/name`; when
 /// an attempt reports a conflict, the object is read again and tried
-/// again, at most [`super::MAX_ATTEMPTS`] times in all.
+/// again, at most [`MAX_ATTEMPTS`] times in all. The last attempt's
+/// answer; None when, read again, the object was gone.
 pub async fn write_retrying<A: Attempts>(
     client: &kube::Client,
     (kind, namespace, name): (Kind, &str, &str),
     object: &Value,
     attempts: &mut A,
-) -> std::result::Result<Retried<A::Answer>, RetryError> {
+) -> std::result::Result<Option<A::Answer>, RetryError> {
     let mut current = object.clone();
     let mut last = String::new();
-    for n in 1..=super::MAX_ATTEMPTS {
+    for n in 1..=MAX_ATTEMPTS {
         if n > 1 {
             current = match get(client, kind, namespace, name).await {
                 Ok(Some(object)) => object,
-                Ok(None) => return Ok(Retried::Gone),
+                Ok(None) => return Ok(None),
                 Err(e) => return Err(RetryError::Reread(e)),
             };
         }
         match attempts.attempt(&current, n).await {
-            Attempt::Done(answer) => return Ok(Retried::Done(answer)),
+            Attempt::Done(answer) => return Ok(Some(answer)),
             Attempt::Conflict(why) => last = why,
         }
     }
     Err(RetryError::Conflicts {
-        attempts: super::MAX_ATTEMPTS,
+        attempts: MAX_ATTEMPTS,
         last: crate::errors::InWords(last),
     })
 }

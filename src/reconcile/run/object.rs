@@ -10,15 +10,15 @@ use crate::engine::Kind;
 use crate::engine::budgets::{Action, BudgetChange};
 use crate::reconcile::budgets;
 use crate::reconcile::error;
-use crate::reconcile::objects::{self, Attempt, Retried, RetryError};
+use crate::reconcile::objects::{self, Attempt, RetryError};
 use crate::reconcile::outcome::{Reconciled, changes_text};
 use crate::reconcile::plan::{self, Drift};
 use crate::reconcile::report::ObjectResult;
 
 /// [`Run::attempt`] on one object, for [`objects::write_retrying`].
-pub(super) struct ObjectAttempts<'r, 'a, 't> {
-    pub(super) run: &'r mut Run<'a>,
-    pub(super) t: &'t Target<'t>,
+struct ObjectAttempts<'r, 'a, 't> {
+    run: &'r mut Run<'a>,
+    t: &'t Target<'t>,
 }
 
 impl objects::Attempts for ObjectAttempts<'_, '_, '_> {
@@ -43,7 +43,7 @@ impl Run<'_> {
                 "reconcile: drift (dry run; not written)");
             return Reconciled::drifting(ObjectResult::DryRun);
         }
-        if !self.pass.may_write.may_write() {
+        if !(self.pass.may_write)() {
             return Reconciled::drifting(ObjectResult::Abandoned);
         }
         self.pass.limiter.acquire().await;
@@ -86,8 +86,8 @@ impl Run<'_> {
                 .await;
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
         match retried {
-            Ok(Retried::Done(outcome)) => outcome,
-            Ok(Retried::Gone) => {
+            Ok(Some(outcome)) => outcome,
+            Ok(None) => {
                 tracing::info!(kind, namespace, name, "reconcile: object gone; skipped");
                 Reconciled::settled(ObjectResult::Gone)
             }
@@ -123,11 +123,11 @@ impl Run<'_> {
             Ok(patch) => patch,
             Err(outcome) => return Attempt::Done(outcome),
         };
-        if !self.pass.may_write.may_write() {
+        if !(self.pass.may_write)() {
             return Attempt::Done(Reconciled::drifting(ObjectResult::Abandoned));
         }
         self.pass.limiter.acquire().await;
-        if !self.pass.may_write.may_write() {
+        if !(self.pass.may_write)() {
             return Attempt::Done(Reconciled::drifting(ObjectResult::Abandoned));
         }
         self.write(t, current, &patch, &drift, &changes, attempt)
