@@ -1,12 +1,7 @@
-//! `knative-ha-webhook audit` (run by `cmd::audit`): what differs, per
-//! governed object, between the cluster and the policy. Exit code 0 when
-//! everything is in line, 1 when drift exists, 2 on errors.
-//!
-//! Policies come from `--policy-file` files, else from the cluster with a
-//! one-shot list of HighAvailabilityPolicy resources and labelled policy
-//! ConfigMaps, merged with the cluster source's rules
-//! ([`crate::sources::cluster::merge`]; [`cluster_policies`]). The table
-//! and the exit code: [`crate::tools::audit_table`].
+//! `knative-ha-webhook audit` (run by `cmd::audit`; docs/reconcile.md):
+//! what differs, per governed object, between the cluster and the policy
+//! (from `--policy-file`, else [`cluster_policies`]). The table and the exit
+//! code: [`crate::tools::audit_table`].
 
 use std::sync::Arc;
 
@@ -126,7 +121,7 @@ pub async fn audit(
             source: source.clone(),
         });
         let listed = objects::list_namespace(client, ns).await?;
-        let mut known = super::outcome::known_in(ns, Some(policy), None, &listed);
+        let mut known = listed.known(ns, Some(policy), None);
         known.priority_classes = objects::priority_classes(client, Some(policy)).await;
         if let Some(classes) = &known.priority_classes {
             report.held_back.extend(

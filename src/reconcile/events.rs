@@ -1,8 +1,6 @@
 //! Events on the objects the reconciler writes: what changed and why, on the
-//! object itself (`kubectl describe`, `kubectl get events`), for the operator
-//! who asks "what did the webhook change here, when, and why". The Event is
-//! written after the object; a failure to write it is logged and never fails
-//! the run.
+//! object itself. The Event is written after the object; a failure to write
+//! it is logged and never fails the run.
 //!
 //! Each write gets an Event of its own (`events.k8s.io/v1`, created under a
 //! name unique to the write), carrying that write's changes. kube's

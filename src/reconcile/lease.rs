@@ -109,24 +109,21 @@ impl Elector {
         spec.holder_identity.as_ref() == Some(&self.config.identity)
     }
 
+    /// The record this replica writes over `previous` (a takeover counts
+    /// a transition).
     fn spec_for_me(&self, previous: Option<&LeaseSpec>) -> LeaseSpec {
         let now = MicroTime(Timestamp::now());
-        let mine = previous.is_some_and(|s| self.mine(s));
-        let transitions = previous.and_then(|s| s.lease_transitions).unwrap_or(0);
+        let (acquire_time, transitions) = match previous {
+            Some(s) if self.mine(s) => (s.acquire_time.clone(), s.lease_transitions.unwrap_or(0)),
+            Some(s) => (Some(now.clone()), s.lease_transitions.unwrap_or(0) + 1),
+            None => (Some(now.clone()), 0),
+        };
         LeaseSpec {
             holder_identity: Some(self.config.identity.clone()),
             lease_duration_seconds: Some(self.config.duration.as_secs().max(1) as i32),
-            acquire_time: if mine {
-                previous.and_then(|s| s.acquire_time.clone())
-            } else {
-                Some(now.clone())
-            },
+            acquire_time,
             renew_time: Some(now),
-            lease_transitions: Some(if mine || previous.is_none() {
-                transitions
-            } else {
-                transitions + 1
-            }),
+            lease_transitions: Some(transitions),
             ..Default::default()
         }
     }

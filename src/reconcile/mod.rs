@@ -20,7 +20,6 @@ pub mod events;
 pub mod lease;
 pub mod metrics;
 pub mod objects;
-mod outcome;
 pub mod ownership;
 pub mod plan;
 pub mod rate;

@@ -1,6 +1,7 @@
 //! Reading and writing governed objects through the API server.
 
 use std::collections::BTreeSet;
+use std::ops::ControlFlow;
 
 use json_patch::Patch;
 use kube::Api;
@@ -9,7 +10,8 @@ use serde_json::{Map, Value};
 
 use super::error::{ReconcileError, Result};
 pub use super::resource::api_resource;
-use crate::engine::{Kind, LEADER_ELECTION_CONFIGMAP, configmap};
+use crate::engine::{self, Kind, LEADER_ELECTION_CONFIGMAP, Snapshot, configmap};
+use crate::policy::Policy;
 
 pub(super) fn api(client: &kube::Client, kind: Kind, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), namespace, &api_resource(kind))
@@ -42,12 +44,29 @@ pub struct Listed {
     pub leader_election: Option<Map<String, Value>>,
 }
 
+impl Listed {
+    /// What the engine knows of `namespace`: its policy, the HPA targets
+    /// listed now and those in the server's snapshot, `config-leader-election`
+    /// as listed now.
+    pub fn known(
+        &self,
+        namespace: &str,
+        policy: Option<&Policy>,
+        snapshot_targets: Option<&BTreeSet<String>>,
+    ) -> Snapshot {
+        let mut hpa_targets = self.hpa_targets.clone();
+        hpa_targets.extend(snapshot_targets.into_iter().flatten().cloned());
+        let leader_election = self.leader_election.clone();
+        Snapshot::from_policies(policy.cloned()).knowing(namespace, hpa_targets, leader_election)
+    }
+}
+
 /// The PriorityClasses that exist, where `policy` names one (none is
 /// asked for otherwise); None when the API server does not say (no right to
 /// list them, an error): the name is then written unchecked, as before.
 pub async fn priority_classes(
     client: &kube::Client,
-    policy: Option<&crate::policy::Policy>,
+    policy: Option<&Policy>,
 ) -> Option<BTreeSet<String>> {
     use k8s_openapi::api::scheduling::v1::PriorityClass;
     let named = policy.is_some_and(|p| p.spec.priority_classes().next().is_some());
@@ -104,37 +123,32 @@ async fn list_all(
 /// Lists the governed objects of `namespace`, in [`Listed::objects`]'s order.
 pub async fn list_namespace(client: &kube::Client, namespace: &str) -> Result<Listed> {
     let mut listed = Listed::default();
-    if let Some(cm) = get(
+    let cm = get(
         client,
         Kind::ConfigMap,
         namespace,
         LEADER_ELECTION_CONFIGMAP,
     )
-    .await?
-    {
+    .await?;
+    if let Some(cm) = cm {
         listed.leader_election = Some(configmap::context_data(&cm));
         listed.objects.push(cm);
     }
     // The listing below holds every HPA of the namespace.
-    listed
-        .hpa_targets
-        .insert(crate::engine::HPAS_LISTED.to_string());
+    listed.hpa_targets.insert(engine::HPAS_LISTED.to_string());
     // config-leader-election, the one ConfigMap governed, is read above.
-    for kind in crate::engine::kinds::listed().filter(|k| *k != Kind::ConfigMap) {
+    for kind in engine::kinds::listed().filter(|k| *k != Kind::ConfigMap) {
         for item in &list_all(client, kind, namespace).await? {
             let v = to_value(kind, item)?;
+            let scales = &v["spec"]["scaleTargetRef"];
             if kind == Kind::HorizontalPodAutoscaler
-                && v.pointer("/spec/scaleTargetRef/kind")
-                    .and_then(Value::as_str)
-                    == Some("Deployment")
-                && let Some(target) = v
-                    .pointer("/spec/scaleTargetRef/name")
-                    .and_then(Value::as_str)
+                && scales["kind"] == "Deployment"
+                && let Some(target) = scales["name"].as_str()
             {
-                let skipped = crate::engine::carries_skip_label(&v);
+                let skipped = engine::carries_skip_label(&v);
                 listed
                     .hpa_targets
-                    .insert(crate::engine::hpa_target_entry(target, skipped));
+                    .insert(engine::hpa_target_entry(target, skipped));
             }
             listed.objects.push(v);
         }
@@ -259,15 +273,6 @@ pub async fn patch_as(
 /// write lost the race ([`super::error::is_precondition_failed`]).
 pub const MAX_ATTEMPTS: u32 = 4;
 
-/// How one attempt of [`write_retrying`] ended.
-pub enum Attempt<T> {
-    /// Written, or nothing (more) to write: the caller's answer.
-    Done(T),
-    /// The guarded write lost a race with another writer (why, in words):
-    /// read the object again and try again.
-    Conflict(String),
-}
-
 /// Why [`write_retrying`] gave up on an object.
 #[derive(Debug, thiserror::Error)]
 pub enum RetryError {
@@ -288,19 +293,21 @@ pub enum RetryError {
 pub trait Attempts {
     /// What a finished attempt answers.
     type Answer;
-    /// One attempt on `current`, the `n`th (from 1).
+    /// One attempt on `current`, the `n`th (from 1): `Break` with the
+    /// answer when written (or nothing, or nothing more, to write),
+    /// `Continue` with the reason (in words) when the guarded write lost a
+    /// race with another writer: the object is read again and tried again.
     fn attempt(
         &mut self,
         current: &Value,
         n: u32,
-    ) -> impl Future<Output = Attempt<Self::Answer>> + Send;
+    ) -> impl Future<Output = ControlFlow<Self::Answer, String>> + Send;
 }
 
 /// The one write-and-retry loop of the reconciler and `restore`:
-/// `attempts` plans and writes `object`, the `kind` `namespace/name`; when
-/// an attempt reports a conflict, the object is read again and tried
-/// again, at most [`MAX_ATTEMPTS`] times in all. The last attempt's
-/// answer; None when, read again, the object was gone.
+/// `attempts` plans and writes `object`, the `kind` `namespace/name`, at
+/// most [`MAX_ATTEMPTS`] times in all. The last attempt's answer; None
+/// when, read again, the object was gone.
 pub async fn write_retrying<A: Attempts>(
     client: &kube::Client,
     (kind, namespace, name): (Kind, &str, &str),
@@ -318,8 +325,8 @@ pub async fn write_retrying<A: Attempts>(
             };
         }
         match attempts.attempt(&current, n).await {
-            Attempt::Done(answer) => return Ok(Some(answer)),
-            Attempt::Conflict(why) => last = why,
+            ControlFlow::Break(answer) => return Ok(Some(answer)),
+            ControlFlow::Continue(why) => last = why,
         }
     }
     Err(RetryError::Conflicts {

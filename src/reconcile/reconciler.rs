@@ -74,12 +74,8 @@ impl Reconciler {
         store: &PolicyStore,
         registry: &mut prometheus_client::registry::Registry,
     ) -> Reconciler {
-        Reconciler::new(
-            client,
-            config,
-            store.clone(),
-            ReconcileMetrics::register(registry),
-        )
+        let metrics = ReconcileMetrics::register(registry);
+        Reconciler::new(client, config, store.clone(), metrics)
     }
 
     /// Runs in a background task until [`RunningReconciler::stop`].
@@ -109,7 +105,7 @@ impl Reconciler {
             "reconciler starting"
         );
         let mut limiter = RateLimiter::new(self.config.rate);
-        let mut schedule = Schedule::new(self.config.interval).settling_after(self.config.settle);
+        let mut schedule = Schedule::new(self.config.interval, self.config.settle);
         let mut released = Released::default();
         let mut operator_check = tokio::time::Instant::now() + self.config.operator_check;
         let mut poll = tokio::time::interval(self.config.poll);

@@ -1,13 +1,9 @@
-//! `knative-ha-webhook restore --namespace NS` (run by `cmd::restore`):
-//! every governed object of one namespace back to its release values
-//! ([`crate::engine::restore::restore`], pure), written as a JSON patch
-//! that starts with a `test` of `metadata.resourceVersion`; on a conflict
-//! the object is read again and the patch recomputed, at most
-//! [`objects::MAX_ATTEMPTS`] times. With `dry_run` nothing is written.
-//!
-//! Run it with no policy governing the namespace (the policy deleted, or
-//! the webhook uninstalled): otherwise the webhook puts the policy back at
-//! admission of these very writes. The report says when that happened.
+//! `knative-ha-webhook restore --namespace NS` (run by `cmd::restore`;
+//! docs/operations.md): every governed object of one namespace back to its
+//! release values ([`crate::engine::restore::restore`]), written as the
+//! reconciler writes ([`objects::write_retrying`]).
+
+use std::ops::ControlFlow;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{Patch, PatchOperation, TestOperation};
@@ -15,7 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::error::{self, ReconcileError};
-use super::objects::{self, Attempt, RetryError};
+use super::objects::{self, RetryError};
 use crate::engine::{self, Kind, Snapshot};
 use crate::errors::InWords;
 
@@ -240,31 +236,29 @@ struct RestoreAttempts<'a> {
 impl objects::Attempts for RestoreAttempts<'_> {
     type Answer = Result<(), WriteError>;
 
-    async fn attempt(&mut self, current: &Value, _: u32) -> Attempt<Self::Answer> {
+    async fn attempt(&mut self, current: &Value, _: u32) -> ControlFlow<Self::Answer, String> {
         let mutation = match restoring(self.namespace, current) {
-            Ok(mutation) if mutation.is_empty() => return Attempt::Done(Ok(())),
+            Ok(mutation) if mutation.is_empty() => return ControlFlow::Break(Ok(())),
             Ok(mutation) => mutation,
-            Err(e) => return Attempt::Done(Err(WriteError::Engine(e))),
+            Err(e) => return ControlFlow::Break(Err(WriteError::Engine(e))),
         };
-        let rv = current["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap_or("");
+        let rv = &current["metadata"]["resourceVersion"];
         let test = PatchOperation::Test(TestOperation {
             path: PointerBuf::from_tokens(["metadata", "resourceVersion"]),
-            value: rv.into(),
+            value: rv.as_str().unwrap_or("").into(),
         });
         let patch = Patch(std::iter::once(test).chain(mutation.patch.0).collect());
         match objects::patch(self.client, self.kind, current, &patch, FIELD_MANAGER).await {
             // Still carrying the webhook's changes: a policy still governs
             // the namespace and the webhook applied it again at admission.
-            Ok(written) => Attempt::Done(match restoring(self.namespace, &written) {
+            Ok(written) => ControlFlow::Break(match restoring(self.namespace, &written) {
                 Ok(mutation) if mutation.is_empty() => Ok(()),
                 _ => Err(WriteError::Readmitted),
             }),
             Err(e) if error::is_precondition_failed(&e) => {
-                Attempt::Conflict(crate::kubeclient::reason(&e))
+                ControlFlow::Continue(crate::kubeclient::reason(&e))
             }
-            Err(e) => Attempt::Done(Err(WriteError::Patch(InWords(
+            Err(e) => ControlFlow::Break(Err(WriteError::Patch(InWords(
                 crate::kubeclient::describe(&e),
             )))),
         }

@@ -12,13 +12,13 @@ use super::error::Result;
 use super::events::EventWriter;
 use super::metrics::ReconcileMetrics;
 use super::objects;
-use super::outcome::{Reconciled, known_in};
 use super::rate::RateLimiter;
 use super::report::RunReport;
 use crate::engine::Kind;
 use crate::engine::Snapshot;
 use crate::findings::{Forbidden, Found};
 use crate::policy::Policy;
+use object::Reconciled;
 
 mod object;
 
@@ -173,7 +173,7 @@ impl Run<'_> {
         snapshot_targets: Option<&BTreeSet<String>>,
     ) -> Result<()> {
         let listed = objects::list_namespace(self.pass.client, namespace).await?;
-        let mut known = known_in(namespace, policy, snapshot_targets, &listed);
+        let mut known = listed.known(namespace, policy, snapshot_targets);
         known.priority_classes = objects::priority_classes(self.pass.client, policy).await;
         let mut drift: BTreeMap<&'static str, i64> = BTreeMap::new();
         let mut record = |kind: Kind, name: &str, outcome: Reconciled| {
