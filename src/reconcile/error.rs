@@ -80,14 +80,14 @@ pub fn refusal(e: &kube::Error) -> Refusal {
 /// `verb` refused on `kind` by `e`, the resource named as RBAC names it
 /// (`deployments.apps`, `configmaps`).
 pub fn refused(verb: &str, kind: Kind, e: &kube::Error) -> Forbidden {
-    let resource = super::resource::api_resource(kind);
+    let spec = kind.spec();
     Forbidden {
         why: refusal(e),
         verb: verb.to_string(),
-        resource: if resource.group.is_empty() {
-            resource.plural
+        resource: if spec.group.is_empty() {
+            spec.plural.to_string()
         } else {
-            format!("{}.{}", resource.plural, resource.group)
+            format!("{}.{}", spec.plural, spec.group)
         },
     }
 }

@@ -47,29 +47,18 @@ pub struct RunLabel {
     pub result: &'static str,
 }
 
-/// The reconciler's metrics. Cheap to clone.
+/// The reconciler's metrics, each field registered under the name that
+/// [`ReconcileMetrics::register`] gives it, with its meaning. Cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct ReconcileMetrics {
-    /// `knative_ha_webhook_reconcile_writes_total{kind,result}`.
     pub writes: Family<WriteLabels, Counter>,
-    /// `knative_ha_webhook_reconcile_drift_objects{kind}`: governed objects
-    /// that differ from their policy after the last run (in dry-run mode:
-    /// every drifting object).
+    /// In dry-run mode: every drifting object.
     pub drift: Family<KindLabel, Gauge>,
-    /// `knative_ha_webhook_reconcile_runs_total{result}`.
     pub runs: Family<RunLabel, Counter>,
-    /// `knative_ha_webhook_reconcile_leader`: 1 while this replica holds
-    /// the reconcile Lease.
     pub leader: Gauge,
-    /// `knative_ha_webhook_reconcile_forbidden{target_namespace}`: 1 while the API
-    /// server refuses the reconciler a request in the namespace (its last
-    /// pass there met a 403 Forbidden), 0 once a pass goes through.
+    /// 0 once a pass goes through.
     pub forbidden: Family<NamespaceLabel, Gauge>,
-    /// `knative_ha_webhook_reconcile_left_alone_objects{target_namespace,reason}`:
-    /// the policy's targets its last pass found it leaves unchanged.
     pub left_alone: Family<LeftAloneLabels, Gauge>,
-    /// `knative_ha_webhook_reconcile_governed_objects{target_namespace}`:
-    /// the policy's targets its last pass found (governed and left alone).
     pub targets: Family<NamespaceLabel, Gauge>,
     /// Drift per (namespace, kind) from the last run of each namespace; the
     /// gauge is the sum over namespaces.

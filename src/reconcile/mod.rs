@@ -25,7 +25,6 @@ pub mod plan;
 pub mod rate;
 pub mod reconciler;
 pub mod report;
-pub mod resource;
 pub mod restore;
 pub mod run;
 pub mod schedule;

@@ -5,13 +5,22 @@ use std::ops::ControlFlow;
 
 use json_patch::Patch;
 use kube::Api;
-use kube::api::{DynamicObject, ListParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Map, Value};
 
 use super::error::{ReconcileError, Result};
-pub use super::resource::api_resource;
 use crate::engine::{self, Kind, LEADER_ELECTION_CONFIGMAP, Snapshot, configmap};
 use crate::policy::Policy;
+
+/// The API resource a governed kind is read and written as, as its
+/// [`engine::kinds::KINDS`] entry declares it (a `Scale`, the Deployment's
+/// subresource seen only at admission, is read and written as its
+/// Deployment).
+pub fn api_resource(kind: Kind) -> ApiResource {
+    let spec = kind.spec();
+    let gvk = GroupVersionKind::gvk(spec.group, spec.version, spec.resource_kind);
+    ApiResource::from_gvk_with_plural(&gvk, spec.plural)
+}
 
 pub(super) fn api(client: &kube::Client, kind: Kind, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), namespace, &api_resource(kind))
@@ -270,7 +279,7 @@ pub async fn patch_as(
 }
 
 /// Attempts per object: the first write plus retries after a guarded
-/// write lost the race ([`super::error::is_precondition_failed`]).
+/// write lost the race (a 409 or 422).
 pub const MAX_ATTEMPTS: u32 = 4;
 
 /// Why [`write_retrying`] gave up on an object.

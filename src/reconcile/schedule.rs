@@ -1,5 +1,5 @@
 //! When the leader reconciles which namespaces (docs/reconcile.md, "When"):
-//! all of them on a full run, else those whose [`Against`] changed since
+//! all of them on a full run, else those whose `Against` changed since
 //! they were last reconciled, and those once more [`SETTLE`] later.
 
 use std::collections::{BTreeMap, BTreeSet};

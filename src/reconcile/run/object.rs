@@ -60,7 +60,7 @@ fn changes_text(d: &Drift) -> String {
         .join("; ")
 }
 
-/// [`Run::attempt`] on one object, for [`objects::write_retrying`].
+/// `Run::attempt` on one object, for [`objects::write_retrying`].
 impl objects::Attempts for (&mut Run<'_>, &Target<'_>) {
     type Answer = Reconciled;
 
