@@ -1,12 +1,7 @@
-//! `knative-ha-webhook audit` (run by `cmd::audit`): what differs, per
-//! governed object, between the cluster and the policy. Exit code 0 when
-//! everything is in line, 1 when drift exists, 2 on errors.
-//!
-//! Policies come from `--policy-file` files, else from the cluster with a
-//! one-shot list of HighAvailabilityPolicy resources and labelled policy
-//! ConfigMaps, merged with the cluster source's rules
-//! ([`crate::sources::cluster::merge`]; [`cluster_policies`]). The table
-//! and the exit code: [`crate::tools::audit_table`].
+//! `knative-ha-webhook audit` (run by `cmd::audit`; docs/reconcile.md):
+//! what differs, per governed object, between the cluster and the policy
+//! (from `--policy-file`, else [`cluster_policies`]). The table and the exit
+//! code: [`crate::tools::audit_table`].
 
 use std::sync::Arc;
 
@@ -126,34 +121,30 @@ pub async fn audit(
             source: source.clone(),
         });
         let listed = objects::list_namespace(client, ns).await?;
-        let mut known = super::outcome::known_in(ns, Some(policy), None, &listed);
+        let mut known = listed.known(ns, Some(policy), None);
         known.priority_classes = objects::priority_classes(client, Some(policy)).await;
-        if let Some(classes) = &known.priority_classes {
-            report.held_back.extend(
-                policy
-                    .spec
-                    .priority_classes()
-                    .filter(|(_, class)| !classes.contains(*class))
-                    .map(|(path, class)| {
-                        format!(
-                            "policy {} ({ns}): {path} {class:?} is held back: no PriorityClass {class} exists in the cluster (pods naming it would be refused)",
-                            policy.name
-                        )
-                    }),
-            );
+        let exists = |class: &str| {
+            known
+                .priority_classes
+                .as_ref()
+                .is_none_or(|c| c.contains(class))
+        };
+        for (path, class) in policy.spec.priority_classes().filter(|(_, c)| !exists(c)) {
+            report.held_back.push(format!(
+                "policy {} ({ns}): {path} {class:?} is held back: no PriorityClass {class} exists in the cluster (pods naming it would be refused)",
+                policy.name
+            ));
         }
+        report.objects += listed.objects.len();
         for object in &listed.objects {
-            report.objects += 1;
             let drift = plan::plan(&known, ns, object, true)
                 .map_err(|error| ReconcileError::Engine(Box::new(error)))?;
-            if let Some(d) = drift {
-                report.drift.push(ObjectDrift {
-                    kind: d.kind.as_str(),
-                    namespace: d.namespace,
-                    name: d.name,
-                    changes: d.changes,
-                });
-            }
+            report.drift.extend(drift.map(|d| ObjectDrift {
+                kind: d.kind.as_str(),
+                namespace: d.namespace,
+                name: d.name,
+                changes: d.changes,
+            }));
         }
         let operator = super::coverage::list_operator(client, ns).await;
         let coverage = super::coverage::coverage(&known, ns, &listed, &operator);

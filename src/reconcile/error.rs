@@ -80,14 +80,14 @@ pub fn refusal(e: &kube::Error) -> Refusal {
 /// `verb` refused on `kind` by `e`, the resource named as RBAC names it
 /// (`deployments.apps`, `configmaps`).
 pub fn refused(verb: &str, kind: Kind, e: &kube::Error) -> Forbidden {
-    let resource = super::resource::api_resource(kind);
+    let spec = kind.spec();
     Forbidden {
         why: refusal(e),
         verb: verb.to_string(),
-        resource: if resource.group.is_empty() {
-            resource.plural
+        resource: if spec.group.is_empty() {
+            spec.plural.to_string()
         } else {
-            format!("{}.{}", resource.plural, resource.group)
+            format!("{}.{}", spec.plural, spec.group)
         },
     }
 }
@@ -102,10 +102,6 @@ pub fn is_not_found(e: &kube::Error) -> bool {
 pub fn is_conflict(e: &kube::Error) -> bool {
     code(e) == Some(409)
 }
-
-/// Attempts per object: the first write plus retries after a guarded
-/// write lost the race (`is_precondition_failed`).
-pub const MAX_ATTEMPTS: u32 = 4;
 
 /// A guarded write lost the race: 409 Conflict (the resourceVersion
 /// precondition), or 422 Invalid (the JSON patch's `test` of

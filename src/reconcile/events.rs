@@ -1,8 +1,6 @@
 //! Events on the objects the reconciler writes: what changed and why, on the
-//! object itself (`kubectl describe`, `kubectl get events`), for the operator
-//! who asks "what did the webhook change here, when, and why". The Event is
-//! written after the object; a failure to write it is logged and never fails
-//! the run.
+//! object itself. The Event is written after the object; a failure to write
+//! it is logged and never fails the run.
 //!
 //! Each write gets an Event of its own (`events.k8s.io/v1`, created under a
 //! name unique to the write), carrying that write's changes. kube's
@@ -30,19 +28,12 @@ const NOTE_BYTES: usize = 1024;
 /// adds `.` and up to 32 hex digits of the write's time.
 const NAME_BYTES: usize = 253 - 33;
 
-/// Writes the Events of one reconciler (the Lease holder, e.g. the pod).
+/// Writes the Events of one reconciler.
 #[derive(Clone)]
 pub struct EventWriter {
     client: kube::Client,
+    /// The Lease holder's identity (e.g. the pod).
     instance: String,
-}
-
-/// The Event writer of `identity` (the Lease holder's name, e.g. the pod).
-pub fn writer(client: kube::Client, identity: &str) -> EventWriter {
-    EventWriter {
-        client,
-        instance: identity.to_string(),
-    }
 }
 
 /// The reference an Event about `object` carries (apiVersion, kind,
@@ -70,21 +61,13 @@ pub fn name(object_name: &str, at: Timestamp) -> String {
     format!("{}.{:x}", &object_name[..end], at.as_nanosecond())
 }
 
-/// The Event of one write to `regarding`, made at `at` by `instance`, whose
-/// changes are `changes` (the log line's text), clipped to what a note holds.
-pub fn event(regarding: ObjectReference, changes: &str, instance: &str, at: Timestamp) -> Event {
-    Event {
-        reason: Some(REASON.into()),
-        ..noted(regarding, changes, instance, at)
-    }
-}
-
 /// The reason of the Event on a KnativeServing or KnativeEventing whose
 /// fields the policy overrides: where a user describing it looks.
 pub const OVERRIDDEN: &str = "OverriddenByPolicy";
 
-/// An Event regarding `regarding` with `note`, without a reason.
-fn noted(regarding: ObjectReference, changes: &str, instance: &str, at: Timestamp) -> Event {
+/// The Event of one write to `regarding`, made at `at` by `instance`, whose
+/// changes are `changes` (the log line's text), clipped to what a note holds.
+pub fn event(regarding: ObjectReference, changes: &str, instance: &str, at: Timestamp) -> Event {
     let object_name = regarding.name.clone().unwrap_or_else(|| CONTROLLER.into());
     Event {
         metadata: ObjectMeta {
@@ -92,6 +75,7 @@ fn noted(regarding: ObjectReference, changes: &str, instance: &str, at: Timestam
             name: Some(name(&object_name, at)),
             ..ObjectMeta::default()
         },
+        reason: Some(REASON.into()),
         type_: Some("Normal".into()),
         action: Some(ACTION.into()),
         note: Some(crate::telemetry::clip(changes, NOTE_BYTES - 32)),
@@ -104,12 +88,17 @@ fn noted(regarding: ObjectReference, changes: &str, instance: &str, at: Timestam
 }
 
 impl EventWriter {
+    pub fn new(client: kube::Client, identity: &str) -> EventWriter {
+        EventWriter {
+            client,
+            instance: identity.to_string(),
+        }
+    }
+
     /// Creates the Event of one write to `object`, whose changes are `changes`.
     pub async fn written(&self, object: &Value, changes: &str) {
-        let regarding = reference(object);
-        let namespace = regarding.namespace.clone().unwrap_or_default();
-        let event = event(regarding, changes, &self.instance, Timestamp::now());
-        self.create(&namespace, event).await;
+        let event = event(reference(object), changes, &self.instance, Timestamp::now());
+        self.create(event).await;
     }
 
     /// One Event per Knative Operator resource named in `overrides`, on
@@ -141,13 +130,14 @@ impl EventWriter {
             };
             let event = Event {
                 reason: Some(OVERRIDDEN.into()),
-                ..noted(regarding, &note, &self.instance, Timestamp::now())
+                ..event(regarding, &note, &self.instance, Timestamp::now())
             };
-            self.create(namespace, event).await;
+            self.create(event).await;
         }
     }
 
-    async fn create(&self, namespace: &str, event: Event) {
+    async fn create(&self, event: Event) {
+        let namespace = event.metadata.namespace.as_deref().unwrap_or_default();
         let regarding = event.regarding.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         if let Err(err) = api.create(&PostParams::default(), &event).await {

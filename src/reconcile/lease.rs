@@ -5,9 +5,6 @@
 //! Expiry is judged like client-go does: by how long this replica has seen
 //! the same record (holder and renewTime) unchanged, on its own monotonic
 //! clock, so clock skew between nodes does not matter.
-//!
-//! [`Elector::round`] is one round; [`Elector::run`], the election loop the
-//! reconciler spawns, runs rounds and publishes who leads.
 
 use std::time::Duration;
 
@@ -15,7 +12,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{PostParams, ResourceExt};
+use kube::api::PostParams;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -74,12 +71,16 @@ pub enum Round {
 /// What identifies one version of the Lease record: (holder, renewTime).
 type Record = (Option<String>, Option<String>);
 
+fn record(spec: &LeaseSpec) -> Record {
+    let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+    (holder, spec.renew_time.as_ref().map(|t| t.0.to_string()))
+}
+
 /// One replica's view of the Lease.
 pub struct Elector {
     api: Api<Lease>,
     config: LeaseConfig,
-    /// (holder, renewTime, resourceVersion) last seen, and when it was
-    /// first seen with those values.
+    /// The record last seen, and when it was first seen.
     observed: Option<(Record, Instant)>,
     /// When this replica last renewed successfully.
     last_renew: Option<Instant>,
@@ -95,10 +96,6 @@ impl Elector {
         }
     }
 
-    pub fn identity(&self) -> &str {
-        &self.config.identity
-    }
-
     fn err(&self, action: &'static str, e: kube::Error) -> LeaseError {
         LeaseError::Api {
             namespace: self.config.namespace.clone(),
@@ -108,63 +105,40 @@ impl Elector {
         }
     }
 
+    fn mine(&self, spec: &LeaseSpec) -> bool {
+        spec.holder_identity.as_ref() == Some(&self.config.identity)
+    }
+
+    /// The record this replica writes over `previous` (a takeover counts
+    /// a transition).
     fn spec_for_me(&self, previous: Option<&LeaseSpec>) -> LeaseSpec {
         let now = MicroTime(Timestamp::now());
-        let mine = previous.and_then(|s| s.holder_identity.as_deref()) == Some(self.identity());
-        let transitions = previous.and_then(|s| s.lease_transitions).unwrap_or(0);
+        let (acquire_time, transitions) = match previous {
+            Some(s) if self.mine(s) => (s.acquire_time.clone(), s.lease_transitions.unwrap_or(0)),
+            Some(s) => (Some(now.clone()), s.lease_transitions.unwrap_or(0) + 1),
+            None => (Some(now.clone()), 0),
+        };
         LeaseSpec {
             holder_identity: Some(self.config.identity.clone()),
             lease_duration_seconds: Some(self.config.duration.as_secs().max(1) as i32),
-            acquire_time: if mine {
-                previous.and_then(|s| s.acquire_time.clone())
-            } else {
-                Some(now.clone())
-            },
+            acquire_time,
             renew_time: Some(now),
-            lease_transitions: Some(if mine || previous.is_none() {
-                transitions
-            } else {
-                transitions + 1
-            }),
+            lease_transitions: Some(transitions),
             ..Default::default()
         }
     }
 
+    /// How long a renewal stays valid to act on: `leaseDurationSeconds`
+    /// less the renew interval, as client-go's `RenewDeadline` sits below
+    /// its `LeaseDuration`.
+    fn renew_deadline(&self) -> Duration {
+        self.config.duration.saturating_sub(self.config.renew_every)
+    }
+
     /// True while the last successful renewal is recent enough to act on.
     pub fn still_valid(&self) -> bool {
-        self.last_renew.is_some_and(|t| {
-            t.elapsed() < self.config.duration.saturating_sub(self.config.renew_every)
-        })
-    }
-
-    /// How long a round may take: while leading, until the last renewal
-    /// stops being valid to act on ([`Elector::still_valid`]); else the
-    /// renew deadline (`leaseDurationSeconds` less the renew interval, as
-    /// client-go's `RenewDeadline` sits below its `LeaseDuration`). A round
-    /// whose request hangs never keeps a replica leading past it.
-    fn round_deadline(&self) -> Duration {
-        let renew_deadline = self.config.duration.saturating_sub(self.config.renew_every);
-        match self.last_renew {
-            Some(t) => renew_deadline.saturating_sub(t.elapsed()),
-            None => renew_deadline,
-        }
-    }
-
-    /// [`Elector::round`], bounded by the renew deadline: while leading,
-    /// until the last renewal stops being valid.
-    pub async fn bounded_round(&mut self) -> Result<Round> {
-        let deadline = self.round_deadline();
-        match tokio::time::timeout(deadline, self.round()).await {
-            Ok(r) => r,
-            Err(_) => {
-                self.last_renew = None;
-                Err(LeaseError::Deadline {
-                    namespace: self.config.namespace.clone(),
-                    name: self.config.name.clone(),
-                    deadline,
-                })
-            }
-        }
+        self.last_renew
+            .is_some_and(|t| t.elapsed() < self.renew_deadline())
     }
 
     /// One election round: create, renew or take over the Lease.
@@ -174,37 +148,52 @@ impl Elector {
             .get_opt(&self.config.name)
             .await
             .map_err(|e| self.err("get", e))?;
-        let Some(lease) = current else {
+        let Some(mut lease) = current else {
             return self.create().await;
         };
-        let spec = lease.spec.clone().unwrap_or_default();
-        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
-        let record = (
-            holder.clone(),
-            spec.renew_time.as_ref().map(|t| t.0.to_string()),
-        );
+        let spec = lease.spec.take().unwrap_or_default();
+        let seen = record(&spec);
         let now = Instant::now();
         let seen_since = match &self.observed {
-            Some((r, since)) if *r == record => *since,
-            _ => {
-                self.observed = Some((record, now));
-                now
-            }
+            Some((r, since)) if *r == seen => *since,
+            _ => now,
         };
+        let holder = seen.0.clone();
+        self.observed = Some((seen, seen_since));
         let duration = spec
             .lease_duration_seconds
             .filter(|s| *s > 0)
             .map(|s| Duration::from_secs(s as u64))
             .unwrap_or(self.config.duration);
-        let mine = holder.as_deref() == Some(self.identity());
         let expired = holder.is_none() || now.duration_since(seen_since) >= duration;
-        if !mine && !expired {
+        if !self.mine(&spec) && !expired {
             self.last_renew = None;
             return Ok(Round::Follower {
                 holder: holder.unwrap_or_default(),
             });
         }
-        self.take(lease, &spec).await
+        // Renewed (this replica's) or taken over (expired), guarded by the
+        // resourceVersion it was read with.
+        lease.spec = Some(self.spec_for_me(Some(&spec)));
+        let replaced = self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await;
+        match replaced {
+            Ok(written) => {
+                let written = record(&written.spec.unwrap_or_default());
+                self.observed = Some((written, Instant::now()));
+                self.last_renew = Some(Instant::now());
+                Ok(Round::Leader)
+            }
+            Err(e) if is_conflict(&e) => {
+                self.last_renew = None;
+                Ok(Round::Follower {
+                    holder: "(another replica)".to_string(),
+                })
+            }
+            Err(e) => Err(self.err("replace", e)),
+        }
     }
 
     /// No Lease yet: creates it, held by this replica.
@@ -229,37 +218,6 @@ impl Elector {
         }
     }
 
-    /// Renews `lease` (this replica's) or takes it over (expired), guarded
-    /// by the resourceVersion it was read with.
-    async fn take(&mut self, mut lease: Lease, spec: &LeaseSpec) -> Result<Round> {
-        lease.spec = Some(self.spec_for_me(Some(spec)));
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(written) => {
-                let s = written.spec.unwrap_or_default();
-                self.observed = Some((
-                    (
-                        s.holder_identity.clone(),
-                        s.renew_time.as_ref().map(|t| t.0.to_string()),
-                    ),
-                    Instant::now(),
-                ));
-                self.last_renew = Some(Instant::now());
-                Ok(Round::Leader)
-            }
-            Err(e) if is_conflict(&e) => {
-                self.last_renew = None;
-                Ok(Round::Follower {
-                    holder: "(another replica)".to_string(),
-                })
-            }
-            Err(e) => Err(self.err("replace", e)),
-        }
-    }
-
     /// Gives the Lease up if this replica holds it (on shutdown), so that
     /// another replica takes over without waiting for expiry.
     pub async fn release(&mut self) -> Result<bool> {
@@ -273,16 +231,15 @@ impl Elector {
             return Ok(false);
         };
         let spec = lease.spec.get_or_insert_with(Default::default);
-        if spec.holder_identity.as_deref() != Some(self.identity()) {
+        if !self.mine(spec) {
             return Ok(false);
         }
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(Timestamp::now()));
-        let name = lease.name_any();
         match self
             .api
-            .replace(&name, &PostParams::default(), &lease)
+            .replace(&self.config.name, &PostParams::default(), &lease)
             .await
         {
             Ok(_) => Ok(true),
@@ -322,10 +279,26 @@ impl Elector {
     }
 
     /// One round, logged where leadership changes hands: whether this
-    /// replica leads now (`was`: whether it led before). A failed round
-    /// keeps leading while the last renewal is still valid.
+    /// replica leads now (`was`: whether it led before). The round is
+    /// bounded by the renew deadline (while leading, until the last renewal
+    /// stops being valid): a round whose request hangs never keeps a
+    /// replica leading past it. A failed round keeps leading while the last
+    /// renewal is still valid.
     async fn lead(&mut self, was: bool) -> bool {
-        let leading = match self.bounded_round().await {
+        let since_renewal = self.last_renew.map_or(Duration::ZERO, |t| t.elapsed());
+        let deadline = self.renew_deadline().saturating_sub(since_renewal);
+        let round = match tokio::time::timeout(deadline, self.round()).await {
+            Ok(round) => round,
+            Err(_) => {
+                self.last_renew = None;
+                Err(LeaseError::Deadline {
+                    namespace: self.config.namespace.clone(),
+                    name: self.config.name.clone(),
+                    deadline,
+                })
+            }
+        };
+        let leading = match round {
             Ok(Round::Leader) => true,
             Ok(Round::Follower { holder }) => {
                 if was {
@@ -340,7 +313,7 @@ impl Elector {
             }
         };
         if leading && !was {
-            tracing::info!(identity = %self.identity(), "reconcile: acquired the Lease; this replica reconciles");
+            tracing::info!(identity = %self.config.identity, "reconcile: acquired the Lease; this replica reconciles");
         }
         leading
     }

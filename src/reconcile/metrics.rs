@@ -1,7 +1,7 @@
 //! Metrics of the reconciler.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -47,29 +47,18 @@ pub struct RunLabel {
     pub result: &'static str,
 }
 
-/// The reconciler's metrics. Cheap to clone.
+/// The reconciler's metrics, each field registered under the name that
+/// [`ReconcileMetrics::register`] gives it, with its meaning. Cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct ReconcileMetrics {
-    /// `knative_ha_webhook_reconcile_writes_total{kind,result}`.
     pub writes: Family<WriteLabels, Counter>,
-    /// `knative_ha_webhook_reconcile_drift_objects{kind}`: governed objects
-    /// that differ from their policy after the last run (in dry-run mode:
-    /// every drifting object).
+    /// In dry-run mode: every drifting object.
     pub drift: Family<KindLabel, Gauge>,
-    /// `knative_ha_webhook_reconcile_runs_total{result}`.
     pub runs: Family<RunLabel, Counter>,
-    /// `knative_ha_webhook_reconcile_leader`: 1 while this replica holds
-    /// the reconcile Lease.
     pub leader: Gauge,
-    /// `knative_ha_webhook_reconcile_forbidden{target_namespace}`: 1 while the API
-    /// server refuses the reconciler a request in the namespace (its last
-    /// pass there met a 403 Forbidden), 0 once a pass goes through.
+    /// 0 once a pass goes through.
     pub forbidden: Family<NamespaceLabel, Gauge>,
-    /// `knative_ha_webhook_reconcile_left_alone_objects{target_namespace,reason}`:
-    /// the policy's targets its last pass found it leaves unchanged.
     pub left_alone: Family<LeftAloneLabels, Gauge>,
-    /// `knative_ha_webhook_reconcile_governed_objects{target_namespace}`:
-    /// the policy's targets its last pass found (governed and left alone).
     pub targets: Family<NamespaceLabel, Gauge>,
     /// Drift per (namespace, kind) from the last run of each namespace; the
     /// gauge is the sum over namespaces.
@@ -117,89 +106,63 @@ impl ReconcileMetrics {
             "Targets of a governed namespace's policy (governed and left alone), by target_namespace, from the last reconcile pass",
             m.targets.clone(),
         );
-        for kind in crate::engine::kinds::listed() {
-            m.drift
-                .get_or_create(&KindLabel {
-                    kind: kind.as_str(),
-                })
-                .set(0);
-        }
+        m.publish(&BTreeMap::new());
         m
     }
 
     pub fn write(&self, kind: Kind, result: &'static str) {
+        let kind = kind.as_str();
         self.writes
-            .get_or_create(&WriteLabels {
-                kind: kind.as_str(),
-                result,
-            })
+            .get_or_create(&WriteLabels { kind, result })
             .inc();
     }
 
     pub fn run(&self, ok: bool) {
-        self.runs
-            .get_or_create(&RunLabel {
-                result: if ok { "success" } else { "error" },
-            })
-            .inc();
+        let result = if ok { "success" } else { "error" };
+        self.runs.get_or_create(&RunLabel { result }).inc();
     }
 
     /// Records the drift left in `namespace` after a run.
     pub fn set_drift(&self, namespace: &str, counts: &BTreeMap<&'static str, i64>) {
-        let mut map = self.per_namespace.lock().unwrap_or_else(|e| e.into_inner());
-        for kind in crate::engine::kinds::listed() {
-            map.insert(
-                (namespace.to_string(), kind.as_str()),
-                counts.get(kind.as_str()).copied().unwrap_or(0),
-            );
+        let mut map = lock(&self.per_namespace);
+        for kind in crate::engine::kinds::listed().map(Kind::as_str) {
+            let count = counts.get(kind).copied().unwrap_or(0);
+            map.insert((namespace.to_string(), kind), count);
         }
         self.publish(&map);
     }
 
     /// Records whether the last pass over `namespace` met a 403 Forbidden.
     pub fn set_forbidden(&self, namespace: &str, refused: bool) {
-        self.namespace_labels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(namespace.to_string());
         self.forbidden
-            .get_or_create(&NamespaceLabel {
-                target_namespace: namespace.to_string(),
-            })
+            .get_or_create(&labelled(&self.namespace_labels, namespace))
             .set(i64::from(refused));
     }
 
     /// Records what the policy of `namespace` governs and leaves alone.
     pub fn set_left_alone(&self, namespace: &str, coverage: &crate::findings::Coverage) {
-        self.namespace_labels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(namespace.to_string());
-        let count = |reason: &str| {
-            coverage
+        let label = labelled(&self.namespace_labels, namespace);
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        for reason in crate::engine::standing::LeftAlone::LABELS {
+            let left_alone = coverage
                 .left_alone
                 .iter()
-                .filter(|u| u.why.label() == reason)
-                .count()
-        };
-        for reason in crate::engine::standing::LeftAlone::LABELS {
+                .filter(|u| u.why.label() == reason);
             self.left_alone
                 .get_or_create(&LeftAloneLabels {
                     target_namespace: namespace.to_string(),
                     reason,
                 })
-                .set(i64::try_from(count(reason)).unwrap_or(i64::MAX));
+                .set(count(left_alone.count()));
         }
         self.targets
-            .get_or_create(&NamespaceLabel {
-                target_namespace: namespace.to_string(),
-            })
-            .set(i64::try_from(coverage.targets).unwrap_or(i64::MAX));
+            .get_or_create(&label)
+            .set(count(coverage.targets));
     }
 
     /// Forgets namespaces that are no longer governed.
     pub fn retain_namespaces(&self, keep: &dyn Fn(&str) -> bool) {
-        let mut map = self.per_namespace.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = lock(&self.per_namespace);
         map.retain(|(ns, _), _| keep(ns));
         self.publish(&map);
         self.retain_findings(keep);
@@ -209,11 +172,7 @@ impl ReconcileMetrics {
     /// namespaces `keep` refuses (all of them when this replica stops
     /// reconciling: it no longer knows).
     pub fn retain_findings(&self, keep: &dyn Fn(&str) -> bool) {
-        let mut labelled = self
-            .namespace_labels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        labelled.retain(|ns| {
+        lock(&self.namespace_labels).retain(|ns| {
             keep(ns) || {
                 let label = NamespaceLabel {
                     target_namespace: ns.clone(),
@@ -231,18 +190,26 @@ impl ReconcileMetrics {
         });
     }
 
+    /// Each kind's gauge: the sum over namespaces.
     fn publish(&self, map: &BTreeMap<(String, &'static str), i64>) {
-        for kind in crate::engine::kinds::listed() {
-            let total: i64 = map
-                .iter()
-                .filter(|((_, k), _)| *k == kind.as_str())
-                .map(|(_, n)| *n)
-                .sum();
+        for kind in crate::engine::kinds::listed().map(Kind::as_str) {
+            let total = map.iter().filter(|((_, k), _)| *k == kind).map(|(_, n)| n);
             self.drift
-                .get_or_create(&KindLabel {
-                    kind: kind.as_str(),
-                })
-                .set(total);
+                .get_or_create(&KindLabel { kind })
+                .set(total.sum());
         }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The label of `namespace`, remembered in `labelled` (for
+/// [`ReconcileMetrics::retain_findings`]).
+fn labelled(labelled: &Mutex<BTreeSet<String>>, namespace: &str) -> NamespaceLabel {
+    lock(labelled).insert(namespace.to_string());
+    NamespaceLabel {
+        target_namespace: namespace.to_string(),
     }
 }

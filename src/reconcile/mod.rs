@@ -1,27 +1,12 @@
-//! Bringing existing objects in line: the reconciler (`serve --reconcile`)
-//! and drift reports (`knative-ha-webhook audit`).
-//!
-//! An admission webhook only sees writes. The reconciler also applies the
-//! policy to what already runs: when a policy becomes effective or changes
-//! (it polls the [`PolicyStore`](crate::store::PolicyStore) snapshot and
-//! compares policies and HPA targets per namespace), and every
-//! `--reconcile-interval`, the replica holding the Lease
-//! `knative-ha-webhook-reconcile` lists the governed kinds of each governed
-//! namespace, runs the engine (operation UPDATE) and sends each non-empty
-//! patch as a JSON patch that starts with a `test` of
-//! `metadata.resourceVersion`. A concurrent writer makes that test fail
-//! (or the API server answer 409): the object is read again and the patch
-//! recomputed, at most [`MAX_ATTEMPTS`] times. The write passes through the
-//! webhook, which computes an empty patch (the engine is idempotent), so
-//! one write converges.
+//! Bringing existing objects in line: the reconciler (`serve --reconcile`),
+//! drift reports (`audit`) and `restore`; docs/reconcile.md tells when and
+//! how they write.
 //!
 //! - [`reconciler`]: the running reconciler; [`schedule`]: which
 //!   namespaces are due; [`lease`]: leader election.
-//! - [`run`]: one run over some namespaces, object by object
-//!   (`config-leader-election` before the Deployments), paced by [`rate`],
-//!   told in a [`report`] and in one Event per write ([`events`]);
+//! - [`run`]: one pass over some namespaces, object by object, paced by
+//!   [`rate`], told in a [`report`] and in one Event per write ([`events`]);
 //!   [`plan`]: pure drift computation (which changes roll pods);
-//!   `outcome`: what one object's reconciliation came to;
 //!   [`objects`]: list/get/patch of governed objects, each field a write
 //!   took from another manager handed back to it ([`ownership`]).
 //! - [`metrics`]: the reconcile metrics. [`audit`]: the `audit` command.
@@ -35,13 +20,11 @@ pub mod events;
 pub mod lease;
 pub mod metrics;
 pub mod objects;
-mod outcome;
 pub mod ownership;
 pub mod plan;
 pub mod rate;
 pub mod reconciler;
 pub mod report;
-pub mod resource;
 pub mod restore;
 pub mod run;
 pub mod schedule;
@@ -55,7 +38,7 @@ pub use plan::{ChangeLine, Drift};
 pub use rate::RateLimiter;
 pub use reconciler::{Reconciler, RunningReconciler};
 pub use report::{ObjectResult, RunReport};
-pub use run::{MAX_ATTEMPTS, MayWrite, Pass, RunOptions};
+pub use run::{MayWrite, Pass, RunOptions};
 pub use schedule::RETRY_AFTER_ERROR;
 
 use crate::scope::AllowedNamespaces;
@@ -68,7 +51,7 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// reaches the policy's `status.operatorOverrides` within this.
 pub const OPERATOR_CHECK_INTERVAL: Duration = Duration::from_secs(15);
 
-/// Everything the reconciler needs.
+/// Everything the reconciler needs (the `--reconcile-*` flags).
 #[derive(Clone, Debug)]
 pub struct ReconcileConfig {
     pub interval: Duration,
@@ -77,18 +60,16 @@ pub struct ReconcileConfig {
     /// Writes per second at most.
     pub rate: f64,
     pub lease: LeaseConfig,
-    /// How often the policy snapshot is checked for changes.
+    /// [`POLL_INTERVAL`] outside tests.
     pub poll: Duration,
-    /// How often the Knative Operator's resources are read between passes
-    /// ([`OPERATOR_CHECK_INTERVAL`]).
+    /// [`OPERATOR_CHECK_INTERVAL`] outside tests.
     pub operator_check: Duration,
-    /// When a namespace run for a change is run once more
-    /// ([`schedule::SETTLE`]).
+    /// [`schedule::SETTLE`] outside tests.
     pub settle: Duration,
     /// `--governed-namespaces`: no other namespace is ever read or written.
     pub governed: AllowedNamespaces,
     /// `--undo-unclaimed`: one restore pass over a namespace whose policy
-    /// was deleted ([`Pass::restore`]). Off: a deletion changes nothing.
+    /// was deleted ([`Pass::restore`]).
     pub undo_unclaimed: bool,
 }
 

@@ -1,17 +1,28 @@
 //! Reading and writing governed objects through the API server.
 
 use std::collections::BTreeSet;
+use std::ops::ControlFlow;
 
 use json_patch::Patch;
 use kube::Api;
-use kube::api::{DynamicObject, ListParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Map, Value};
 
 use super::error::{ReconcileError, Result};
-pub use super::resource::api_resource;
-use crate::engine::{Kind, LEADER_ELECTION_CONFIGMAP, configmap};
+use crate::engine::{self, Kind, LEADER_ELECTION_CONFIGMAP, Snapshot, configmap};
+use crate::policy::Policy;
 
-fn api(client: &kube::Client, kind: Kind, namespace: &str) -> Api<DynamicObject> {
+/// The API resource a governed kind is read and written as, as its
+/// [`engine::kinds::KINDS`] entry declares it (a `Scale`, the Deployment's
+/// subresource seen only at admission, is read and written as its
+/// Deployment).
+pub fn api_resource(kind: Kind) -> ApiResource {
+    let spec = kind.spec();
+    let gvk = GroupVersionKind::gvk(spec.group, spec.version, spec.resource_kind);
+    ApiResource::from_gvk_with_plural(&gvk, spec.plural)
+}
+
+pub(super) fn api(client: &kube::Client, kind: Kind, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), namespace, &api_resource(kind))
 }
 
@@ -42,12 +53,29 @@ pub struct Listed {
     pub leader_election: Option<Map<String, Value>>,
 }
 
+impl Listed {
+    /// What the engine knows of `namespace`: its policy, the HPA targets
+    /// listed now and those in the server's snapshot, `config-leader-election`
+    /// as listed now.
+    pub fn known(
+        &self,
+        namespace: &str,
+        policy: Option<&Policy>,
+        snapshot_targets: Option<&BTreeSet<String>>,
+    ) -> Snapshot {
+        let mut hpa_targets = self.hpa_targets.clone();
+        hpa_targets.extend(snapshot_targets.into_iter().flatten().cloned());
+        let leader_election = self.leader_election.clone();
+        Snapshot::from_policies(policy.cloned()).knowing(namespace, hpa_targets, leader_election)
+    }
+}
+
 /// The PriorityClasses that exist, where `policy` names one (none is
 /// asked for otherwise); None when the API server does not say (no right to
 /// list them, an error): the name is then written unchecked, as before.
 pub async fn priority_classes(
     client: &kube::Client,
-    policy: Option<&crate::policy::Policy>,
+    policy: Option<&Policy>,
 ) -> Option<BTreeSet<String>> {
     use k8s_openapi::api::scheduling::v1::PriorityClass;
     let named = policy.is_some_and(|p| p.spec.priority_classes().next().is_some());
@@ -81,12 +109,8 @@ async fn list_all(
 ) -> Result<Vec<DynamicObject>> {
     let api = api(client, kind, namespace);
     let mut items = Vec::new();
-    let mut token: Option<String> = None;
+    let mut params = ListParams::default().limit(PAGE_SIZE);
     loop {
-        let mut params = ListParams::default().limit(PAGE_SIZE);
-        if let Some(t) = token.take() {
-            params = params.continue_token(&t);
-        }
         let page = api
             .list(&params)
             .await
@@ -99,7 +123,7 @@ async fn list_all(
             })?;
         items.extend(page.items);
         match page.metadata.continue_.filter(|t| !t.is_empty()) {
-            Some(t) => token = Some(t),
+            Some(token) => params = params.continue_token(&token),
             None => return Ok(items),
         }
     }
@@ -108,37 +132,32 @@ async fn list_all(
 /// Lists the governed objects of `namespace`, in [`Listed::objects`]'s order.
 pub async fn list_namespace(client: &kube::Client, namespace: &str) -> Result<Listed> {
     let mut listed = Listed::default();
-    if let Some(cm) = get(
+    let cm = get(
         client,
         Kind::ConfigMap,
         namespace,
         LEADER_ELECTION_CONFIGMAP,
     )
-    .await?
-    {
+    .await?;
+    if let Some(cm) = cm {
         listed.leader_election = Some(configmap::context_data(&cm));
         listed.objects.push(cm);
     }
     // The listing below holds every HPA of the namespace.
-    listed
-        .hpa_targets
-        .insert(crate::engine::HPAS_LISTED.to_string());
+    listed.hpa_targets.insert(engine::HPAS_LISTED.to_string());
     // config-leader-election, the one ConfigMap governed, is read above.
-    for kind in crate::engine::kinds::listed().filter(|k| *k != Kind::ConfigMap) {
+    for kind in engine::kinds::listed().filter(|k| *k != Kind::ConfigMap) {
         for item in &list_all(client, kind, namespace).await? {
             let v = to_value(kind, item)?;
+            let scales = &v["spec"]["scaleTargetRef"];
             if kind == Kind::HorizontalPodAutoscaler
-                && v.pointer("/spec/scaleTargetRef/kind")
-                    .and_then(Value::as_str)
-                    == Some("Deployment")
-                && let Some(target) = v
-                    .pointer("/spec/scaleTargetRef/name")
-                    .and_then(Value::as_str)
+                && scales["kind"] == "Deployment"
+                && let Some(target) = scales["name"].as_str()
             {
-                let skipped = crate::engine::carries_skip_label(&v);
+                let skipped = engine::carries_skip_label(&v);
                 listed
                     .hpa_targets
-                    .insert(crate::engine::hpa_target_entry(target, skipped));
+                    .insert(engine::hpa_target_entry(target, skipped));
             }
             listed.objects.push(v);
         }
@@ -170,10 +189,19 @@ pub async fn get(
 /// tell its changes apart from the ones made at admission.
 pub const FIELD_MANAGER: &str = "knative-ha-webhook-reconciler";
 
+/// How often the hand-back is tried on a fresh read after another writer
+/// (the Knative Operator's pass, a GitOps sync) changed the object between
+/// the write and the hand-back.
+const HAND_BACK_ATTEMPTS: u32 = 3;
+
 /// Sends a JSON patch (RFC 6902) to `before`, as `manager`, then
 /// hands each field the write took from another manager back to it
 /// ([`super::ownership`]): the release's next server-side apply does not
-/// conflict with the reconciler or `restore`. The object the API server stored.
+/// conflict with the reconciler or `restore`. The hand-back rewrites
+/// `managedFields` with a `test` of the resourceVersion read; when another
+/// writer changed the object in between (the `test` fails: 422, or 409),
+/// the object is read again and the fields still with `manager` are handed
+/// back on that version. The object the API server stored.
 pub async fn patch(
     client: &kube::Client,
     kind: Kind,
@@ -184,27 +212,6 @@ pub async fn patch(
     let namespace = before["metadata"]["namespace"].as_str().unwrap_or_default();
     let name = before["metadata"]["name"].as_str().unwrap_or_default();
     let written = patch_as(client, kind, namespace, name, patch, manager).await?;
-    hand_back(client, kind, before, written, manager).await
-}
-
-/// How often the hand-back is tried on a fresh read after another writer
-/// (the Knative Operator's pass, a GitOps sync) changed the object between
-/// the write and the hand-back.
-const HAND_BACK_ATTEMPTS: u32 = 3;
-
-/// The hand-back of [`patch`]: `managedFields` rewritten with a `test` of
-/// the resourceVersion read. When another writer changed the object in
-/// between (the `test` fails: 422, or 409), the object is read again and
-/// the fields still with `manager` are handed back on that version.
-async fn hand_back(
-    client: &kube::Client,
-    kind: Kind,
-    before: &Value,
-    written: Value,
-    manager: &str,
-) -> Result<Value, kube::Error> {
-    let namespace = before["metadata"]["namespace"].as_str().unwrap_or_default();
-    let name = before["metadata"]["name"].as_str().unwrap_or_default();
     let mut current = written.clone();
     for attempt in 1..=HAND_BACK_ATTEMPTS {
         let Some(entries) = super::ownership::handed_back(before, &current, manager) else {
@@ -271,75 +278,9 @@ pub async fn patch_as(
     client.request::<Value>(request).await
 }
 
-/// Creates `object` as [`FIELD_MANAGER`]; the object the API server stored.
-pub async fn create(
-    client: &kube::Client,
-    kind: Kind,
-    object: &Value,
-) -> Result<Value, kube::Error> {
-    let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
-    let dynamic: DynamicObject =
-        serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
-    let params = kube::api::PostParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..Default::default()
-    };
-    let created = api(client, kind, namespace)
-        .create(&params, &dynamic)
-        .await?;
-    serde_json::to_value(&created).map_err(kube::Error::SerdeError)
-}
-
-/// Deletes `object`, provided it is still the version read
-/// (`preconditions.resourceVersion`): a concurrent change is a conflict.
-pub async fn delete(client: &kube::Client, kind: Kind, object: &Value) -> Result<(), kube::Error> {
-    let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
-    let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    let params = kube::api::DeleteParams {
-        preconditions: Some(kube::api::Preconditions {
-            resource_version: object["metadata"]["resourceVersion"]
-                .as_str()
-                .map(String::from),
-            uid: None,
-        }),
-        ..Default::default()
-    };
-    api(client, kind, namespace)
-        .delete(name, &params)
-        .await
-        .map(|_| ())
-}
-
-/// How one attempt of [`write_retrying`] ended.
-pub enum Attempt<T> {
-    /// Written, or nothing (more) to write: the caller's answer.
-    Done(T),
-    /// The guarded write lost a race with another writer (why, in words):
-    /// read the object again and try again.
-    Conflict(String),
-}
-
-/// What [`write_retrying`] does to an object on each attempt: plan it and
-/// write the patch (guarded by a `test` of its resourceVersion).
-pub trait Attempts {
-    /// What a finished attempt answers.
-    type Answer;
-    /// One attempt on `current`, the `n`th (from 1).
-    fn attempt(
-        &mut self,
-        current: &Value,
-        n: u32,
-    ) -> impl Future<Output = Attempt<Self::Answer>> + Send;
-}
-
-/// What [`write_retrying`] came to.
-#[derive(Debug, PartialEq)]
-pub enum Retried<T> {
-    /// The answer of the last attempt.
-    Done(T),
-    /// Read again after a conflict, the object was gone.
-    Gone,
-}
+/// Attempts per object: the first write plus retries after a guarded
+/// write lost the race (a 409 or 422).
+pub const MAX_ATTEMPTS: u32 = 4;
 
 /// Why [`write_retrying`] gave up on an object.
 #[derive(Debug, thiserror::Error)]
@@ -356,33 +297,49 @@ pub enum RetryError {
     },
 }
 
+/// What [`write_retrying`] does to an object on each attempt: plan it and
+/// write the patch (guarded by a `test` of its resourceVersion).
+pub trait Attempts {
+    /// What a finished attempt answers.
+    type Answer;
+    /// One attempt on `current`, the `n`th (from 1): `Break` with the
+    /// answer when written (or nothing, or nothing more, to write),
+    /// `Continue` with the reason (in words) when the guarded write lost a
+    /// race with another writer: the object is read again and tried again.
+    fn attempt(
+        &mut self,
+        current: &Value,
+        n: u32,
+    ) -> impl Future<Output = ControlFlow<Self::Answer, String>> + Send;
+}
+
 /// The one write-and-retry loop of the reconciler and `restore`:
-/// `attempts` plans and writes `object`, the `kind` `namespace/name`; when
-/// an attempt reports a conflict, the object is read again and tried
-/// again, at most [`super::MAX_ATTEMPTS`] times in all.
+/// `attempts` plans and writes `object`, the `kind` `namespace/name`, at
+/// most [`MAX_ATTEMPTS`] times in all. The last attempt's answer; None
+/// when, read again, the object was gone.
 pub async fn write_retrying<A: Attempts>(
     client: &kube::Client,
     (kind, namespace, name): (Kind, &str, &str),
     object: &Value,
     attempts: &mut A,
-) -> std::result::Result<Retried<A::Answer>, RetryError> {
+) -> std::result::Result<Option<A::Answer>, RetryError> {
     let mut current = object.clone();
     let mut last = String::new();
-    for n in 1..=super::MAX_ATTEMPTS {
+    for n in 1..=MAX_ATTEMPTS {
         if n > 1 {
             current = match get(client, kind, namespace, name).await {
                 Ok(Some(object)) => object,
-                Ok(None) => return Ok(Retried::Gone),
+                Ok(None) => return Ok(None),
                 Err(e) => return Err(RetryError::Reread(e)),
             };
         }
         match attempts.attempt(&current, n).await {
-            Attempt::Done(answer) => return Ok(Retried::Done(answer)),
-            Attempt::Conflict(why) => last = why,
+            ControlFlow::Break(answer) => return Ok(Some(answer)),
+            ControlFlow::Continue(why) => last = why,
         }
     }
     Err(RetryError::Conflicts {
-        attempts: super::MAX_ATTEMPTS,
+        attempts: MAX_ATTEMPTS,
         last: crate::errors::InWords(last),
     })
 }

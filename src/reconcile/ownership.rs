@@ -1,24 +1,10 @@
-//! Field ownership after a reconciler write.
-//!
-//! A JSON patch is an `Update`: the API server's field manager gives every
-//! field it changed to the request's manager and takes it from the others.
-//! A field the release's applier owned (`kubectl` applying server-side, a
-//! GitOps controller) would then belong to [`FIELD_MANAGER`] alone, and the
-//! applier's next server-side apply of the release value would conflict.
-//! At admission the webhook's changes stay with the request's manager; this
-//! module does the same for the reconciler's writes: each field it took
-//! from a server-side applier goes back to that applier, at the value
-//! written, so its next apply of the release does not conflict.
-//!
-//! Only where the replaced value was one applier's alone: a field that
-//! managers with an `Update` entry owned (a client-side `kubectl apply`,
-//! `kubectl edit`, a controller) is never handed to them (an `Update` never
-//! conflicts, and they would be handed fields the release does not set),
-//! and a field several appliers shared stays with [`FIELD_MANAGER`] (handed
-//! to each, one applier's re-apply would conflict naming another that never
-//! wrote the value; kept, the conflict names the reconciler, which did).
-//! Fields nobody owned before (the records, a new anti-affinity term) stay
-//! with [`FIELD_MANAGER`].
+//! Field ownership after a reconciler write (docs/reconcile.md, "Field
+//! ownership"): a JSON patch is an `Update`, so each field the write changed
+//! goes to [`FIELD_MANAGER`]; each one it took from a server-side applier
+//! alone goes back to that applier, at the value written, so the applier's
+//! next apply of the release does not conflict. A field an `Update` manager
+//! owned is never handed to it (an `Update` never conflicts), and one
+//! several appliers shared, or nobody owned, stays with [`FIELD_MANAGER`].
 //!
 //! [`FIELD_MANAGER`]: super::objects::FIELD_MANAGER
 
@@ -42,28 +28,25 @@ pub fn handed_back(before: &Value, after: &Value, manager: &str) -> Option<Vec<V
         .unwrap_or_default();
     let mut moved = false;
     for field in members(&entries[ours]["fieldsV1"]) {
-        let owners: Vec<&Value> = previous
-            .iter()
-            .copied()
-            .filter(|e| contains(&e["fieldsV1"], &field))
-            .collect();
+        let mut owners = previous.iter().filter(|e| contains(&e["fieldsV1"], &field));
         // One server-side applier's value, replaced: its field again.
-        if owners.len() != 1 || owners[0]["operation"] != "Apply" {
+        let (Some(owner), None) = (owners.next(), owners.next()) else {
+            continue;
+        };
+        if owner["operation"] != "Apply" {
             continue;
         }
         remove(&mut entries[ours]["fieldsV1"], &field);
-        for owner in owners {
-            let at = match entries.iter().position(|e| same_entry(e, owner)) {
-                Some(at) => at,
-                None => {
-                    let mut revived = owner.clone();
-                    revived["fieldsV1"] = Value::Object(Map::new());
-                    entries.push(revived);
-                    entries.len() - 1
-                }
-            };
-            insert(&mut entries[at]["fieldsV1"], &field);
-        }
+        let at = match entries.iter().position(|e| same_entry(e, owner)) {
+            Some(at) => at,
+            None => {
+                let mut revived = (*owner).clone();
+                revived["fieldsV1"] = Value::Object(Map::new());
+                entries.push(revived);
+                entries.len() - 1
+            }
+        };
+        insert(&mut entries[at]["fieldsV1"], &field);
         moved = true;
     }
     if !moved {
@@ -120,32 +103,21 @@ fn members(set: &Value) -> Vec<Field> {
 }
 
 fn contains(set: &Value, field: &[String]) -> bool {
-    let mut node = set;
-    for key in field {
-        match node.get(key) {
-            Some(child) => node = child,
-            None => return false,
-        }
-    }
-    true
+    field
+        .iter()
+        .try_fold(set, |node, key| node.get(key))
+        .is_some()
 }
 
 /// Removes one member, and every node it leaves empty (an empty node would
 /// claim the node itself).
 fn remove(set: &mut Value, field: &[String]) {
-    let Some((first, rest)) = field.split_first() else {
+    let (Some((first, rest)), Some(node)) = (field.split_first(), set.as_object_mut()) else {
         return;
     };
-    let Some(node) = set.as_object_mut() else {
-        return;
-    };
-    if rest.is_empty() {
-        node.remove(first);
-        return;
-    }
     if let Some(child) = node.get_mut(first) {
         remove(child, rest);
-        if child.as_object().is_some_and(Map::is_empty) {
+        if rest.is_empty() || child.as_object().is_some_and(Map::is_empty) {
             node.remove(first);
         }
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::ReconcileConfig;
+use super::events::EventWriter;
 use super::lease::Elector;
 use super::metrics::ReconcileMetrics;
 use super::rate::RateLimiter;
@@ -23,10 +24,8 @@ pub struct Reconciler {
     config: ReconcileConfig,
     store: PolicyStore,
     metrics: ReconcileMetrics,
-    /// Events on the objects it writes ([`super::events`]).
-    events: super::events::EventWriter,
-    /// Where each pass's verdict per namespace goes (what the API server
-    /// refused there, if anything).
+    events: EventWriter,
+    /// Where each pass's verdict per namespace goes.
     findings: Board,
 }
 
@@ -51,13 +50,12 @@ impl Reconciler {
         store: PolicyStore,
         metrics: ReconcileMetrics,
     ) -> Reconciler {
-        let events = super::events::writer(client.clone(), &config.lease.identity);
         Reconciler {
+            events: EventWriter::new(client.clone(), &config.lease.identity),
             client,
             config,
             store,
             metrics,
-            events,
             findings: Board::default(),
         }
     }
@@ -95,9 +93,19 @@ impl Reconciler {
         let elector = Elector::new(self.client.clone(), self.config.lease.clone());
         let election =
             tokio::spawn(elector.run(leader_tx, self.metrics.leader.clone(), stop.clone()));
-        self.log_start();
+        let config = &self.config;
+        tracing::info!(
+            identity = %config.lease.identity,
+            lease = %format!("{}/{}", config.lease.namespace, config.lease.name),
+            interval_s = config.interval.as_secs(),
+            dry_run = config.dry_run,
+            pod_templates = config.pod_templates,
+            rate = config.rate,
+            undo_unclaimed = config.undo_unclaimed,
+            "reconciler starting"
+        );
         let mut limiter = RateLimiter::new(self.config.rate);
-        let mut schedule = Schedule::new(self.config.interval).settling_after(self.config.settle);
+        let mut schedule = Schedule::new(self.config.interval, self.config.settle);
         let mut released = Released::default();
         let mut operator_check = tokio::time::Instant::now() + self.config.operator_check;
         let mut poll = tokio::time::interval(self.config.poll);
@@ -151,22 +159,8 @@ impl Reconciler {
         self.metrics.retain_findings(&|_| false);
     }
 
-    fn log_start(&self) {
-        let config = &self.config;
-        tracing::info!(
-            identity = %config.lease.identity,
-            lease = %format!("{}/{}", config.lease.namespace, config.lease.name),
-            interval_s = config.interval.as_secs(),
-            dry_run = config.dry_run,
-            pod_templates = config.pod_templates,
-            rate = config.rate,
-            undo_unclaimed = config.undo_unclaimed,
-            "reconciler starting"
-        );
-    }
-
     /// A pass as configured (dry run, pod templates), writing Events.
-    fn pass<'a>(&'a self, limiter: &'a mut RateLimiter, may_write: &'a dyn MayWrite) -> Pass<'a> {
+    fn pass<'a>(&'a self, limiter: &'a mut RateLimiter, may_write: &'a MayWrite) -> Pass<'a> {
         Pass {
             client: &self.client,
             options: RunOptions {
@@ -187,7 +181,7 @@ impl Reconciler {
         &self,
         released: &mut Released,
         limiter: &mut RateLimiter,
-        may_write: &dyn MayWrite,
+        may_write: &MayWrite,
     ) {
         let snapshot = self.store.load();
         let mut due = released.due(&snapshot);
@@ -244,12 +238,7 @@ impl Reconciler {
     }
 
     /// One poll as the leader: runs over the namespaces that are due, if any.
-    async fn tick(
-        &self,
-        schedule: &mut Schedule,
-        limiter: &mut RateLimiter,
-        may_write: &dyn MayWrite,
-    ) {
+    async fn tick(&self, schedule: &mut Schedule, limiter: &mut RateLimiter, may_write: &MayWrite) {
         let snapshot = self.store.load();
         if !snapshot.synced {
             return;

@@ -1,20 +1,17 @@
-//! `knative-ha-webhook restore --namespace NS` (run by `cmd::restore`):
-//! every governed object of one namespace back to its release values
-//! ([`crate::engine::restore::restore`], pure), written as a JSON patch
-//! that starts with a `test` of `metadata.resourceVersion`; on a conflict
-//! the object is read again and the patch recomputed, at most
-//! [`super::MAX_ATTEMPTS`] times. With `dry_run` nothing is written.
-//!
-//! Run it with no policy governing the namespace (the policy deleted, or
-//! the webhook uninstalled): otherwise the webhook puts the policy back at
-//! admission of these very writes. The report says when that happened.
+//! `knative-ha-webhook restore --namespace NS` (run by `cmd::restore`;
+//! docs/operations.md): every governed object of one namespace back to its
+//! release values ([`crate::engine::restore::restore`]), written as the
+//! reconciler writes ([`objects::write_retrying`]).
 
+use std::ops::ControlFlow;
+
+use json_patch::jsonptr::PointerBuf;
 use json_patch::{Patch, PatchOperation, TestOperation};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::error::{self, ReconcileError};
-use super::objects::{self, Attempt, RetryError};
+use super::objects::{self, RetryError};
 use crate::engine::{self, Kind, Snapshot};
 use crate::errors::InWords;
 
@@ -141,16 +138,6 @@ impl RestoreReport {
     }
 }
 
-/// The object's kind and name.
-fn names(object: &Value) -> (&'static str, String) {
-    let kind = Kind::of(object).map_or("object", Kind::as_str);
-    let name = object["metadata"]["name"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
-    (kind, name)
-}
-
 /// Restores the governed objects of `namespace` (only computes with
 /// `dry_run`).
 pub async fn restore_namespace(
@@ -174,72 +161,50 @@ pub async fn restore_namespace(
         restored: Vec::new(),
     };
     for change in engine::budgets::plan(&Snapshot::default(), namespace, &listed.objects) {
-        let mut restored = Restored {
-            kind: Kind::PodDisruptionBudget.as_str(),
-            name: change.name.clone(),
-            changes: vec![change.change.clone()],
-            error: None,
+        let error = match dry_run {
+            true => None,
+            false => super::budgets::write(client, &change.action).await.err(),
         };
-        if !dry_run {
-            restored.error = super::budgets::write(client, &change.action)
-                .await
-                .err()
-                .map(|e| crate::kubeclient::describe(&e));
-        }
-        report.restored.push(restored);
+        report.restored.push(Restored {
+            kind: Kind::PodDisruptionBudget.as_str(),
+            name: change.name,
+            changes: vec![change.change],
+            error: error.map(|e| crate::kubeclient::describe(&e)),
+        });
     }
     for object in &listed.objects {
-        let (kind, name) = names(object);
-        let outcome = match engine::outcome(
-            engine::Answering::Restore,
-            &engine::Input::update(namespace, object),
-        ) {
-            Ok(o) => o,
-            Err(e) => {
-                report.restored.push(Restored {
-                    kind,
-                    name,
-                    changes: Vec::new(),
-                    error: Some(crate::errors::chain(&e)),
-                });
-                continue;
+        let kind = Kind::of(object).map_or("object", Kind::as_str);
+        let name = object["metadata"]["name"].as_str().unwrap_or("");
+        let (changes, error) = match restoring(namespace, object) {
+            Err(e) => (Vec::new(), Some(crate::errors::chain(&e))),
+            Ok(mutation) if mutation.is_empty() => continue,
+            Ok(mutation) if dry_run => (mutation.changes, None),
+            Ok(mutation) => {
+                let written = write(client, namespace, object, name).await;
+                (
+                    mutation.changes,
+                    written.err().map(|e| crate::errors::chain(&e)),
+                )
             }
         };
-        if outcome.mutation.is_empty() {
-            continue;
-        }
-        let mut restored = Restored {
+        report.restored.push(Restored {
             kind,
-            name,
-            changes: outcome.mutation.changes,
-            error: None,
-        };
-        if !dry_run {
-            restored.error = write(client, namespace, object, &restored.name)
-                .await
-                .err()
-                .map(|e| crate::errors::chain(&e));
-        }
-        report.restored.push(restored);
+            name: name.to_string(),
+            changes,
+            error,
+        });
     }
     Ok(report)
 }
 
-/// The patch with a `test` of the resourceVersion first.
-fn guarded(object: &Value, patch: Patch) -> Patch {
-    let rv = object["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
-    let mut ops = vec![PatchOperation::Test(TestOperation {
-        path: json_patch::jsonptr::PointerBuf::from_tokens(["metadata", "resourceVersion"]),
-        value: Value::String(rv),
-    })];
-    ops.extend(patch.0);
-    Patch(ops)
+/// What `restore` changes in `object`, as it is.
+fn restoring(namespace: &str, object: &Value) -> Result<engine::Mutation, engine::EngineError> {
+    let input = engine::Input::update(namespace, object);
+    Ok(engine::outcome(engine::Answering::Restore, &input)?.mutation)
 }
 
-/// Writes the restore patch of `object`, reading it again after a conflict
+/// Writes the restore patch of `object`, guarded by a `test` of its
+/// resourceVersion, reading it again after a conflict
 /// ([`objects::write_retrying`]).
 async fn write(
     client: &kube::Client,
@@ -255,15 +220,13 @@ async fn write(
         kind,
         namespace,
     };
-    match objects::write_retrying(client, (kind, namespace, name), object, &mut attempts).await {
-        Ok(objects::Retried::Done(written)) => written,
-        Ok(objects::Retried::Gone) => Ok(()),
-        Err(e) => Err(WriteError::Retry(e)),
-    }
+    objects::write_retrying(client, (kind, namespace, name), object, &mut attempts)
+        .await
+        .map_err(WriteError::Retry)?
+        .unwrap_or(Ok(()))
 }
 
-/// One attempt of [`write`]: the restore patch of the object as it is,
-/// guarded by its resourceVersion.
+/// One attempt of [`write`]: the restore patch of the object as it is.
 struct RestoreAttempts<'a> {
     client: &'a kube::Client,
     kind: Kind,
@@ -273,39 +236,32 @@ struct RestoreAttempts<'a> {
 impl objects::Attempts for RestoreAttempts<'_> {
     type Answer = Result<(), WriteError>;
 
-    async fn attempt(&mut self, current: &Value, _: u32) -> Attempt<Self::Answer> {
-        let outcome = match engine::outcome(
-            engine::Answering::Restore,
-            &engine::Input::update(self.namespace, current),
-        ) {
-            Ok(outcome) if outcome.mutation.is_empty() => return Attempt::Done(Ok(())),
-            Ok(outcome) => outcome,
-            Err(e) => return Attempt::Done(Err(WriteError::Engine(e))),
+    async fn attempt(&mut self, current: &Value, _: u32) -> ControlFlow<Self::Answer, String> {
+        let mutation = match restoring(self.namespace, current) {
+            Ok(mutation) if mutation.is_empty() => return ControlFlow::Break(Ok(())),
+            Ok(mutation) => mutation,
+            Err(e) => return ControlFlow::Break(Err(WriteError::Engine(e))),
         };
-        let patch = guarded(current, outcome.mutation.patch);
+        let rv = &current["metadata"]["resourceVersion"];
+        let test = PatchOperation::Test(TestOperation {
+            path: PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+            value: rv.as_str().unwrap_or("").into(),
+        });
+        let patch = Patch(std::iter::once(test).chain(mutation.patch.0).collect());
         match objects::patch(self.client, self.kind, current, &patch, FIELD_MANAGER).await {
-            Ok(written) => Attempt::Done(readmitted(&written)),
+            // Still carrying the webhook's changes: a policy still governs
+            // the namespace and the webhook applied it again at admission.
+            Ok(written) => ControlFlow::Break(match restoring(self.namespace, &written) {
+                Ok(mutation) if mutation.is_empty() => Ok(()),
+                _ => Err(WriteError::Readmitted),
+            }),
             Err(e) if error::is_precondition_failed(&e) => {
-                Attempt::Conflict(crate::kubeclient::reason(&e))
+                ControlFlow::Continue(crate::kubeclient::reason(&e))
             }
-            Err(e) => Attempt::Done(Err(WriteError::Patch(InWords(
+            Err(e) => ControlFlow::Break(Err(WriteError::Patch(InWords(
                 crate::kubeclient::describe(&e),
             )))),
         }
-    }
-}
-
-/// An error when the object the API server stored still carries the
-/// webhook's changes: a policy still governs the namespace and the webhook
-/// applied it again at admission.
-fn readmitted(written: &Value) -> Result<(), WriteError> {
-    let namespace = written["metadata"]["namespace"].as_str().unwrap_or("");
-    match engine::outcome(
-        engine::Answering::Restore,
-        &engine::Input::update(namespace, written),
-    ) {
-        Ok(o) if o.mutation.is_empty() => Ok(()),
-        _ => Err(WriteError::Readmitted),
     }
 }
 

@@ -1,26 +1,24 @@
 //! One reconcile run over some namespaces of a policy snapshot: every
 //! governed object is planned, written with a `test` of its
 //! resourceVersion, and on a conflict read again and recomputed, at most
-//! [`MAX_ATTEMPTS`] times.
+//! [`super::objects::MAX_ATTEMPTS`] times.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tracing::{Instrument, Span};
+use tracing::Instrument;
 
 use super::error::Result;
 use super::events::EventWriter;
 use super::metrics::ReconcileMetrics;
 use super::objects;
-use super::outcome::known_in;
 use super::rate::RateLimiter;
 use super::report::RunReport;
 use crate::engine::Kind;
 use crate::engine::Snapshot;
 use crate::findings::{Forbidden, Found};
 use crate::policy::Policy;
-
-pub use super::error::MAX_ATTEMPTS;
+use object::Reconciled;
 
 mod object;
 
@@ -32,15 +30,7 @@ pub struct RunOptions {
 }
 
 /// Whether the run may still write (leader and not stopping).
-pub trait MayWrite: Send + Sync {
-    fn may_write(&self) -> bool;
-}
-
-impl<F: Fn() -> bool + Send + Sync> MayWrite for F {
-    fn may_write(&self) -> bool {
-        self()
-    }
-}
+pub type MayWrite = dyn Fn() -> bool + Send + Sync;
 
 /// One pass of the reconciler: where and how it writes, how fast, what it
 /// counts, whether it may still write, and whether written objects get an
@@ -50,9 +40,16 @@ pub struct Pass<'a> {
     pub options: RunOptions,
     pub limiter: &'a mut RateLimiter,
     pub metrics: &'a ReconcileMetrics,
-    pub may_write: &'a dyn MayWrite,
+    pub may_write: &'a MayWrite,
     pub events: Option<&'a EventWriter>,
 }
+
+/// A namespace a pass goes over, with its policy (none: the engine's
+/// records are undone) and the snapshot's HPA targets there.
+type Selected<'p> = (&'p str, Option<&'p Policy>, Option<&'p BTreeSet<String>>);
+
+/// Passes started by this process (the `pass` of a pass's span).
+static PASSES: AtomicU64 = AtomicU64::new(0);
 
 impl Pass<'_> {
     /// Reconciles the given namespaces of `snapshot` once (every governed
@@ -73,10 +70,7 @@ impl Pass<'_> {
                     snapshot.hpa_targets.get(namespace),
                 )
             });
-        Run::new(self)
-            .over(selected)
-            .instrument(pass_span("reconcile"))
-            .await
+        self.run("reconcile", selected).await
     }
 
     /// With `--undo-unclaimed` ([`super::ReconcileConfig::undo_unclaimed`]),
@@ -87,51 +81,32 @@ impl Pass<'_> {
     /// are left alone. Written as [`Pass::reconcile`] writes (`dry_run`,
     /// rate, conflicts, Events).
     pub async fn restore(self, namespaces: &BTreeSet<String>) -> RunReport {
-        let unclaimed = namespaces
-            .iter()
-            .map(|namespace| (namespace.as_str(), None, None));
-        Run::new(self)
-            .over(unclaimed)
-            .instrument(pass_span("restore"))
+        let unclaimed = namespaces.iter().map(|ns| (ns.as_str(), None, None));
+        self.run("restore", unclaimed).await
+    }
+
+    /// A run over `namespaces`, in the span `reconcile_pass` with `pass`
+    /// (its number in this process, from 1) and `mode`.
+    async fn run<'p>(
+        self,
+        mode: &'static str,
+        namespaces: impl Iterator<Item = Selected<'p>>,
+    ) -> RunReport {
+        let pass = PASSES.fetch_add(1, Ordering::Relaxed) + 1;
+        let run = Run {
+            pass: self,
+            report: RunReport::default(),
+        };
+        run.over(namespaces)
+            .instrument(tracing::info_span!("reconcile_pass", pass, mode))
             .await
     }
-}
-
-/// Passes started by this process, for [`pass_span`].
-static PASSES: AtomicU64 = AtomicU64::new(0);
-
-/// The span of one pass: `pass` (its number in this process, from 1) and
-/// `mode` (`reconcile`, or `restore` for [`Pass::restore`]).
-fn pass_span(mode: &'static str) -> Span {
-    let pass = PASSES.fetch_add(1, Ordering::Relaxed) + 1;
-    tracing::info_span!("reconcile_pass", pass, mode)
-}
-
-/// The span of one namespace in a pass: `namespace` and `policy` (the
-/// policy's name; none when the engine's records are undone).
-fn namespace_span(namespace: &str, policy: Option<&Policy>) -> Span {
-    let policy = policy.map(|p| p.name.as_str());
-    tracing::info_span!("reconcile_namespace", namespace, policy)
-}
-
-/// The span of one object handled in a pass: `kind`, `namespace`, `name`.
-fn object_span(kind: Kind, namespace: &str, name: &str) -> Span {
-    tracing::info_span!("reconcile_object", kind = kind.as_str(), namespace, name)
 }
 
 /// A pass under way: the pass and what it found so far.
 struct Run<'a> {
     pass: Pass<'a>,
     report: RunReport,
-}
-
-impl<'a> Run<'a> {
-    fn new(pass: Pass<'a>) -> Run<'a> {
-        Run {
-            pass,
-            report: RunReport::default(),
-        }
-    }
 }
 
 /// One governed object, and what it is brought in line with: its policy,
@@ -146,21 +121,18 @@ struct Target<'a> {
 }
 
 impl Run<'_> {
-    /// Each namespace, in order, with its policy (none: the engine's records
-    /// are undone) and the snapshot's HPA targets, until the run may no
-    /// longer write (a dry run goes on).
-    async fn over<'p>(
-        mut self,
-        namespaces: impl Iterator<Item = (&'p str, Option<&'p Policy>, Option<&'p BTreeSet<String>>)>,
-    ) -> RunReport {
+    /// Each namespace in order, until the run may no longer write (a dry
+    /// run goes on).
+    async fn over<'p>(mut self, namespaces: impl Iterator<Item = Selected<'p>>) -> RunReport {
         for (namespace, policy, targets) in namespaces {
-            if !self.pass.may_write.may_write() && !self.pass.options.dry_run {
+            if !(self.pass.may_write)() && !self.pass.options.dry_run {
                 break;
             }
             self.report
                 .found
                 .insert(namespace.to_string(), Found::default());
-            let span = namespace_span(namespace, policy);
+            let policy_name = policy.map(|p| p.name.as_str());
+            let span = tracing::info_span!("reconcile_namespace", namespace, policy = policy_name);
             let done = self.namespace(policy, namespace, targets).instrument(span);
             if let Err(e) = done.await {
                 tracing::warn!(namespace = %namespace, error = %crate::errors::Chain(&e), "reconcile: namespace failed");
@@ -201,9 +173,16 @@ impl Run<'_> {
         snapshot_targets: Option<&BTreeSet<String>>,
     ) -> Result<()> {
         let listed = objects::list_namespace(self.pass.client, namespace).await?;
-        let mut known = known_in(namespace, policy, snapshot_targets, &listed);
+        let mut known = listed.known(namespace, policy, snapshot_targets);
         known.priority_classes = objects::priority_classes(self.pass.client, policy).await;
         let mut drift: BTreeMap<&'static str, i64> = BTreeMap::new();
+        let mut record = |kind: Kind, name: &str, outcome: Reconciled| {
+            if outcome.drift_left {
+                *drift.entry(kind.as_str()).or_default() += 1;
+            }
+            let key = (kind.as_str(), namespace.to_string(), name.to_string());
+            (key, outcome.result)
+        };
         for object in &listed.objects {
             let Some(kind) = Kind::of(object) else {
                 continue;
@@ -215,23 +194,20 @@ impl Run<'_> {
                 kind,
                 name,
             };
-            let span = object_span(kind, namespace, name);
+            let span =
+                tracing::info_span!("reconcile_object", kind = kind.as_str(), namespace, name);
             let outcome = self.object(&target, object).instrument(span).await;
-            if outcome.drift_left {
-                *drift.entry(kind.as_str()).or_default() += 1;
-            }
-            let key = (kind.as_str(), namespace.to_string(), name.to_string());
-            self.report.objects.insert(key, outcome.result);
+            let (key, result) = record(kind, name, outcome);
+            self.report.objects.insert(key, result);
         }
         let kind = Kind::PodDisruptionBudget;
         for change in crate::engine::budgets::plan(&known, namespace, &listed.objects) {
-            let span = object_span(kind, namespace, &change.name);
+            let name = change.name.as_str();
+            let span =
+                tracing::info_span!("reconcile_object", kind = kind.as_str(), namespace, name);
             let outcome = self.budget(namespace, &change).instrument(span).await;
-            if outcome.drift_left {
-                *drift.entry(kind.as_str()).or_default() += 1;
-            }
-            let key = (kind.as_str(), namespace.to_string(), change.name);
-            self.report.objects.insert(key, outcome.result);
+            let (key, result) = record(kind, name, outcome);
+            self.report.objects.insert(key, result);
         }
         self.pass.metrics.set_drift(namespace, &drift);
         if policy.is_some() {

@@ -1,8 +1,6 @@
-//! When the leader reconciles which namespaces: all of them on a full run
-//! (the first after acquiring the Lease, then every `--reconcile-interval`,
-//! sooner after a failed run), else those whose policy, HPA targets or
-//! `config-leader-election` duration keys changed since they were last
-//! reconciled.
+//! When the leader reconciles which namespaces (docs/reconcile.md, "When"):
+//! all of them on a full run, else those whose `Against` changed since
+//! they were last reconciled, and those once more [`SETTLE`] later.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -20,9 +18,7 @@ pub const SETTLE: Duration = Duration::from_secs(10);
 /// After a failed run: when to try again (instead of the full interval).
 pub const RETRY_AFTER_ERROR: Duration = Duration::from_secs(30);
 
-/// What a namespace was last reconciled against: its policy, HPA targets
-/// and `config-leader-election` duration keys (the hold-back of the
-/// leader-election hash).
+/// What each namespace was (or would be) reconciled against.
 pub(super) type Seen = BTreeMap<String, Against>;
 
 /// What one namespace was reconciled against: its policy, HPA targets,
@@ -60,8 +56,7 @@ pub(super) fn seen(snapshot: &Snapshot) -> Seen {
         .collect()
 }
 
-/// Namespaces whose policy, HPA targets, leader-election keys or budgets
-/// differ between `before` and `now` (and that still have a policy).
+/// Namespaces of `now` whose [`Against`] differs from `before`'s.
 fn changed(before: &Seen, now: &Seen) -> BTreeSet<String> {
     now.iter()
         .filter(|(ns, against)| before.get(*ns) != Some(*against))
@@ -86,26 +81,19 @@ pub(super) struct Schedule {
     next_full: Instant,
     /// Namespaces run for a change, and when they are run once more.
     settle: Option<(Instant, BTreeSet<String>)>,
-    /// [`SETTLE`], unless configured otherwise.
+    /// [`SETTLE`] outside tests.
     settle_after: Duration,
 }
 
 impl Schedule {
-    pub fn new(interval: Duration) -> Schedule {
+    pub fn new(interval: Duration, settle_after: Duration) -> Schedule {
         Schedule {
             interval,
             last: None,
             next_full: Instant::now(),
             settle: None,
-            settle_after: SETTLE,
+            settle_after,
         }
-    }
-
-    /// Runs the namespaces run for a change once more `settle` later
-    /// ([`SETTLE`] by default).
-    pub fn settling_after(mut self, settle: Duration) -> Schedule {
-        self.settle_after = settle;
-        self
     }
 
     /// Leadership changed: the next run is a full run.
@@ -258,7 +246,7 @@ mod tests {
             "a".into(),
             against(policy("a", 3), ["activator".to_string()].into(), None),
         );
-        let mut s = Schedule::new(Duration::from_secs(3600));
+        let mut s = Schedule::new(Duration::from_secs(3600), SETTLE);
         s.done(a.clone(), &full(&a), true);
         assert!(s.settle.is_none(), "a full run settles nothing");
         let due = s.due(&b);
@@ -292,7 +280,7 @@ mod tests {
         ab.insert("b".into(), against(policy("b", 3), BTreeSet::new(), None));
         let names = |d: &Due| d.namespaces.iter().cloned().collect::<Vec<_>>();
 
-        let mut s = Schedule::new(Duration::from_secs(3600));
+        let mut s = Schedule::new(Duration::from_secs(3600), SETTLE);
         let due = s.due(&a);
         assert!(due.full);
         assert_eq!(names(&due), vec!["a"]);
@@ -315,7 +303,7 @@ mod tests {
         assert!(!s.due(&ab).full);
 
         // Interval elapsed: full again.
-        let mut s = Schedule::new(Duration::ZERO);
+        let mut s = Schedule::new(Duration::ZERO, SETTLE);
         s.done(a.clone(), &full(&a), true);
         assert!(s.due(&a).full);
     }

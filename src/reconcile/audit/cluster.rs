@@ -45,46 +45,39 @@ pub async fn cluster_policies(
             reason: InWords(describe(&source)),
         })?
         .items;
-    let observed = cr_list
-        .iter()
-        .map(policies::observe)
-        .chain(cm_list.iter().map(configmaps::observe));
-    let mut objects = Vec::new();
-    for o in observed {
-        let mut object = o.object;
-        match o.parsed {
-            Ok(p) => object.last_valid = Some(Arc::new(p)),
-            Err(e) => object.error = Some(e.to_string()),
-        }
-        objects.push(object);
-    }
-    let merged = merge::merge(&objects);
-    let mut warnings = Vec::new();
-    for obj in &objects {
-        match merged.verdicts.get(&(obj.origin, obj.uid.clone())) {
-            Some(merge::Verdict::Invalid { message, .. }) => {
-                warnings.push(format!("{}: invalid, not applied: {message}", display(obj)))
+    let crs = cr_list.iter().map(policies::observe);
+    let observed = crs.chain(cm_list.iter().map(configmaps::observe));
+    let objects: Vec<_> = observed
+        .map(|o| {
+            let mut object = o.object;
+            match o.parsed {
+                Ok(p) => object.last_valid = Some(Arc::new(p)),
+                Err(e) => object.error = Some(e.to_string()),
             }
-            Some(merge::Verdict::Conflict { namespace, winner }) => warnings.push(format!(
+            object
+        })
+        .collect();
+    let merged = merge::merge(&objects);
+    let warnings = objects.iter().filter_map(|obj| {
+        match merged.verdicts.get(&(obj.origin, obj.uid.clone()))? {
+            merge::Verdict::Invalid { message, .. } => {
+                Some(format!("{}: invalid, not applied: {message}", display(obj)))
+            }
+            merge::Verdict::Conflict { namespace, winner } => Some(format!(
                 "{}: in conflict with {winner} for namespace {namespace}, not applied",
                 display(obj)
             )),
-            _ => {}
+            _ => None,
         }
-    }
+    });
+    // Each policy in force, with where it comes from (its namespace's winner).
+    let winners = &merged.winners;
+    let source = |ns| winners.get(ns).map_or(String::new(), |(_, w)| w.clone());
     let in_force = merged
         .policies
         .iter()
-        .map(|(ns, p)| {
-            let source = merged
-                .winners
-                .get(ns)
-                .map(|(_, w)| w.clone())
-                .unwrap_or_default();
-            (p.clone(), source)
-        })
-        .collect();
-    Ok((in_force, warnings))
+        .map(|(ns, p)| (p.clone(), source(ns)));
+    Ok((in_force.collect(), warnings.collect()))
 }
 
 fn display(obj: &merge::PolicyObject) -> String {

@@ -2,6 +2,8 @@
 //! its resourceVersion first, read again on a conflict), and one budget the
 //! reconciler creates.
 
+use std::ops::ControlFlow::{self, Break, Continue};
+
 use json_patch::Patch;
 use serde_json::Value;
 
@@ -10,26 +12,64 @@ use crate::engine::Kind;
 use crate::engine::budgets::{Action, BudgetChange};
 use crate::reconcile::budgets;
 use crate::reconcile::error;
-use crate::reconcile::objects::{self, Attempt, Retried, RetryError};
-use crate::reconcile::outcome::{Reconciled, changes_text};
+use crate::reconcile::objects::{self, FIELD_MANAGER, RetryError};
 use crate::reconcile::plan::{self, Drift};
 use crate::reconcile::report::ObjectResult;
 
-/// [`Run::attempt`] on one object, for [`objects::write_retrying`].
-pub(super) struct ObjectAttempts<'r, 'a, 't> {
-    pub(super) run: &'r mut Run<'a>,
-    pub(super) t: &'t Target<'t>,
+/// What happened to one object, and whether it still differs from its policy.
+pub(super) struct Reconciled {
+    pub(super) result: ObjectResult,
+    pub(super) drift_left: bool,
 }
 
-impl objects::Attempts for ObjectAttempts<'_, '_, '_> {
+impl Reconciled {
+    /// Nothing left to do for the object.
+    pub(super) fn settled(result: ObjectResult) -> Reconciled {
+        Reconciled {
+            result,
+            drift_left: false,
+        }
+    }
+
+    /// The object still differs from its policy.
+    pub(super) fn drifting(result: ObjectResult) -> Reconciled {
+        Reconciled {
+            result,
+            drift_left: true,
+        }
+    }
+
+    pub(super) fn failed(error: &(dyn std::error::Error + 'static)) -> Reconciled {
+        let error = crate::errors::chain(error);
+        Reconciled::drifting(ObjectResult::Failed { error })
+    }
+}
+
+/// Every change on one line, pod template changes marked.
+fn changes_text(d: &Drift) -> String {
+    d.changes
+        .iter()
+        .map(|c| {
+            if c.rolls_pods {
+                format!("{} (rolls pods)", c.change)
+            } else {
+                c.change.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `Run::attempt` on one object, for [`objects::write_retrying`].
+impl objects::Attempts for (&mut Run<'_>, &Target<'_>) {
     type Answer = Reconciled;
 
     fn attempt(
         &mut self,
         current: &Value,
         n: u32,
-    ) -> impl Future<Output = Attempt<Reconciled>> + Send {
-        self.run.attempt(self.t, current, n)
+    ) -> impl Future<Output = ControlFlow<Reconciled, String>> + Send {
+        self.0.attempt(self.1, current, n)
     }
 }
 
@@ -43,7 +83,7 @@ impl Run<'_> {
                 "reconcile: drift (dry run; not written)");
             return Reconciled::drifting(ObjectResult::DryRun);
         }
-        if !self.pass.may_write.may_write() {
+        if !(self.pass.may_write)() {
             return Reconciled::drifting(ObjectResult::Abandoned);
         }
         self.pass.limiter.acquire().await;
@@ -80,14 +120,13 @@ impl Run<'_> {
     /// retry on conflict ([`objects::write_retrying`]).
     pub(super) async fn object(&mut self, t: &Target<'_>, listed: &Value) -> Reconciled {
         let client = self.pass.client;
-        let mut attempts = ObjectAttempts { run: self, t };
+        let attempts = &mut (&mut *self, t);
         let retried =
-            objects::write_retrying(client, (t.kind, t.namespace, t.name), listed, &mut attempts)
-                .await;
+            objects::write_retrying(client, (t.kind, t.namespace, t.name), listed, attempts).await;
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
         match retried {
-            Ok(Retried::Done(outcome)) => outcome,
-            Ok(Retried::Gone) => {
+            Ok(Some(outcome)) => outcome,
+            Ok(None) => {
                 tracing::info!(kind, namespace, name, "reconcile: object gone; skipped");
                 Reconciled::settled(ObjectResult::Gone)
             }
@@ -107,116 +146,36 @@ impl Run<'_> {
         }
     }
 
-    /// Plans `current` and, when it differs and may be written, writes it.
+    /// Plans `current` and, when it differs and may be written, sends its
+    /// patch; a lost race asks for another attempt.
     async fn attempt(
         &mut self,
         t: &Target<'_>,
         current: &Value,
         attempt: u32,
-    ) -> Attempt<Reconciled> {
-        let drift = match self.plan(t, current) {
-            Ok(drift) => drift,
-            Err(outcome) => return Attempt::Done(outcome),
-        };
+    ) -> ControlFlow<Reconciled, String> {
+        let drift = self.plan(t, current)?;
         let changes = changes_text(&drift);
-        let patch = match self.patch(t, &drift, &changes) {
-            Ok(patch) => patch,
-            Err(outcome) => return Attempt::Done(outcome),
-        };
-        if !self.pass.may_write.may_write() {
-            return Attempt::Done(Reconciled::drifting(ObjectResult::Abandoned));
+        let patch = self.patch(t, &drift, &changes)?;
+        if !(self.pass.may_write)() {
+            return Break(Reconciled::drifting(ObjectResult::Abandoned));
         }
         self.pass.limiter.acquire().await;
-        if !self.pass.may_write.may_write() {
-            return Attempt::Done(Reconciled::drifting(ObjectResult::Abandoned));
+        if !(self.pass.may_write)() {
+            return Break(Reconciled::drifting(ObjectResult::Abandoned));
         }
-        self.write(t, current, &patch, &drift, &changes, attempt)
-            .await
-    }
-
-    /// How `current` differs from its policy; an outcome when it does not
-    /// (or the engine cannot handle it).
-    fn plan(&self, t: &Target<'_>, current: &Value) -> Result<Drift, Reconciled> {
         let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        let planned = match t.known.policy_for(namespace) {
-            Some(_) => plan::plan(t.known, namespace, current, self.pass.options.pod_templates),
-            None => crate::reconcile::restore::plan_unclaimed(
-                namespace,
-                current,
-                self.pass.options.pod_templates,
-            ),
-        };
-        match planned {
-            Ok(Some(drift)) => Ok(drift),
-            Ok(None) => {
-                tracing::debug!(kind, namespace, name, "reconcile: in line");
-                Err(Reconciled::settled(ObjectResult::InLine))
-            }
-            Err(error) => {
-                tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&error),
-                    "reconcile: the engine cannot handle this object; skipped");
-                Err(Reconciled::failed(&error))
-            }
-        }
-    }
-
-    /// The patch to send; an outcome when none is sent (dry run, only pod
-    /// template changes left out, no resourceVersion to test).
-    fn patch(&self, t: &Target<'_>, drift: &Drift, changes: &str) -> Result<Patch, Reconciled> {
-        let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        if self.pass.options.dry_run {
-            tracing::info!(kind, namespace, name, changes = %changes,
-                rolls_pods = drift.rolls_pods(), "reconcile: drift (dry run; not written)");
-            return Err(Reconciled::drifting(ObjectResult::DryRun));
-        }
-        if let Some(patch) = drift.guarded_patch() {
-            return Ok(patch);
-        }
-        if drift.held_back > 0 {
-            tracing::info!(kind, namespace, name, changes = %changes,
-                "reconcile: only pod template changes, left out by --reconcile-pod-templates=false; skipped");
-            return Err(Reconciled::drifting(ObjectResult::SkippedPodTemplate));
-        }
-        tracing::warn!(
-            kind,
-            namespace,
-            name,
-            "reconcile: object has no resourceVersion; skipped"
-        );
-        Err(Reconciled::failed_because(
-            "no metadata.resourceVersion".into(),
-        ))
-    }
-
-    /// Sends `patch`; a lost race asks for another attempt.
-    async fn write(
-        &mut self,
-        t: &Target<'_>,
-        current: &Value,
-        patch: &Patch,
-        drift: &Drift,
-        changes: &str,
-        attempt: u32,
-    ) -> Attempt<Reconciled> {
-        let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
-        match objects::patch(
-            self.pass.client,
-            t.kind,
-            current,
-            patch,
-            objects::FIELD_MANAGER,
-        )
-        .await
-        {
+        let client = self.pass.client;
+        match objects::patch(client, t.kind, current, &patch, FIELD_MANAGER).await {
             Ok(_) => {
                 self.pass.metrics.write(t.kind, "success");
                 tracing::info!(kind, namespace, name, changes = %changes,
                     attempts = attempt, pod_template_ops_left_out = drift.held_back,
                     "reconcile: written");
                 if let Some(events) = self.pass.events {
-                    events.written(current, changes).await;
+                    events.written(current, &changes).await;
                 }
-                Attempt::Done(Reconciled {
+                Break(Reconciled {
                     result: ObjectResult::Written { attempts: attempt },
                     drift_left: drift.held_back > 0,
                 })
@@ -225,11 +184,11 @@ impl Run<'_> {
                 self.pass.metrics.write(t.kind, "conflict");
                 tracing::info!(kind, namespace, name, attempt, error = %crate::errors::Chain(&e),
                     "reconcile: the object changed since it was read; reading it again");
-                Attempt::Conflict(crate::errors::chain(&e))
+                Continue(crate::errors::chain(&e))
             }
             Err(e) if error::is_not_found(&e) => {
                 tracing::info!(kind, namespace, name, "reconcile: object gone; skipped");
-                Attempt::Done(Reconciled::settled(ObjectResult::Gone))
+                Break(Reconciled::settled(ObjectResult::Gone))
             }
             Err(e) => {
                 self.pass.metrics.write(t.kind, "error");
@@ -237,8 +196,64 @@ impl Run<'_> {
                 if error::is_forbidden(&e) {
                     self.refused(namespace, error::refused("patch", t.kind, &e));
                 }
-                Attempt::Done(Reconciled::failed(&e))
+                Break(Reconciled::failed(&e))
             }
         }
+    }
+
+    /// How `current` differs from its policy; an outcome when it does not
+    /// (or the engine cannot handle it).
+    fn plan(&self, t: &Target<'_>, current: &Value) -> ControlFlow<Reconciled, Drift> {
+        let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
+        let pod_templates = self.pass.options.pod_templates;
+        let planned = match t.known.policy_for(namespace) {
+            Some(_) => plan::plan(t.known, namespace, current, pod_templates),
+            None => crate::reconcile::restore::plan_unclaimed(namespace, current, pod_templates),
+        };
+        match planned {
+            Ok(Some(drift)) => Continue(drift),
+            Ok(None) => {
+                tracing::debug!(kind, namespace, name, "reconcile: in line");
+                Break(Reconciled::settled(ObjectResult::InLine))
+            }
+            Err(error) => {
+                tracing::warn!(kind, namespace, name, error = %crate::errors::Chain(&error),
+                    "reconcile: the engine cannot handle this object; skipped");
+                Break(Reconciled::failed(&error))
+            }
+        }
+    }
+
+    /// The patch to send; an outcome when none is sent (dry run, only pod
+    /// template changes left out, no resourceVersion to test).
+    fn patch(
+        &self,
+        t: &Target<'_>,
+        drift: &Drift,
+        changes: &str,
+    ) -> ControlFlow<Reconciled, Patch> {
+        let (kind, namespace, name) = (t.kind.as_str(), t.namespace, t.name);
+        if self.pass.options.dry_run {
+            tracing::info!(kind, namespace, name, changes = %changes,
+                rolls_pods = drift.rolls_pods(), "reconcile: drift (dry run; not written)");
+            return Break(Reconciled::drifting(ObjectResult::DryRun));
+        }
+        if let Some(patch) = drift.guarded_patch() {
+            return Continue(patch);
+        }
+        if drift.held_back > 0 {
+            tracing::info!(kind, namespace, name, changes = %changes,
+                "reconcile: only pod template changes, left out by --reconcile-pod-templates=false; skipped");
+            return Break(Reconciled::drifting(ObjectResult::SkippedPodTemplate));
+        }
+        tracing::warn!(
+            kind,
+            namespace,
+            name,
+            "reconcile: object has no resourceVersion; skipped"
+        );
+        Break(Reconciled::drifting(ObjectResult::Failed {
+            error: "no metadata.resourceVersion".into(),
+        }))
     }
 }
