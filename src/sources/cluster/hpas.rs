@@ -6,9 +6,9 @@
 //! `spec.scaleTargetRef` are parsed ([`HpaRef`]); the HPA controller's
 //! status rewrites (every HPA about every 15 s) cost one small parse and
 //! change nothing: one watcher per namespace with a policy in force
-//! ([`super::namespace_watches`]) keeps its HPAs in a reflector store and
+//! (`namespace_watches`) keeps its HPAs in a reflector store and
 //! tells the state only when the namespace's targets change or its first
-//! list completes ([`HpaUpdate`]), so a status update neither wakes the
+//! list completes (`HpaUpdate`), so a status update neither wakes the
 //! state task nor publishes.
 
 use std::borrow::Cow;
