@@ -1,10 +1,9 @@
-//! What the reconciler found in each governed namespace: the verdict of
-//! its last pass there (what the API server refused, what the policy
-//! governs and leaves alone, the Knative Operator's fields it overrides),
-//! handed to whoever reports it (the cluster source's policy status)
-//! without either side knowing the other. The reconciler writes
-//! ([`Board::set`]), the cluster source reads ([`Board::subscribe`]); the
-//! application wires one board into both.
+//! What the reconciler's last pass over each governed namespace found
+//! (what the API server refused, what the policy governs and leaves alone,
+//! the Knative Operator's fields it overrides), handed to the cluster
+//! source's policy status without either side knowing the other: the
+//! reconciler writes ([`Board::set`]), the cluster source reads
+//! ([`Board::subscribe`]).
 //!
 //! Only the replica holding the reconcile Lease runs passes, so only it
 //! knows: a namespace without a verdict is not known here (another replica
@@ -25,12 +24,11 @@ pub struct Forbidden {
     pub verb: String,
     /// The resource, as RBAC names it: `deployments.apps`, `configmaps`, ...
     pub resource: String,
-    /// What refused it: the API server answers 403 for three causes that
-    /// each need their own fix.
     pub why: Refusal,
 }
 
-/// Why the API server answered 403 Forbidden.
+/// Why the API server answered 403 Forbidden: three causes that each need
+/// their own fix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// RBAC: the service account lacks the right.
@@ -82,8 +80,7 @@ pub struct Found {
 
 #[cfg(test)]
 impl Found {
-    /// A pass whose `list` of Deployments the API server refused, for the
-    /// unit tests.
+    /// A pass whose `list` of Deployments the API server refused.
     pub(crate) fn refused_list() -> Found {
         Found {
             forbidden: Some(Forbidden {
@@ -100,19 +97,10 @@ impl Found {
 /// namespace absent from the map is not known.
 pub type Findings = BTreeMap<String, Found>;
 
-/// The board the verdicts are published on. Cheap to clone; every clone is
-/// the same board.
-#[derive(Clone, Debug)]
+/// The board the verdicts are published on; every clone is the same board.
+#[derive(Clone, Debug, Default)]
 pub struct Board {
     tx: Arc<watch::Sender<Findings>>,
-}
-
-impl Default for Board {
-    fn default() -> Board {
-        Board {
-            tx: Arc::new(watch::Sender::new(Findings::new())),
-        }
-    }
 }
 
 impl Board {
@@ -138,17 +126,14 @@ impl Board {
         });
     }
 
-    /// The verdict of `namespace` now, if known.
     pub fn get(&self, namespace: &str) -> Option<Found> {
         self.tx.borrow().get(namespace).cloned()
     }
 
-    /// The verdicts now.
     pub fn current(&self) -> Findings {
         self.tx.borrow().clone()
     }
 
-    /// A receiver that wakes on every change.
     pub fn subscribe(&self) -> watch::Receiver<Findings> {
         self.tx.subscribe()
     }

@@ -27,7 +27,6 @@ pub enum Scaling {
 /// One Deployment of a Knative release.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Component {
-    /// The Deployment's name.
     pub name: &'static str,
     /// The namespace the release puts it in.
     pub namespace: &'static str,
@@ -157,7 +156,6 @@ pub const COMPONENTS: &[Component] = &[
     eventing("kafka-sink-receiver", "eventing-kafka"),
 ];
 
-/// The component named `name`.
 pub fn component(name: &str) -> Option<&'static Component> {
     COMPONENTS.iter().find(|c| c.name == name)
 }
@@ -167,22 +165,18 @@ pub fn is_knative(name: &str) -> bool {
     component(name).is_some()
 }
 
-/// Whether an HPA Knative ships scales `name`.
 pub fn is_hpa_scaled(name: &str) -> bool {
     component(name).is_some_and(|c| c.scaling == Scaling::Hpa)
 }
 
-/// Whether Knative scales `name` on demand.
 pub fn is_scaled_on_demand(name: &str) -> bool {
     component(name).is_some_and(|c| c.scaling == Scaling::OnDemand)
 }
 
-/// Whether `name`'s processes run leader election.
 pub fn is_leader_elected(name: &str) -> bool {
     component(name).is_some_and(|c| c.leader_elected)
 }
 
-/// Whether `name`'s binary accepts `--disable-ha`.
 pub fn accepts_disable_ha(name: &str) -> bool {
     component(name).is_some_and(|c| c.disable_ha)
 }
@@ -201,63 +195,62 @@ pub fn namespaces() -> impl Iterator<Item = &'static str> {
         .map(|(_, c)| c.namespace)
 }
 
-/// The names of every component.
 pub fn names() -> impl Iterator<Item = &'static str> {
     COMPONENTS.iter().map(|c| c.name)
-}
-
-/// The components as the Markdown table docs/policy.md carries.
-pub fn markdown_table() -> String {
-    let mut out = String::from(
-        "| Deployment | namespace | release | replicas | leader election | `--disable-ha` | PDB the release ships |\n| --- | --- | --- | --- | --- | --- | --- |\n",
-    );
-    let yes = |b: bool| if b { "yes" } else { "" };
-    let elected = |c: &Component| match (c.leader_elected, c.elected_by_env) {
-        (true, _) => "yes",
-        (false, true) => "yes, set in its environment by its controller",
-        (false, false) => "",
-    };
-    for c in COMPONENTS {
-        let replicas = match c.scaling {
-            Scaling::Replicas => "`spec.replicas`",
-            Scaling::Hpa => "its HPA",
-            Scaling::OnDemand => "on demand (0 or 1)",
-        };
-        out.push_str(&format!(
-            "| `{}` | {} | {} | {replicas} | {} | {} | {} |\n",
-            c.name,
-            c.namespace,
-            c.release,
-            elected(c),
-            yes(c.disable_ha),
-            c.pdb.map_or(String::new(), |p| format!("`{p}`")),
-        ));
-    }
-    out
-}
-
-/// The chart's copy of [`COMPONENTS`]
-/// (`charts/knative-ha-webhook/files/knative-components.yaml`): per
-/// namespace, each Deployment and the PodDisruptionBudget its release ships
-/// (`""`: none). The chart grants the reconciler `patch` on exactly these
-/// Deployments (and their budgets) by `resourceNames`.
-pub fn chart_components_yaml() -> String {
-    let mut out = String::from(
-        "# Knative's Deployments per namespace and the PodDisruptionBudget each release ships (\"\": none).\n\
-         # Generated from src/knative.rs; `cargo test` keeps the two equal and prints this file when they differ.\n",
-    );
-    for ns in namespaces() {
-        out.push_str(&format!("{ns}:\n"));
-        for c in COMPONENTS.iter().filter(|c| c.namespace == ns) {
-            out.push_str(&format!("  {}: {:?}\n", c.name, c.pdb.unwrap_or("")));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The components as the Markdown table docs/policy.md carries.
+    fn markdown_table() -> String {
+        let mut out = String::from(
+            "| Deployment | namespace | release | replicas | leader election | `--disable-ha` | PDB the release ships |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+        );
+        let yes = |b: bool| if b { "yes" } else { "" };
+        let elected = |c: &Component| match (c.leader_elected, c.elected_by_env) {
+            (true, _) => "yes",
+            (false, true) => "yes, set in its environment by its controller",
+            (false, false) => "",
+        };
+        for c in COMPONENTS {
+            let replicas = match c.scaling {
+                Scaling::Replicas => "`spec.replicas`",
+                Scaling::Hpa => "its HPA",
+                Scaling::OnDemand => "on demand (0 or 1)",
+            };
+            out.push_str(&format!(
+                "| `{}` | {} | {} | {replicas} | {} | {} | {} |\n",
+                c.name,
+                c.namespace,
+                c.release,
+                elected(c),
+                yes(c.disable_ha),
+                c.pdb.map_or(String::new(), |p| format!("`{p}`")),
+            ));
+        }
+        out
+    }
+
+    /// The chart's copy of [`COMPONENTS`]
+    /// (`charts/knative-ha-webhook/files/knative-components.yaml`): per
+    /// namespace, each Deployment and the PodDisruptionBudget its release ships
+    /// (`""`: none). The chart grants the reconciler `patch` on exactly these
+    /// Deployments (and their budgets) by `resourceNames`.
+    fn chart_components_yaml() -> String {
+        let mut out = String::from(
+            "# Knative's Deployments per namespace and the PodDisruptionBudget each release ships (\"\": none).\n\
+             # Generated from src/knative.rs; `cargo test` keeps the two equal and prints this file when they differ.\n",
+        );
+        for ns in namespaces() {
+            out.push_str(&format!("{ns}:\n"));
+            for c in COMPONENTS.iter().filter(|c| c.namespace == ns) {
+                out.push_str(&format!("  {}: {:?}\n", c.name, c.pdb.unwrap_or("")));
+            }
+        }
+        out
+    }
 
     #[test]
     fn each_component_is_declared_once() {

@@ -16,8 +16,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::policy::Policy;
-use crate::policy::WorkloadOverride;
+use crate::policy::{Policy, WorkloadOverride};
 
 /// The Operator's API group.
 pub const GROUP: &str = crate::engine::OPERATOR_API_GROUP;
@@ -63,9 +62,8 @@ pub fn overrides(policy: &Policy, resources: &[Value]) -> Vec<Override> {
         .collect()
 }
 
-/// The fields of one `resource` that `policy` overrides, in the
-/// resource's order. None where the policy leaves the Operator's objects
-/// alone (`governOperatorOwned: false`).
+/// The fields of one `resource` that `policy` overrides; none where the
+/// policy leaves the Operator's objects alone (`governOperatorOwned: false`).
 fn overrides_of(policy: &Policy, resource: &Value) -> Vec<Override> {
     if !policy.spec.governs_operator_owned() {
         return Vec::new();
@@ -109,11 +107,8 @@ fn overrides_of(policy: &Policy, resource: &Value) -> Vec<Override> {
             }
         }
     }
-    for b in spec["podDisruptionBudgets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
+    let budgets = spec["podDisruptionBudgets"].as_array();
+    for b in budgets.into_iter().flatten() {
         let name = b["name"].as_str().unwrap_or("?");
         let deployment = name.strip_suffix("-pdb").unwrap_or(name);
         let own = policy.spec.workloads.iter().find(|o| o.name == deployment);

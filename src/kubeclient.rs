@@ -2,7 +2,6 @@
 //! its cluster: `--kubeconfig FILE`, else `KUBECONFIG`, else
 //! `~/.kube/config`, else the in-cluster service account; `--context`
 //! picks a context; `--request-timeout` bounds connecting and reading.
-//! What the flags and the environment say arrives as [`KubeSettings`].
 //!
 //! Errors say which file, context or server is at fault and what to do,
 //! not which library layer failed.
@@ -13,8 +12,7 @@ use std::time::Duration;
 use crate::errors::InWords;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
-/// Where to find the cluster (built by `config` from the flags and the
-/// environment; see [`crate::config::kube_settings`]).
+/// Where to find the cluster, as the flags and the environment say.
 #[derive(Clone, Debug, Default)]
 pub struct KubeSettings {
     /// `--kubeconfig`.
@@ -39,8 +37,7 @@ pub enum KubeClientError {
         "no kubeconfig found (KUBECONFIG is not set, {default} does not exist and this is not running in a pod); pass --kubeconfig FILE or set KUBECONFIG"
     )]
     NoConfig { default: String },
-    /// The kubeconfig could not be read or parsed; the cause in the user's
-    /// words.
+    /// The kubeconfig could not be read or parsed; the cause in the user's words.
     #[error("cannot read kubeconfig {path} (pass --kubeconfig FILE or fix KUBECONFIG)")]
     Read {
         path: String,
@@ -79,34 +76,11 @@ pub enum KubeClientError {
     },
 }
 
-/// A client and the server URL it talks to (for messages).
-#[derive(Clone)]
-pub struct Connected {
-    pub client: kube::Client,
-    pub server: String,
-}
-
 pub type Result<T, E = KubeClientError> = std::result::Result<T, E>;
 
-/// The files `KUBECONFIG` names, merged the way kubectl merges them
-/// (empty entries ignored; `None` when it names none).
-fn read_kubeconfig_env(value: &str) -> std::result::Result<Option<Kubeconfig>, KubeconfigError> {
-    let paths: Vec<PathBuf> = std::env::split_paths(value)
-        .filter(|p| !p.as_os_str().is_empty())
-        .collect();
-    if paths.is_empty() {
-        return Ok(None);
-    }
-    paths
-        .iter()
-        .try_fold(Kubeconfig::default(), |merged, p| {
-            Kubeconfig::read_from(p).and_then(|c| merged.merge(c))
-        })
-        .map(Some)
-}
-
-/// Which kubeconfig to read: the flag, `KUBECONFIG` (named as a whole in
-/// messages), `~/.kube/config`; `None` for in-cluster.
+/// Which kubeconfig to read: the flag, the files `KUBECONFIG` names
+/// (merged the way kubectl merges them, empty entries ignored; named as a
+/// whole in messages), `~/.kube/config`; `None` for in-cluster.
 fn locate(args: &KubeSettings) -> Result<Option<(String, Kubeconfig)>> {
     let read = |path: &Path| {
         let name = path.display().to_string();
@@ -118,11 +92,19 @@ fn locate(args: &KubeSettings) -> Result<Option<(String, Kubeconfig)>> {
         return read(path);
     }
     if let Some(value) = &args.kubeconfig_env {
-        return match read_kubeconfig_env(value) {
-            Ok(Some(k)) => Ok(Some((value.clone(), k))),
-            Ok(None) => Ok(None),
-            Err(e) => Err(kubeconfig_error(value, e)),
-        };
+        let paths: Vec<PathBuf> = std::env::split_paths(value)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
+        if paths.is_empty() {
+            return Ok(None);
+        }
+        return paths
+            .iter()
+            .try_fold(Kubeconfig::default(), |merged, p| {
+                Kubeconfig::read_from(p).and_then(|c| merged.merge(c))
+            })
+            .map(|k| Some((value.clone(), k)))
+            .map_err(|e| kubeconfig_error(value, e));
     }
     match &args.default_path {
         Some(path) if args.default_exists => read(path),
@@ -137,36 +119,27 @@ fn locate(args: &KubeSettings) -> Result<Option<(String, Kubeconfig)>> {
 
 fn kubeconfig_error(path: &str, error: KubeconfigError) -> KubeClientError {
     let path = path.to_string();
-    let reason = match &error {
-        KubeconfigError::ReadConfig(io, _) => Some(io_reason(io)),
-        KubeconfigError::Parse(e) => {
-            Some(format!("not valid YAML: {}", crate::yaml::describe(e, 0)))
-        }
-        _ => None,
+    let read = |reason| KubeClientError::Read {
+        path: path.clone(),
+        reason: InWords(reason),
     };
-    if let Some(reason) = reason {
-        return KubeClientError::Read {
-            path,
-            reason: InWords(reason),
-        };
-    }
     match error {
+        KubeconfigError::ReadConfig(io, _) => read(match io.kind() {
+            std::io::ErrorKind::NotFound => "no such file".into(),
+            std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+            _ => io.to_string(),
+        }),
+        KubeconfigError::Parse(e) => read(format!("not valid YAML: {}", crate::yaml::error(&e, 0))),
         KubeconfigError::LoadContext(context) => KubeClientError::NoContext { context, path },
         KubeconfigError::CurrentContextNotSet => KubeClientError::NoCurrentContext { path },
         source => KubeClientError::Kubeconfig { path, source },
     }
 }
 
-fn io_reason(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file".into(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
-        _ => e.to_string(),
-    }
-}
-
-/// The kube configuration the flags select.
-pub async fn config(args: &KubeSettings) -> Result<kube::Config> {
+/// Builds the client the flags select without a request (`serve`: its
+/// watchers retry until the API server answers), and names the server it
+/// talks to.
+pub async fn client(args: &KubeSettings) -> Result<(kube::Client, String)> {
     let options = KubeConfigOptions {
         context: args.context.clone(),
         ..Default::default()
@@ -184,28 +157,21 @@ pub async fn config(args: &KubeSettings) -> Result<kube::Config> {
         config.read_timeout = Some(timeout);
         config.write_timeout = Some(timeout);
     }
-    Ok(config)
-}
-
-/// Builds the client without a request (`serve`: its watchers retry until
-/// the API server answers).
-pub async fn client(args: &KubeSettings) -> Result<Connected> {
-    let config = config(args).await?;
     let server = config.cluster_url.to_string();
     let server = server.trim_end_matches('/').to_string();
     let client = kube::Client::try_from(config).map_err(|source| KubeClientError::Client {
         server: server.clone(),
         source,
     })?;
-    Ok(Connected { client, server })
+    Ok((client, server))
 }
 
 /// Builds the client and checks the API server answers (any HTTP answer,
 /// even an error status, counts as reachable).
-pub async fn connect(args: &KubeSettings) -> Result<Connected> {
-    let Connected { client, server } = client(args).await?;
+pub async fn connect(args: &KubeSettings) -> Result<kube::Client> {
+    let (client, server) = client(args).await?;
     match client.apiserver_version().await {
-        Ok(_) | Err(kube::Error::Api(_)) => Ok(Connected { client, server }),
+        Ok(_) | Err(kube::Error::Api(_)) => Ok(client),
         Err(source) => Err(KubeClientError::Unreachable {
             reason: InWords(reason(&source)),
             server,

@@ -7,28 +7,25 @@
 //! - `cli`: the binary's entry (parse, configure, run, print the error chain)
 //! - `cmd`: one function per subcommand
 //! - `config`: flags and environment, parsed by one pure function
-//! - `app` (the `serve` process: sources, reconciler, certificate, signals
-//!   wired around the transport) and `tools` (what `check`, `preview` and
+//! - `app` (the `serve` process) and `tools` (what `check`, `preview` and
 //!   `audit`'s table compute)
-//! - `server` (the HTTPS transport: listeners, connections, routes, probes)
-//!   and `reconcile` (bringing running objects in line, `audit`, `restore`)
+//! - `server` (the HTTPS transport) and `reconcile` (bringing running
+//!   objects in line, `audit`, `restore`)
 //! - `admission` (the AdmissionReview wire protocol) and `sources` (policy
 //!   file and cluster watchers that publish snapshots)
-//! - `store` (where the request path reads the current snapshot) and `findings` (what
-//!   the reconciler's passes found it may do per namespace, for the
-//!   cluster source to report)
-//! - `engine`: the pure mutation, snapshot + object -> patch + changes as
-//!   data (`engine::outcome` is the one way in, `engine::Snapshot` its one
-//!   input; `engine::kinds` declares the governed kinds)
+//! - `store` (where the request path reads the current snapshot) and
+//!   `findings` (what the reconciler found per namespace, for the cluster
+//!   source to report)
+//! - `knative_operator`: the Knative Operator's settings a policy overrides
+//! - `engine`: the pure mutation, snapshot + object -> patch + changes
+//!   (`engine::outcome` is the one way in)
 //! - `policy`: the HighAvailabilityPolicy model and its validation
-//! - `knative`: Knative's components, declared once (what the engine's
-//!   rules, the policy's name checks and docs/policy.md's table read)
-//! - `tls` (certificates and their reload), `manifest` (Kubernetes objects
-//!   from YAML files) and `kubeclient` (the one way every command builds
-//!   its Kubernetes client)
-//! - `telemetry` (metrics and logging), `yaml` (YAML input with its
-//!   positions), `scope` (the namespaces the process may act in) and
-//!   `errors` (how an error and a value are shown)
+//! - `knative`: Knative's components, declared once
+//! - `tls`, `manifest` (Kubernetes objects from YAML files) and
+//!   `kubeclient` (the one way every command builds its Kubernetes client)
+//! - `yaml` (YAML input with its positions), `scope` (the namespaces the
+//!   process may act in) and `errors` (how an error and a value are shown)
+//! - `telemetry`: metrics and logging
 #![forbid(unsafe_code)]
 
 pub mod admission;

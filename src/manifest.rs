@@ -45,9 +45,6 @@ pub enum ManifestError {
     NotAnObject { place: String, got: String },
 }
 
-/// The result of this module's fallible functions.
-pub type Result<T, E = ManifestError> = std::result::Result<T, E>;
-
 /// Why an input file could not be read, in the user's words.
 #[derive(Debug, thiserror::Error)]
 pub enum Unreadable {
@@ -89,7 +86,7 @@ impl From<std::io::Error> for Unreadable {
 
 /// The bytes as text, or where the first byte that is not UTF-8 is
 /// (1-based line and byte column).
-fn utf8(bytes: Vec<u8>) -> std::result::Result<String, Unreadable> {
+fn utf8(bytes: Vec<u8>) -> Result<String, Unreadable> {
     String::from_utf8(bytes).map_err(|e| {
         let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
         let line_start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
@@ -101,13 +98,13 @@ fn utf8(bytes: Vec<u8>) -> std::result::Result<String, Unreadable> {
 }
 
 /// Reads a file, or standard input for `-`: `(name for messages, text)`.
-pub fn read_input(path: &Path) -> std::result::Result<(String, String), ReadError> {
+pub fn read_input(path: &Path) -> Result<(String, String), ReadError> {
     if path.as_os_str() == "-" {
         let mut bytes = Vec::new();
-        std::io::stdin()
+        let read = std::io::stdin()
             .read_to_end(&mut bytes)
-            .map_err(|e| ReadError::Stdin(e.into()))?;
-        let text = utf8(bytes).map_err(ReadError::Stdin)?;
+            .map_err(Unreadable::from);
+        let text = read.and_then(|_| utf8(bytes)).map_err(ReadError::Stdin)?;
         return Ok(("<stdin>".to_string(), text));
     }
     let file = path.display().to_string();
@@ -120,11 +117,6 @@ pub fn read_input(path: &Path) -> std::result::Result<(String, String), ReadErro
         Ok(text) => Ok((file, text)),
         Err(reason) => Err(ReadError::File { file, reason }),
     }
-}
-
-fn is_object(value: &Value) -> bool {
-    value.get("apiVersion").is_some_and(Value::is_string)
-        && value.get("kind").is_some_and(Value::is_string)
 }
 
 /// `List`, `DeploymentList`, ...: a kind ending in `List` with an `items` array.
@@ -186,7 +178,8 @@ pub fn parse_manifests(file: &str, text: &str) -> Result<Vec<Document>, Manifest
                 item,
                 value,
             };
-            if !is_object(&d.value) {
+            let is_string = |key| d.value.get(key).is_some_and(Value::is_string);
+            if !(is_string("apiVersion") && is_string("kind")) {
                 return Err(ManifestError::NotAnObject {
                     place: d.display(),
                     got: crate::errors::show(&d.value),

@@ -30,14 +30,8 @@ impl AllowedNamespaces {
         ))
     }
 
-    /// True when `namespace` may be governed.
     pub fn allows(&self, namespace: &str) -> bool {
         self.0.as_ref().is_none_or(|set| set.contains(namespace))
-    }
-
-    /// The list, when restricted.
-    pub fn list(&self) -> Option<&BTreeSet<String>> {
-        self.0.as_ref()
     }
 
     /// `a,b,c` for messages (`*` when unrestricted).

@@ -142,11 +142,6 @@ pub fn certified_key(
     Ok(ck)
 }
 
-/// notAfter of a DER certificate, in Unix seconds.
-pub fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
-    validity(cert).map(|(_, after)| after)
-}
-
 /// notBefore and notAfter of a DER certificate, in Unix seconds.
 pub fn validity(cert: &CertificateDer<'_>) -> Option<(i64, i64)> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
@@ -154,18 +149,11 @@ pub fn validity(cert: &CertificateDer<'_>) -> Option<(i64, i64)> {
     Some((v.not_before.timestamp(), v.not_after.timestamp()))
 }
 
-/// Now, in Unix seconds.
 fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
 }
-
-/// How long a `--self-signed` certificate is valid: from a day ago to a year
-/// from now
-/// (a test or local server; the chart's certificates come from
-/// cert-manager or `certs/`).
-const SELF_SIGNED_DAYS: i64 = 365;
 
 /// Builds a server config: TLS 1.2 + 1.3, ALPN h2 and http/1.1, and a
 /// required, verified client certificate when `client_ca` is given.
@@ -222,36 +210,34 @@ pub struct SelfSigned {
     pub key_pem: String,
 }
 
-/// Generates a CA and a leaf for `names` (DNS names or IP addresses).
+/// Generates a CA and a leaf for `names` (DNS names or IP addresses), valid
+/// from a day ago to a year from now (a test or local server; the chart's
+/// certificates come from cert-manager or `certs/`).
 pub fn generate_self_signed(names: &[&str]) -> Result<SelfSigned> {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let err = TlsError::Generate;
     let now = time::OffsetDateTime::now_utc();
-    let (not_before, not_after) = (
-        now - time::Duration::days(1),
-        now + time::Duration::days(SELF_SIGNED_DAYS),
-    );
+    let params = |names: Vec<String>, common_name: &str| {
+        let mut params = CertificateParams::new(names).map_err(err)?;
+        params.not_before = now - time::Duration::days(1);
+        params.not_after = now + time::Duration::days(365);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        Ok::<_, TlsError>(params)
+    };
     let ca_key = KeyPair::generate().map_err(err)?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
-    ca_params.not_before = not_before;
-    ca_params.not_after = not_after;
+    let mut ca_params = params(Vec::new(), "knative-ha-webhook self-signed CA")?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "knative-ha-webhook self-signed CA");
     let ca_cert = ca_params.self_signed(&ca_key).map_err(err)?;
     let issuer = Issuer::new(ca_params, ca_key);
     let leaf_key = KeyPair::generate().map_err(err)?;
-    let mut leaf_params =
-        CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-            .map_err(err)?;
-    leaf_params.not_before = not_before;
-    leaf_params.not_after = not_after;
-    leaf_params.distinguished_name.push(
-        DnType::CommonName,
+    let leaf = params(
+        names.iter().map(|s| s.to_string()).collect(),
         names.first().copied().unwrap_or("localhost"),
-    );
-    let leaf = leaf_params.signed_by(&leaf_key, &issuer).map_err(err)?;
+    )?
+    .signed_by(&leaf_key, &issuer)
+    .map_err(err)?;
     Ok(SelfSigned {
         ca_pem: ca_cert.pem(),
         cert_pem: leaf.pem(),
@@ -284,22 +270,14 @@ fn write_replacing(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Last contents seen for each watched file.
-#[derive(Default, PartialEq, Eq, Clone)]
-struct Seen {
-    cert: Option<Vec<u8>>,
-    key: Option<Vec<u8>>,
-    ca: Option<Vec<u8>>,
-}
-
 /// Holds the served TLS configuration and reloads it from disk.
 pub struct TlsReloader {
     source: TlsSource,
-    current: ArcSwapOption<ServerConfig>,
-    /// notBefore and notAfter of the loaded leaf (Unix seconds; the widest
-    /// range where they cannot be read).
-    valid: (std::sync::atomic::AtomicI64, std::sync::atomic::AtomicI64),
-    seen: std::sync::Mutex<Option<Seen>>,
+    /// The served config, and notBefore and notAfter of its leaf (Unix
+    /// seconds; the widest range where they cannot be read).
+    current: ArcSwapOption<(Arc<ServerConfig>, i64, i64)>,
+    /// The last contents read of the certificate, key and client CA files.
+    seen: std::sync::Mutex<Option<[Option<Vec<u8>>; 3]>>,
     metrics: Metrics,
 }
 
@@ -314,10 +292,6 @@ impl TlsReloader {
         let reloader = Arc::new(TlsReloader {
             source: source.clone(),
             current: ArcSwapOption::empty(),
-            valid: (
-                std::sync::atomic::AtomicI64::new(i64::MIN),
-                std::sync::atomic::AtomicI64::new(i64::MAX),
-            ),
             seen: std::sync::Mutex::new(None),
             metrics,
         });
@@ -336,11 +310,7 @@ impl TlsReloader {
                     Path::new("<self-signed>"),
                     Path::new("<self-signed>"),
                 )?;
-                let ca = match client_ca {
-                    Some(p) => Some(read(p)?),
-                    None => None,
-                };
-                reloader.install(key, ca.as_deref().zip(client_ca.as_deref()))?;
+                reloader.install(key, client_ca.as_deref())?;
                 tracing::info!(ca = %ca_out.display(), "generated a self-signed certificate for localhost, 127.0.0.1 and ::1");
             }
             TlsSource::Files { .. } => {
@@ -352,7 +322,7 @@ impl TlsReloader {
 
     /// The config new connections should use; `None` until a certificate loaded.
     pub fn current(&self) -> Option<Arc<ServerConfig>> {
-        self.current.load_full()
+        self.current.load().as_ref().map(|c| c.0.clone())
     }
 
     /// True once a certificate is loaded and within its validity period
@@ -360,21 +330,19 @@ impl TlsReloader {
     /// (the API server refuses the handshake; under `failurePolicy: Ignore`
     /// it would fail open unseen but for a gauge).
     pub fn has_certificate(&self) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
         let now = unix_now();
-        self.current.load().is_some()
-            && self.valid.0.load(Relaxed) <= now
-            && now < self.valid.1.load(Relaxed)
+        self.current
+            .load()
+            .as_ref()
+            .is_some_and(|c| c.1 <= now && now < c.2)
     }
 
-    fn install(&self, key: CertifiedKey, ca: Option<(&[u8], &Path)>) -> Result<()> {
-        use std::sync::atomic::Ordering::Relaxed;
+    fn install(&self, key: CertifiedKey, client_ca: Option<&Path>) -> Result<()> {
+        let ca = client_ca.map(read).transpose()?;
         let valid = key.end_entity_cert().ok().and_then(validity);
-        let config = server_config(key, ca)?;
-        self.current.store(Some(Arc::new(config)));
+        let config = Arc::new(server_config(key, ca.as_deref().zip(client_ca))?);
         let (before, after) = valid.unwrap_or((i64::MIN, i64::MAX));
-        self.valid.0.store(before, Relaxed);
-        self.valid.1.store(after, Relaxed);
+        self.current.store(Some(Arc::new((config, before, after))));
         if valid.is_some() {
             self.metrics.certificate_expiry.set(after as f64);
         }
@@ -400,11 +368,8 @@ impl TlsReloader {
         else {
             return None;
         };
-        let now = Seen {
-            cert: std::fs::read(cert).ok(),
-            key: std::fs::read(key).ok(),
-            ca: client_ca.as_ref().and_then(|p| std::fs::read(p).ok()),
-        };
+        let now = [Some(cert), Some(key), client_ca.as_ref()]
+            .map(|path| path.and_then(|p| std::fs::read(p).ok()));
         {
             let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
             if seen.as_ref() == Some(&now) {
@@ -431,14 +396,8 @@ impl TlsReloader {
     }
 
     fn load_files(&self, cert: &Path, key: &Path, ca: Option<&Path>) -> Result<()> {
-        let cert_pem = read(cert)?;
-        let key_pem = read(key)?;
-        let ck = certified_key(&cert_pem, &key_pem, cert, key)?;
-        let ca_pem = match ca {
-            Some(p) => Some(read(p)?),
-            None => None,
-        };
-        self.install(ck, ca_pem.as_deref().zip(ca))
+        let ck = certified_key(&read(cert)?, &read(key)?, cert, key)?;
+        self.install(ck, ca)
     }
 
     /// Polls every `interval` until the task is dropped.

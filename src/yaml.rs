@@ -28,9 +28,6 @@ pub struct YamlError {
     pub message: String,
 }
 
-/// The result of this module's fallible functions.
-pub type Result<T, E = YamlError> = std::result::Result<T, E>;
-
 fn describe_parts(line: Option<u64>, column: Option<u64>, message: &str) -> String {
     match (line, column) {
         (Some(l), Some(c)) => format!("line {l}, column {c}: {message}"),
@@ -40,11 +37,8 @@ fn describe_parts(line: Option<u64>, column: Option<u64>, message: &str) -> Stri
 }
 
 fn is_marker(line: &str) -> bool {
-    line.starts_with("---")
-        && line[3..]
-            .chars()
-            .next()
-            .is_none_or(|c| c == ' ' || c == '\t' || c == '\n' || c == '\r')
+    line.strip_prefix("---")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\n', '\r']))
 }
 
 fn has_content(text: &str) -> bool {
@@ -134,13 +128,8 @@ pub fn error(err: &Error, line_offset: usize) -> YamlError {
     }
 }
 
-/// [`error`] as text.
-pub fn describe(err: &Error, line_offset: usize) -> String {
-    error(err, line_offset).to_string()
-}
-
 /// Parses one document into a JSON value.
-pub fn parse(doc: &YamlDoc) -> Result<Value> {
+pub fn parse(doc: &YamlDoc) -> Result<Value, YamlError> {
     serde_saphyr::from_str(&doc.text).map_err(|e| error(&e, doc.line.saturating_sub(1)))
 }
 

@@ -8,18 +8,21 @@
 mod run;
 mod signals;
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
 use prometheus_client::registry::Registry;
 
-pub use signals::{shutdown_signal, shutdown_signal_then_exit};
+pub use signals::shutdown_signal_then_exit;
 
-use crate::admission::OnError;
+use crate::admission::{OnError, ReviewOptions};
 use crate::engine::Snapshot;
-use crate::server::{Listeners, ServerError, Settings};
+use crate::server::{AppState, Listeners, ServerError, Settings};
+use crate::sources::cluster::{self, ClusterMetrics, ClusterSourceConfig};
 use crate::sources::file::FileSource;
 use crate::store::PolicyStore;
 use crate::telemetry::Metrics;
@@ -66,11 +69,10 @@ pub struct Config {
 }
 
 /// `--listen`'s default: every IPv4 address, port 8443.
-pub const DEFAULT_LISTEN: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8443);
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8443);
 /// `--metrics-listen`'s default: every IPv4 address, port 9090.
 pub const DEFAULT_METRICS_LISTEN: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 9090);
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 9090);
 /// `--shutdown-delay`'s default.
 pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(10);
 
@@ -134,27 +136,17 @@ impl Config {
     }
 }
 
-/// The cluster policy source's parts: client, metrics, own namespace.
-type ClusterParts = (
-    kube::Client,
-    crate::sources::cluster::ClusterMetrics,
-    String,
-);
-
 /// A bound, loaded application, ready to [`App::run`].
 pub struct App {
     config: Config,
     listeners: Listeners,
-    store: PolicyStore,
-    metrics: Metrics,
+    state: AppState,
     registry: Arc<Registry>,
     tls: Arc<TlsReloader>,
-    file_source: Option<FileSource>,
-    cluster: Option<ClusterParts>,
+    /// The certificate and policy file watchers and the cluster source,
+    /// started by [`App::run`]; only the cluster source ends, on failure.
+    background: Vec<BoxFuture<'static, Option<AppError>>>,
     reconciler: Option<crate::reconcile::Reconciler>,
-    /// What the reconciler finds it may do per namespace, for the cluster
-    /// source's `Ready` conditions (the one link between the two).
-    findings: crate::findings::Board,
 }
 
 impl App {
@@ -164,36 +156,51 @@ impl App {
     /// the listeners.
     ///
     /// `client` is the Kubernetes client of the cluster policy source and
-    /// the reconciler (built by the command from its configuration,
-    /// [`crate::kubeclient`]); `None` when neither is configured.
+    /// the reconciler; `None` when neither is configured.
     pub async fn bind(config: Config, client: Option<kube::Client>) -> Result<App> {
         crate::tls::install_crypto_provider();
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
-        let (store, file_source, cluster) =
-            policy_source(&config, client.as_ref(), &metrics, &mut registry)?;
+        // What the reconciler finds it may do per namespace, for the
+        // cluster source's `Ready` conditions (the one link between the two).
         let findings = crate::findings::Board::default();
+        let (store, mut background) = policy_source(
+            &config,
+            client.as_ref(),
+            &metrics,
+            &mut registry,
+            findings.clone(),
+        )?;
         let reconciler = match (&config.reconcile, client) {
             (None, _) => None,
             (Some(_), None) => return Err(AppError::NoClient("the reconciler")),
             (Some(rc), Some(client)) => Some(
                 crate::reconcile::Reconciler::prepare(rc.clone(), client, &store, &mut registry)
-                    .with_findings(findings.clone()),
+                    .with_findings(findings),
             ),
         };
         let tls = TlsReloader::new(config.tls.clone(), metrics.clone())?;
+        if let TlsSource::Files { .. } = config.tls {
+            let watch = tls.clone().watch(config.tls_poll_interval);
+            background.push(watch.map(|()| None).boxed());
+        }
         let listeners = Listeners::bind(config.listen, config.metrics_listen).await?;
+        let options = ReviewOptions {
+            on_error: config.on_error,
+            undo_unclaimed: config.undo_unclaimed,
+        };
         Ok(App {
             config,
             listeners,
-            store,
-            metrics,
+            state: AppState {
+                store,
+                metrics,
+                options,
+            },
             registry: Arc::new(registry),
             tls,
-            file_source,
-            cluster,
+            background,
             reconciler,
-            findings,
         })
     }
 
@@ -211,37 +218,53 @@ impl App {
 
     /// The policy store the server reads.
     pub fn store(&self) -> PolicyStore {
-        self.store.clone()
+        self.state.store.clone()
     }
 }
 
 /// The store the routes read and what fills it: a caller's store, a
-/// policy file's watcher, or the cluster source's parts.
+/// policy file's watcher, or the cluster source.
 fn policy_source(
     config: &Config,
     client: Option<&kube::Client>,
     metrics: &Metrics,
     registry: &mut Registry,
-) -> Result<(PolicyStore, Option<FileSource>, Option<ClusterParts>)> {
-    Ok(match &config.policy {
-        PolicySource::Store(store) => (store.clone(), None, None),
-        PolicySource::File(path) => {
-            let store = PolicyStore::new(Snapshot::default());
-            let src = FileSource::start_governed(
-                path.clone(),
-                store.clone(),
-                metrics.clone(),
-                config.governed.clone(),
-            )?;
-            (store, Some(src), None)
-        }
+    findings: crate::findings::Board,
+) -> Result<(PolicyStore, Vec<BoxFuture<'static, Option<AppError>>>)> {
+    let store = PolicyStore::new(Snapshot::default());
+    let task = match &config.policy {
+        PolicySource::Store(store) => return Ok((store.clone(), Vec::new())),
+        PolicySource::File(path) => FileSource::start_governed(
+            path.clone(),
+            store.clone(),
+            metrics.clone(),
+            config.governed.clone(),
+        )?
+        .watch(config.policy_poll_interval)
+        .map(|()| None)
+        .boxed(),
         PolicySource::Cluster { namespace } => {
             let client = client
                 .cloned()
                 .ok_or(AppError::NoClient("the cluster policy source"))?;
-            let cm = crate::sources::cluster::ClusterMetrics::register(registry);
-            let store = PolicyStore::new(Snapshot::default());
-            (store, None, Some((client, cm, namespace.clone())))
+            let source = ClusterSourceConfig {
+                namespace: namespace.clone(),
+                governed: config.governed.clone(),
+                instance: config.pod_name.clone(),
+                findings,
+            };
+            let run = cluster::run(
+                client,
+                source,
+                store.clone(),
+                ClusterMetrics::register(registry),
+            );
+            run.map(|ended| match ended {
+                Ok(()) => Some(AppError::ClusterSourceStopped),
+                Err(e) => Some(AppError::ClusterSource(e)),
+            })
+            .boxed()
         }
-    })
+    };
+    Ok((store, vec![task]))
 }

@@ -4,8 +4,10 @@
 
 use std::future::Future;
 
+use futures::FutureExt as _;
+
 /// Exit code after a second signal (128 + SIGINT, as shells report Ctrl-C).
-pub const SECOND_SIGNAL_EXIT: i32 = 130;
+const SECOND_SIGNAL_EXIT: i32 = 130;
 
 /// SIGTERM and SIGINT, installed at creation.
 struct Signals {
@@ -14,19 +16,14 @@ struct Signals {
 }
 
 impl Signals {
-    /// Installs the handlers (inside the runtime).
     fn install() -> Signals {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
-            let handlers = match (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::interrupt()),
-            ) {
-                (Ok(term), Ok(int)) => Some((term, int)),
-                _ => None,
-            };
-            Signals { handlers }
+            let term = signal(SignalKind::terminate()).ok();
+            Signals {
+                handlers: term.zip(signal(SignalKind::interrupt()).ok()),
+            }
         }
         #[cfg(not(unix))]
         Signals {}
@@ -48,14 +45,8 @@ impl Signals {
 
 /// Installs the SIGTERM and SIGINT handlers now (call inside the runtime,
 /// before announcing readiness) and returns a future that completes on
-/// either signal.
-pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
-    let mut signals = Signals::install();
-    async move { signals.recv().await }
-}
-
-/// Like [`shutdown_signal`], and after the first signal a second one
-/// exits the process at once (code 130) instead of waiting for the drain.
+/// either signal; after it, a second one exits the process at once (code
+/// 130) instead of waiting for the drain.
 pub fn shutdown_signal_then_exit() -> impl Future<Output = ()> + Send + 'static {
     let mut signals = Signals::install();
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
@@ -67,7 +58,5 @@ pub fn shutdown_signal_then_exit() -> impl Future<Output = ()> + Send + 'static 
         crate::telemetry::flush_logs();
         std::process::exit(SECOND_SIGNAL_EXIT);
     });
-    async move {
-        let _ = first_rx.await;
-    }
+    first_rx.map(|_| ())
 }

@@ -1,29 +1,19 @@
 //! `knative-ha-webhook preview`.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
 use crate::config::{OutputFormat, PreviewArgs};
 use crate::tools::preview::{
-    Previewed, load_policies, name_warnings, parse_manifests, patch_line, preview_documents,
+    Previewed, load_policies, name_warnings, patch_line, preview_documents, read_manifests,
 };
 
 /// Runs the engine over the manifests and prints what comes out.
 pub fn preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
     let policies = load_policies(&args.policy)?;
-    let inputs: Vec<PathBuf> = if args.manifests.is_empty() {
-        vec![PathBuf::from("-")]
-    } else {
-        args.manifests.clone()
-    };
-    let mut docs = Vec::new();
-    for path in &inputs {
-        let (name, text) = crate::manifest::read_input(path)?;
-        docs.extend(parse_manifests(&name, &text)?);
-    }
+    let mut docs = read_manifests(&args.manifests)?;
     if let Some((kind, name)) = &args.operator_owner {
         for doc in &mut docs {
             owned_by_operator(&mut doc.value, kind, name);
@@ -42,36 +32,28 @@ pub fn preview(args: &PreviewArgs) -> anyhow::Result<ExitCode> {
     for w in warnings {
         writeln!(stderr, "{w}")?;
     }
-    let text = render(&previewed, args.output)?;
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes())?;
-    stdout.flush()?;
+    super::write_stdout(&render(&previewed, args.output)?)?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Gives `object` an ownerReference to the Knative Operator's `kind/name`,
 /// as the Operator's objects carry, unless it has owners of its own.
 fn owned_by_operator(object: &mut Value, kind: &str, name: &str) {
-    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return;
-    };
-    if metadata
-        .get("ownerReferences")
-        .is_some_and(|o| !o.is_null())
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut)
+        && metadata.get("ownerReferences").is_none_or(Value::is_null)
     {
-        return;
+        metadata.insert(
+            "ownerReferences".into(),
+            json!([{
+                "apiVersion": crate::knative_operator::API_VERSION,
+                "kind": kind,
+                "name": name,
+                "uid": "",
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }]),
+        );
     }
-    metadata.insert(
-        "ownerReferences".into(),
-        json!([{
-            "apiVersion": crate::knative_operator::API_VERSION,
-            "kind": kind,
-            "name": name,
-            "uid": "",
-            "controller": true,
-            "blockOwnerDeletion": true,
-        }]),
-    );
 }
 
 /// The output in `format`.

@@ -26,45 +26,37 @@ pub enum ReportError {
     Encode(#[source] Box<dyn Error + Send + Sync>),
 }
 
-/// Runs `work`, the cluster part of `command`, on a current-thread runtime.
-pub fn block_on<T, E>(
+/// Runs `work`, the cluster part of `command`, on a current-thread runtime
+/// and prints its report as `format` asks (`table` writes the table),
+/// exiting with the report's `code`; or prints the error (`error: ...`
+/// with its causes) and exits with 2.
+pub fn run<R: Serialize, E: Error + Send + Sync + 'static>(
     command: &'static str,
-    work: impl Future<Output = Result<T, E>>,
-) -> Result<T, ReportError>
-where
-    E: Error + Send + Sync + 'static,
-{
+    work: impl Future<Output = Result<R, E>>,
+    format: AuditFormat,
+    table: impl FnOnce(&R) -> String,
+    code: impl FnOnce(&R) -> u8,
+) -> ExitCode {
     crate::tls::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(ReportError::Runtime)?;
-    runtime.block_on(work).map_err(|e| ReportError::Command {
-        command,
-        source: Box::new(e),
-    })
-}
-
-/// `report` as `format` asks: `table` writes the table.
-pub fn render<R: Serialize>(
-    report: &R,
-    format: AuditFormat,
-    table: impl FnOnce(&R) -> String,
-) -> Result<String, ReportError> {
-    match format {
-        AuditFormat::Table => Ok(table(report)),
-        AuditFormat::Json => serde_json::to_string_pretty(report)
-            .map(|s| s + "\n")
-            .map_err(|e| ReportError::Encode(e.into())),
-        AuditFormat::Yaml => {
-            crate::tools::preview::to_yaml(report).map_err(|e| ReportError::Encode(e.into()))
-        }
-    }
-}
-
-/// Prints the rendered report and exits with its code, or prints the
-/// error (`error: ...` with its causes) and exits with 2.
-pub fn print(rendered: Result<(String, u8), ReportError>) -> ExitCode {
+        .map_err(ReportError::Runtime);
+    let rendered = runtime.and_then(|runtime| {
+        let report = runtime.block_on(work).map_err(|e| ReportError::Command {
+            command,
+            source: Box::new(e),
+        })?;
+        let text = match format {
+            AuditFormat::Table => table(&report),
+            AuditFormat::Json => serde_json::to_string_pretty(&report)
+                .map(|s| s + "\n")
+                .map_err(|e| ReportError::Encode(e.into()))?,
+            AuditFormat::Yaml => crate::tools::preview::to_yaml(&report)
+                .map_err(|e| ReportError::Encode(e.into()))?,
+        };
+        Ok((text, code(&report)))
+    });
     match rendered {
         Ok((text, code)) => {
             print!("{text}");

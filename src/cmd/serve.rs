@@ -7,7 +7,6 @@ use anyhow::Context as _;
 
 use crate::app::{App, PolicySource, shutdown_signal_then_exit};
 use crate::config::ServeConfig;
-use crate::kubeclient::KubeSettings;
 
 /// Serves until SIGTERM/SIGINT (a second one exits at once).
 pub fn serve(config: ServeConfig) -> anyhow::Result<ExitCode> {
@@ -20,10 +19,18 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<ExitCode> {
     let result = runtime.block_on(async move {
         // Handlers first: a signal during start-up must not kill the process.
         let signal = shutdown_signal_then_exit();
-        let client = match &config.kube {
-            Some(settings) => Some(cluster_client(&config, settings).await?),
-            None => None,
-        };
+        let mut client = None;
+        if let Some(settings) = &config.kube {
+            let why = if matches!(config.app.policy, PolicySource::Cluster { .. }) {
+                "policies are read from the cluster (no --policy-file)"
+            } else {
+                "--reconcile writes to the cluster"
+            };
+            let (connected, _) = crate::kubeclient::client(settings)
+                .await
+                .with_context(|| format!("finding the Kubernetes cluster: {why}"))?;
+            client = Some(connected);
+        }
         let app = App::bind(config.app, client).await?;
         app.run(signal).await?;
         tracing::info!("stopped");
@@ -33,21 +40,4 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<ExitCode> {
     runtime.shutdown_timeout(Duration::from_millis(500));
     result?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The client of the cluster policy source and the reconciler; the error
-/// says which of them needs the cluster.
-async fn cluster_client(
-    config: &ServeConfig,
-    settings: &KubeSettings,
-) -> anyhow::Result<kube::Client> {
-    let why = if matches!(config.app.policy, PolicySource::Cluster { .. }) {
-        "policies are read from the cluster (no --policy-file)"
-    } else {
-        "--reconcile writes to the cluster"
-    };
-    let connected = crate::kubeclient::client(settings)
-        .await
-        .with_context(|| format!("finding the Kubernetes cluster: {why}"))?;
-    Ok(connected.client)
 }

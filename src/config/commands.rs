@@ -162,41 +162,12 @@ pub struct RestoreArgs {
     pub kube: KubeArgs,
 }
 
-/// What `restore` runs with.
-#[derive(Clone, Debug)]
-pub enum RestoreConfig {
-    /// One namespace of the cluster.
-    Cluster {
-        namespace: String,
-        dry_run: bool,
-        output: AuditFormat,
-        kube: KubeSettings,
-    },
-    /// Manifests, offline.
-    Offline { manifests: Vec<PathBuf> },
-}
-
 /// A namespace name (DNS-1123 label), for `--namespace`.
 fn namespace_name(text: &str) -> Result<String, super::FlagValueError> {
     if crate::policy::validate::is_dns1123_label(text) {
         Ok(text.to_string())
     } else {
         Err(super::FlagValueError::NamespaceName { text: text.into() })
-    }
-}
-
-/// What `restore` runs with.
-pub fn restore_config(args: RestoreArgs, env: &dyn Env) -> RestoreConfig {
-    match args.namespace {
-        None => RestoreConfig::Offline {
-            manifests: args.manifests,
-        },
-        Some(namespace) => RestoreConfig::Cluster {
-            kube: kube_settings(&args.kube.cluster, args.kube.request_timeout, env),
-            namespace,
-            dry_run: args.dry_run,
-            output: args.output,
-        },
     }
 }
 
@@ -224,16 +195,6 @@ pub struct KubeArgs {
     pub request_timeout: Option<Duration>,
 }
 
-/// What `audit` runs with.
-#[derive(Clone, Debug)]
-pub struct AuditConfig {
-    pub policy: Vec<PathBuf>,
-    pub output: AuditFormat,
-    pub namespace: Option<String>,
-    pub webhook_namespace: Option<String>,
-    pub kube: KubeSettings,
-}
-
 /// Where the kube client looks, the way kubectl does: the flag, else
 /// `KUBECONFIG`, else `~/.kube/config`, else in-cluster.
 /// `request_timeout` is `--request-timeout` (`serve` has none: its watches
@@ -252,16 +213,5 @@ pub fn kube_settings(
         in_cluster: env.var("KUBERNETES_SERVICE_HOST").is_some(),
         context: args.context.clone(),
         request_timeout,
-    }
-}
-
-/// What `audit` runs with.
-pub fn audit_config(args: AuditArgs, env: &dyn Env) -> AuditConfig {
-    AuditConfig {
-        kube: kube_settings(&args.kube.cluster, args.kube.request_timeout, env),
-        policy: args.policy,
-        output: args.output,
-        namespace: args.namespace,
-        webhook_namespace: args.webhook_namespace,
     }
 }

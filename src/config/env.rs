@@ -1,20 +1,15 @@
-//! The process environment as an input of the configuration: environment
-//! variables and the few files a pod's configuration lives in. The
-//! configuration layer reads them only through [`Env`], so parsing is pure
-//! and tests pass a [`MapEnv`].
+//! The process environment as an input of the configuration: variables and
+//! the few files a pod's configuration lives in, read only through [`Env`]
+//! so that parsing is pure and tests pass environments of their own.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Where the configuration looks things up.
 pub trait Env {
     /// An environment variable (`None` when unset or not valid UTF-8).
     fn var(&self, key: &str) -> Option<String>;
     /// A file's text (`None` when it cannot be read).
     fn read_file(&self, path: &Path) -> Option<String>;
-    /// True when `path` exists.
     fn exists(&self, path: &Path) -> bool;
-    /// The user's home directory.
     fn home_dir(&self) -> Option<PathBuf> {
         self.var("HOME")
             .filter(|h| !h.is_empty())
@@ -47,53 +42,5 @@ impl Env for ProcessEnv {
 
     fn process_id(&self) -> u32 {
         std::process::id()
-    }
-}
-
-/// An environment given as maps (tests, embedding).
-#[derive(Clone, Debug, Default)]
-pub struct MapEnv {
-    pub vars: BTreeMap<String, String>,
-    pub files: BTreeMap<PathBuf, String>,
-    pub pid: u32,
-}
-
-impl MapEnv {
-    /// An empty environment: no variables, no files, process id 1.
-    pub fn new() -> MapEnv {
-        MapEnv {
-            pid: 1,
-            ..MapEnv::default()
-        }
-    }
-
-    /// With the variable `key` set to `value`.
-    pub fn with_var(mut self, key: &str, value: &str) -> MapEnv {
-        self.vars.insert(key.to_string(), value.to_string());
-        self
-    }
-
-    /// With the file `path` holding `text`.
-    pub fn with_file(mut self, path: impl Into<PathBuf>, text: &str) -> MapEnv {
-        self.files.insert(path.into(), text.to_string());
-        self
-    }
-}
-
-impl Env for MapEnv {
-    fn var(&self, key: &str) -> Option<String> {
-        self.vars.get(key).cloned()
-    }
-
-    fn read_file(&self, path: &Path) -> Option<String> {
-        self.files.get(path).cloned()
-    }
-
-    fn exists(&self, path: &Path) -> bool {
-        self.files.contains_key(path)
-    }
-
-    fn process_id(&self) -> u32 {
-        self.pid
     }
 }

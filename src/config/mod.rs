@@ -1,10 +1,6 @@
-//! Configuration: the command line and the environment, turned into what
-//! each command runs with, by one pure function ([`parse`]).
-//!
-//! - `commands`: the [`Cli`], every subcommand's flags and clap enums.
-//! - `serve`: `serve`'s flags, the server and reconciler configuration.
-//! - `env`: the environment as an input ([`Env`]): [`ProcessEnv`] in the
-//!   binary, [`MapEnv`] in tests.
+//! Configuration: the command line ([`Cli`]; `serve`'s flags in `serve`)
+//! and the environment ([`Env`]), turned into what each command runs with
+//! by one pure function ([`parse`]).
 //!
 //! Only this layer reads environment variables (`POD_NAME`, `HOSTNAME`,
 //! `KUBECONFIG`, ...) or files (the service account's namespace,
@@ -17,16 +13,11 @@ mod serve;
 
 use std::time::Duration;
 
-pub use commands::{
-    AuditArgs, AuditConfig, AuditFormat, CheckArgs, Cli, Command, CrdArgs, CrdFormat, KubeArgs,
-    KubeconfigArgs, OutputFormat, PreviewArgs, RestoreArgs, RestoreConfig, audit_config,
-    kube_settings, restore_config,
-};
-pub use env::{Env, MapEnv, ProcessEnv};
-pub use serve::{
-    HOSTNAME_FILE, LogFormatArg, OnErrorArg, ReconcileArgs, SA_NAMESPACE_FILE, ServeArgs,
-    ServeConfig, governed_namespaces, identity, own_namespace, reconcile_config, serve_config,
-};
+use crate::kubeclient::KubeSettings;
+
+pub use commands::*;
+pub use env::*;
+pub use serve::*;
 
 /// Why the command line and environment do not make a configuration.
 #[derive(Debug, thiserror::Error)]
@@ -56,8 +47,15 @@ pub enum CommandConfig {
     Check(CheckArgs),
     Crd(CrdArgs),
     Serve(Box<ServeConfig>),
-    Audit(AuditConfig),
-    Restore(RestoreConfig),
+    Audit {
+        args: AuditArgs,
+        kube: KubeSettings,
+    },
+    /// `kube` is used by the cluster form only (`--namespace`).
+    Restore {
+        args: RestoreArgs,
+        kube: KubeSettings,
+    },
 }
 
 /// The configuration of the command `cli` names, with `env` for what the
@@ -68,8 +66,14 @@ pub fn parse(cli: Cli, env: &dyn Env) -> Result<CommandConfig> {
         Command::Check(args) => CommandConfig::Check(args),
         Command::Crd(args) => CommandConfig::Crd(args),
         Command::Serve(args) => CommandConfig::Serve(Box::new(serve_config(&args, env)?)),
-        Command::Audit(args) => CommandConfig::Audit(audit_config(args, env)),
-        Command::Restore(args) => CommandConfig::Restore(restore_config(args, env)),
+        Command::Audit(args) => CommandConfig::Audit {
+            kube: kube_settings(&args.kube.cluster, args.kube.request_timeout, env),
+            args,
+        },
+        Command::Restore(args) => CommandConfig::Restore {
+            kube: kube_settings(&args.kube.cluster, args.kube.request_timeout, env),
+            args,
+        },
     })
 }
 
@@ -110,10 +114,7 @@ const LISTEN_FORMS: &str = "e.g. 0.0.0.0:8443, 127.0.0.1:8443, [::]:8443, :8443 
 
 /// Parses a Go-style duration flag (`10s`, `1m30s`, `1.5s`, `250ms`, `0`;
 /// surrounding blanks ignored) with [`crate::policy::duration`], the one
-/// duration parser. Against the float-based parser the flags had before:
-/// fractions are truncated to whole nanoseconds (as Go does), `μs` (Greek
-/// mu) is accepted beside `µs` and `us`, and more than Go's maximum (about
-/// 292 years) is refused.
+/// duration parser.
 pub fn parse_duration(text: &str) -> Result<Duration, FlagValueError> {
     crate::policy::duration::parse_go_duration(text.trim())
         .map(|nanos| Duration::from_nanos(nanos as u64))

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::env::Env;
@@ -36,22 +37,13 @@ impl From<LogFormatArg> for crate::telemetry::LogFormat {
 }
 
 /// What to answer when mutation fails internally (`--on-error`; its
-/// default is [`crate::admission::OnError::default`]).
+/// default is [`crate::admission::OnError::default`], as a test checks).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnErrorArg {
     /// Admit the object unchanged, with a warning (never block the cluster).
     Allow,
     /// Refuse the object.
     Deny,
-}
-
-impl From<crate::admission::OnError> for OnErrorArg {
-    fn from(o: crate::admission::OnError) -> Self {
-        match o {
-            crate::admission::OnError::Allow => OnErrorArg::Allow,
-            crate::admission::OnError::Deny => OnErrorArg::Deny,
-        }
-    }
 }
 
 impl From<OnErrorArg> for crate::admission::OnError {
@@ -100,15 +92,14 @@ pub struct ServeArgs {
     pub metrics_listen: SocketAddr,
     /// After SIGTERM/SIGINT: keep serving (with /readyz failing) this long
     /// before closing the listener, e.g. `10s`, `1m30s`, `500ms`, `0s`.
-    #[arg(long, env = "KHW_SHUTDOWN_DELAY", default_value = default_shutdown_delay(), value_parser = super::parse_duration)]
+    #[arg(long, env = "KHW_SHUTDOWN_DELAY", default_value = SHUTDOWN_DELAY_TEXT.as_str(), value_parser = super::parse_duration)]
     pub shutdown_delay: Duration,
     /// Log format.
     #[arg(long, env = "KHW_LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormatArg,
     /// What to answer when the patch cannot be computed: admit unchanged
     /// (with a warning) or refuse.
-    #[arg(long, env = "KHW_ON_ERROR", value_enum,
-          default_value_t = crate::admission::OnError::default().into())]
+    #[arg(long, env = "KHW_ON_ERROR", value_enum, default_value_t = OnErrorArg::Allow)]
     pub on_error: OnErrorArg,
     /// The webhook's own namespace (where policy ConfigMaps and the
     /// reconciler's Lease are). `--namespace` is accepted as an alias.
@@ -174,10 +165,8 @@ pub struct ReconcileArgs {
 }
 
 /// [`app::DEFAULT_SHUTDOWN_DELAY`] as `--shutdown-delay` writes it.
-fn default_shutdown_delay() -> &'static str {
-    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    TEXT.get_or_init(|| super::duration_text(app::DEFAULT_SHUTDOWN_DELAY))
-}
+static SHUTDOWN_DELAY_TEXT: LazyLock<String> =
+    LazyLock::new(|| super::duration_text(app::DEFAULT_SHUTDOWN_DELAY));
 
 fn parse_rate(text: &str) -> std::result::Result<f64, super::FlagValueError> {
     let rate: f64 = text

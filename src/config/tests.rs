@@ -1,8 +1,57 @@
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
 use clap::Parser;
 
 use super::*;
+
+/// An environment given as maps.
+#[derive(Clone, Debug, Default)]
+struct MapEnv {
+    vars: BTreeMap<String, String>,
+    files: BTreeMap<PathBuf, String>,
+    pid: u32,
+}
+
+impl MapEnv {
+    /// No variables, no files, process id 1.
+    fn new() -> MapEnv {
+        MapEnv {
+            pid: 1,
+            ..MapEnv::default()
+        }
+    }
+
+    fn with_var(mut self, key: &str, value: &str) -> MapEnv {
+        self.vars.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    fn with_file(mut self, path: impl Into<PathBuf>, text: &str) -> MapEnv {
+        self.files.insert(path.into(), text.to_string());
+        self
+    }
+}
+
+impl Env for MapEnv {
+    fn var(&self, key: &str) -> Option<String> {
+        self.vars.get(key).cloned()
+    }
+
+    fn read_file(&self, path: &Path) -> Option<String> {
+        self.files.get(path).cloned()
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        self.files.contains_key(path)
+    }
+
+    fn process_id(&self) -> u32 {
+        self.pid
+    }
+}
 
 #[derive(Parser, Debug)]
 struct ReconcileCli {

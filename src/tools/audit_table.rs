@@ -4,12 +4,7 @@ use crate::reconcile::audit::AuditReport;
 
 /// The table: one row per change, then a summary line.
 pub fn render_table(report: &AuditReport) -> String {
-    let mut rows: Vec<[String; 4]> = vec![[
-        "NAMESPACE".into(),
-        "KIND".into(),
-        "NAME".into(),
-        "CHANGE".into(),
-    ]];
+    let mut rows = vec![["NAMESPACE", "KIND", "NAME", "CHANGE"].map(String::from)];
     for d in &report.drift {
         for c in &d.changes {
             let mut text = c.change.detail();
@@ -64,20 +59,13 @@ pub fn render_table(report: &AuditReport) -> String {
         }
         return out;
     }
-    let widths: Vec<usize> = (0..3)
-        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
-        .collect();
+    // The last column is not padded.
+    let widths = [0, 1, 2].map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0));
     for r in &rows {
-        out.push_str(&format!(
-            "{:w0$}  {:w1$}  {:w2$}  {}\n",
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2]
-        ));
+        for (cell, width) in r.iter().zip(widths) {
+            out.push_str(&format!("{cell:width$}  "));
+        }
+        out.push_str(&format!("{}\n", r[3]));
     }
     let rolling = report
         .drift
@@ -91,8 +79,7 @@ pub fn render_table(report: &AuditReport) -> String {
     out
 }
 
-/// The exit code for a report: 0 in line, 1 drift (or a policy that
-/// changes nothing it targets).
+/// 0 in line, 1 drift (or a policy that changes nothing it targets).
 pub fn exit_code(report: &AuditReport) -> u8 {
     if report.in_line { 0 } else { 1 }
 }

@@ -1,7 +1,5 @@
-//! What the command-line tools compute beside the server: `check`'s
-//! verdicts on policy files, `preview`'s patches of manifests offline, and
-//! how an audit report is shown (the table and the exit code). `cmd` runs
-//! them; the server never does.
+//! What the command-line tools compute beside the server (`check`'s
+//! verdicts, `preview`'s patches, the audit table); `cmd` runs them.
 
 pub mod audit_table;
 pub mod check;

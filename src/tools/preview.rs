@@ -1,6 +1,4 @@
-//! What the offline commands `preview` and `crd` compute (`cmd` runs them).
-//!
-//! `preview` runs the engine over manifests exactly as the admission server
+//! What the offline commands `preview` and `crd` compute. `preview` runs the engine over manifests exactly as the admission server
 //! would (operation CREATE, namespace from `metadata.namespace`, `default`
 //! when absent; HPA targets taken from the HPAs in the input, the
 //! `config-leader-election` data from the ConfigMap in the input).
@@ -14,12 +12,18 @@ use serde_json::{Map, Value, json};
 use crate::engine::{self, Answering, Input, Kind, Operation, Snapshot};
 use crate::policy::{self, Policy};
 
-pub use crate::manifest::Document;
+pub use crate::manifest::{Document, parse_manifests};
 
-/// Parses multi-document YAML into Kubernetes objects (lists expanded).
-/// Errors name the file, the 1-based document index and the file line.
-pub fn parse_manifests(file: &str, text: &str) -> anyhow::Result<Vec<Document>> {
-    Ok(crate::manifest::parse_manifests(file, text)?)
+/// The objects of the manifest files (standard input when none, or for
+/// `-`), in order.
+pub fn read_manifests(paths: &[PathBuf]) -> anyhow::Result<Vec<Document>> {
+    let stdin = [PathBuf::from("-")];
+    let mut docs = Vec::new();
+    for path in if paths.is_empty() { &stdin[..] } else { paths } {
+        let (name, text) = crate::manifest::read_input(path)?;
+        docs.extend(parse_manifests(&name, &text)?);
+    }
+    Ok(docs)
 }
 
 /// Loads policies from files (each may hold several documents). Two
@@ -59,13 +63,11 @@ pub fn namespace_of(value: &Value) -> &str {
 pub fn hpa_targets(docs: &[Document]) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for d in docs {
-        if Kind::of(&d.value) != Some(Kind::HorizontalPodAutoscaler) {
-            continue;
-        }
-        let target = d.value.pointer("/spec/scaleTargetRef");
-        let kind = target.and_then(|t| t.get("kind")).and_then(Value::as_str);
-        let name = target.and_then(|t| t.get("name")).and_then(Value::as_str);
-        if let (Some("Deployment"), Some(name)) = (kind, name) {
+        let at = |pointer| d.value.pointer(pointer).and_then(Value::as_str);
+        if Kind::of(&d.value) == Some(Kind::HorizontalPodAutoscaler)
+            && at("/spec/scaleTargetRef/kind") == Some("Deployment")
+            && let Some(name) = at("/spec/scaleTargetRef/name")
+        {
             let skipped = engine::carries_skip_label(&d.value);
             let targets = out.entry(namespace_of(&d.value).to_string()).or_default();
             targets.insert(engine::hpa_target_entry(name, skipped));
@@ -142,20 +144,17 @@ pub fn preview_documents(
     let created = created_budgets(&snapshot, &docs);
     let mut out = Vec::with_capacity(docs.len() + created.len());
     for doc in docs {
-        let namespace = namespace_of(&doc.value).to_string();
         let input = Input {
             operation: Operation::Create,
-            namespace: &namespace,
+            namespace: namespace_of(&doc.value),
             object: &doc.value,
         };
         let outcome = engine::outcome(Answering::Governed(&snapshot), &input)
             .map_err(|e| anyhow::anyhow!("{}: {e}", doc.display()))?;
-        let (object, mutation) = (outcome.object, outcome.mutation);
-        let object = object.unwrap_or_else(|| doc.value.clone());
         out.push(Previewed {
+            object: outcome.object.unwrap_or_else(|| doc.value.clone()),
+            mutation: outcome.mutation,
             doc,
-            object,
-            mutation,
         });
     }
     out.extend(created);
@@ -211,18 +210,16 @@ pub fn to_yaml<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
 
 /// Renders documents as multi-document YAML (`---` between documents).
 pub fn to_multi_yaml<'a>(values: impl IntoIterator<Item = &'a Value>) -> anyhow::Result<String> {
-    let mut out = String::new();
-    for (i, v) in values.into_iter().enumerate() {
-        if i > 0 {
-            out.push_str("---\n");
-        }
+    let mut docs = Vec::new();
+    for v in values {
         let text = to_yaml(v)?;
-        out.push_str(&text);
-        if !text.ends_with('\n') {
-            out.push('\n');
-        }
+        docs.push(if text.ends_with('\n') {
+            text
+        } else {
+            text + "\n"
+        });
     }
-    Ok(out)
+    Ok(docs.join("---\n"))
 }
 
 /// The `--output patches` line of a changed document.
