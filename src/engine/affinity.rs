@@ -6,6 +6,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::patch::{PatchError, Patcher};
 use crate::policy::{AntiAffinityType, PodAntiAffinity};
 
 /// The pod label the Deployment controller gives each ReplicaSet's pods.
@@ -22,9 +23,7 @@ pub const MARKER_KEY: &str = "knativeha.dev/anti-affinity";
 pub const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";
 pub const PREFERRED: &str = "preferredDuringSchedulingIgnoredDuringExecution";
 
-/// Why the pod anti-affinity is not a shape the engine can rewrite (named
-/// by its path in the Deployment, as both the engine and `restore` report
-/// it).
+/// Why the pod anti-affinity is not a shape the engine can rewrite.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AffinityError {
     #[error("{} must be an object", ANTI_AFFINITY.join("."))]
@@ -78,6 +77,29 @@ pub fn is_marked(list: &str, item: &Value) -> bool {
         })
 }
 
+/// The labelSelector of `item` when it is a term on `aa`'s topologyKey
+/// and its selector alone (weight 100 for Preferred; `exact`: nothing else
+/// beside the weight).
+fn term_selector<'v>(
+    aa: &PodAntiAffinity,
+    list: &str,
+    item: &'v Value,
+    exact: bool,
+) -> Option<&'v Map<String, Value>> {
+    if list == PREFERRED {
+        let obj = item.as_object()?;
+        if obj.get("weight") != Some(&json!(100)) || (exact && obj.len() != 2) {
+            return None;
+        }
+    }
+    let term = pod_term(list, item)?;
+    let key = term.get("topologyKey").and_then(Value::as_str);
+    if term.len() != 2 || key != Some(aa.topology_key()) {
+        return None;
+    }
+    term.get("labelSelector")?.as_object()
+}
+
 /// True for a term the engine did not create that already keeps replicas
 /// apart as the policy asks: same topologyKey (weight 100 for Preferred),
 /// `matchLabels` a non-empty subset of the Deployment's selector. Knative
@@ -88,17 +110,7 @@ fn equivalent(
     item: &Value,
     selector: &Map<String, Value>,
 ) -> bool {
-    if list == PREFERRED && item.get("weight") != Some(&json!(100)) {
-        return false;
-    }
-    let Some(term) = pod_term(list, item) else {
-        return false;
-    };
-    if term.len() != 2 || term.get("topologyKey").and_then(Value::as_str) != Some(aa.topology_key())
-    {
-        return false;
-    }
-    let Some(Value::Object(ls)) = term.get("labelSelector") else {
+    let Some(ls) = term_selector(aa, list, item, false) else {
         return false;
     };
     let Some(Value::Object(labels)) = ls.get("matchLabels") else {
@@ -115,18 +127,7 @@ fn is_policy_term(
     list: &str,
     item: &Value,
 ) -> bool {
-    if list == PREFERRED {
-        let Some(obj) = item.as_object() else {
-            return false;
-        };
-        if obj.len() != 2 || obj.get("weight") != Some(&json!(100)) {
-            return false;
-        }
-    }
-    let Some(term) = pod_term(list, item) else {
-        return false;
-    };
-    let Some(ls) = term.get("labelSelector").and_then(Value::as_object) else {
+    let Some(ls) = term_selector(aa, list, item, true) else {
         return false;
     };
     let marker_only = ls
@@ -138,9 +139,7 @@ fn is_policy_term(
                 && e[0].get("key").and_then(Value::as_str) == Some(MARKER_KEY)
                 && e[0].get("operator").and_then(Value::as_str) == Some("DoesNotExist")
         });
-    term.len() == 2
-        && term.get("topologyKey").and_then(Value::as_str) == Some(aa.topology_key())
-        && ls.len() == 2
+    ls.len() == 2
         && ls.get("matchLabels").and_then(Value::as_object) == Some(selector)
         && marker_only
 }
@@ -184,7 +183,9 @@ fn unchanged(
 
 /// The podAntiAffinity the policy wants: `current` without the engine's
 /// own terms, plus the policy's term unless an equivalent term is there.
-/// `Ok(None)` when that is what `current` already holds. `aa` None (or
+/// `Ok(None)` when that is what `current` already holds, except that an
+/// empty podAntiAffinity (what removing the engine's own term left when it
+/// was the only one) goes too: `{}`, which `put` removes. `aa` None (or
 /// type None) removes only the engine's own terms.
 pub fn wanted(
     aa: Option<&PodAntiAffinity>,
@@ -197,6 +198,7 @@ pub fn wanted(
         Some(Value::Object(m)) => m,
         Some(_) => return Err(AffinityError::NotAnObject),
     };
+    let same = || (cur.is_empty() && current.is_some_and(Value::is_object)).then(|| json!({}));
     let want = aa
         .filter(|a| a.kind != AntiAffinityType::None && !selector.is_empty())
         .map(|a| {
@@ -210,7 +212,7 @@ pub fn wanted(
             )
         });
     if unchanged(want, selector, cur)? {
-        return Ok(None);
+        return Ok(same());
     }
     let mut out = cur.clone();
     for list in [REQUIRED, PREFERRED] {
@@ -241,8 +243,19 @@ pub fn wanted(
         }
     }
     if &out == cur {
-        Ok(None)
+        Ok(same())
     } else {
         Ok(Some(Value::Object(out)))
     }
+}
+
+/// Writes `value` ([`wanted`]) as the pod anti-affinity in `p`; `{}`
+/// removes it, with an `affinity` it leaves empty.
+pub(crate) fn put(p: &mut Patcher, value: Value) -> Result<(), PatchError> {
+    if value.as_object().is_some_and(Map::is_empty) {
+        p.remove_pruned(ANTI_AFFINITY);
+    } else {
+        p.set(ANTI_AFFINITY, value)?;
+    }
+    Ok(())
 }

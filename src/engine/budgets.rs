@@ -1,28 +1,12 @@
-//! Budgets for governed Deployments that ship none.
-//!
-//! Knative ships PodDisruptionBudgets for its HPA-scaled data plane only
-//! (activator, webhook, the Kourier gateway, eventing-webhook). A policy
-//! that runs `controller`, `autoscaler`, `autoscaler-hpa` or
-//! `net-kourier-controller` at 3 replicas leaves them without one, so a
-//! single drain may evict every replica at once. Where a policy sets a
-//! budget (`podDisruptionBudget`, global or per workload), the reconciler
-//! creates `<deployment>-pdb` for each governed Deployment that runs more
-//! than 1 replica and that no PDB covers yet; `preview` prints it.
-//!
-//! A created PDB always says `maxUnavailable`, the disruptions the
-//! policy's budget allows at the Deployment's replicas: it never blocks a
-//! drain, whatever the Deployment scales to later (a release's apply while
-//! the webhook is down takes it back to 1). It carries [`CREATED_FOR`] and
-//! the `app.kubernetes.io/managed-by` label; the webhook leaves it alone at
-//! admission ([`super::created`] holds its marks). It is never created where any PDB already selects the pods
-//! (two budgets over one pod make the Eviction API refuse every eviction of
-//! it), and it goes when it is no longer wanted: the Deployment back at 1
-//! replica, excluded, the budget setting gone, another PDB now covering the
-//! pods, `restore`. [`wanted`] says which budgets a policy wants; [`plan`]
+//! Budgets for governed Deployments that ship none (docs/policy.md says
+//! when and which): [`wanted`] says which budgets a policy wants, [`plan`]
 //! what to create, change or delete to get there, as data that the
-//! reconciler writes, `audit` reports and `preview` prints.
+//! reconciler writes, `audit` reports and `preview` prints. A created PDB
+//! always says `maxUnavailable`, so it never blocks a drain whatever the
+//! Deployment scales to later, and is never created where any PDB already
+//! selects the pods (two budgets over one pod make the Eviction API refuse
+//! every eviction of it). Its marks are [`super::created`]'s.
 
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
 use super::created::{CREATED_FOR, MANAGED_BY, created_for, taken_over};
@@ -31,9 +15,8 @@ use crate::policy::Policy;
 use crate::policy::disruption;
 
 /// The PDBs the snapshot's policy for `namespace` wants created there,
-/// given what is there: `objects` holds the namespace's Deployments and
-/// PDBs (other kinds are skipped). A Deployment's replicas are those the
-/// engine gives it. None where no policy governs the namespace.
+/// given its Deployments (at the replicas the engine gives them) and PDBs
+/// in `objects`.
 pub fn wanted(snapshot: &Snapshot, namespace: &str, objects: &[Value]) -> Vec<Value> {
     let Some(policy) = snapshot.policy_for(namespace) else {
         return Vec::new();
@@ -83,14 +66,25 @@ fn budget_for(
         return None;
     }
     let (field, value) = super::pdb::setting(policy, |w| w == name)?;
-    let allowed = if target.is_hpa_backed(name) {
-        hpa_scaled(&target, name, field, value)?
-    } else {
+    let allowed = if !target.is_hpa_backed(name) {
         let replicas = replicas_after_engine(policy, namespace, deployment, facts)?;
         json!(
             disruption::disruptions_allowed(field == "minAvailable", value, replicas)
                 .filter(|a| *a >= 1)?
         )
+    } else if field == "maxUnavailable" {
+        // The policy's own (a percentage keeps scaling with the HPA).
+        json!(value)
+    } else {
+        // Its `minAvailable` moved into `maxUnavailable` from the fewest
+        // replicas the HPA runs up.
+        let fewest = super::pdb::judged_replicas(&target, name).replicas;
+        json!(disruption::in_field(
+            field,
+            value,
+            "maxUnavailable",
+            i64::from(fewest)
+        )?)
     };
     let selector = deployment.pointer("/spec/selector")?.as_object()?;
     let labels = deployment
@@ -115,23 +109,6 @@ fn budget_for(
         },
         "spec": {"maxUnavailable": allowed, "selector": selector},
     }))
-}
-
-/// The `maxUnavailable` of the budget of a Deployment an HPA scales: the
-/// policy's own where it sets `maxUnavailable` (a percentage keeps scaling
-/// with the HPA), else its `minAvailable` moved into `maxUnavailable`
-/// ([`disruption::in_field`]) from the fewest replicas the HPA runs up.
-fn hpa_scaled(target: &Target<'_>, name: &str, field: &str, value: &IntOrString) -> Option<Value> {
-    let v = if field == "maxUnavailable" {
-        value.clone()
-    } else {
-        let fewest = super::pdb::judged_replicas(target, name).replicas;
-        disruption::in_field(field, value, "maxUnavailable", i64::from(fewest))?
-    };
-    Some(match v {
-        IntOrString::Int(n) => json!(n),
-        IntOrString::String(s) => json!(s),
-    })
 }
 
 /// `spec.replicas` of the Deployment as the engine leaves it (1 where
@@ -183,8 +160,7 @@ fn selects(pdb: &Value, labels: &Map<String, Value>) -> bool {
     matched && expressions
 }
 
-/// The budget a created PDB states, for a change line:
-/// `maxUnavailable 1`.
+/// The budget a created PDB states, for a change line: `maxUnavailable 1`.
 pub fn describe(pdb: &Value) -> String {
     match pdb.pointer("/spec/maxUnavailable") {
         Some(v) => format!("maxUnavailable {v}"),
@@ -223,20 +199,22 @@ pub struct BudgetChange {
     pub action: Action,
 }
 
-/// What the created PDBs of `namespace` need so that they are what the
-/// snapshot's policy there wants (none where no policy governs it: each is
-/// deleted). `listed` holds the namespace's objects as the reconciler
-/// lists them.
+/// The writes that make the created PDBs of `namespace` (in `listed`, its
+/// objects) what the snapshot's policy there wants; without one, each goes.
 pub fn plan(snapshot: &Snapshot, namespace: &str, listed: &[Value]) -> Vec<BudgetChange> {
     let policy = snapshot.policy_for(namespace);
     let wanted = wanted(snapshot, namespace, listed);
-    let cause = || {
-        policy.map_or_else(
+    let change = |name: String, what: What, action: Action| {
+        let cause = policy.map_or_else(
             || Cause::Because("no policy governs the namespace".to_string()),
             |p| Cause::Policy(p.name.clone()),
-        )
+        );
+        BudgetChange {
+            change: Change::new(Kind::PodDisruptionBudget.prefix(), &name, what, cause),
+            name,
+            action,
+        }
     };
-    const PDB: &str = "poddisruptionbudget";
     let created: Vec<&Value> = listed
         .iter()
         .filter(|o| {
@@ -256,53 +234,33 @@ pub fn plan(snapshot: &Snapshot, namespace: &str, listed: &[Value]) -> Vec<Budge
         let name = name_of(pdb);
         let deployment = created_for(pdb).unwrap_or_default();
         match created.iter().find(|c| name_of(c) == name) {
-            None => changes.push(BudgetChange {
-                change: Change::new(
-                    PDB,
-                    &name,
-                    What::BudgetCreated {
-                        budget: describe(pdb),
-                        deployment: deployment.to_string(),
-                    },
-                    cause(),
-                ),
-                name,
-                action: Action::Create(pdb.clone()),
-            }),
-            Some(current) if current["spec"] != pdb["spec"] => changes.push(BudgetChange {
-                change: Change::new(
-                    PDB,
-                    &name,
-                    What::BudgetChanged {
-                        before: describe(current),
-                        after: describe(pdb),
-                    },
-                    cause(),
-                ),
-                name,
-                action: Action::Update {
+            None => {
+                let what = What::BudgetCreated {
+                    budget: describe(pdb),
+                    deployment: deployment.to_string(),
+                };
+                changes.push(change(name, what, Action::Create(pdb.clone())));
+            }
+            Some(current) if current["spec"] != pdb["spec"] => {
+                let what = What::BudgetChanged {
+                    before: describe(current),
+                    after: describe(pdb),
+                };
+                let action = Action::Update {
                     current: (*current).clone(),
                     spec: pdb["spec"].clone(),
-                },
-            }),
+                };
+                changes.push(change(name, what, action));
+            }
             Some(_) => {}
         }
     }
     for pdb in created {
         let name = name_of(pdb);
         if wanted.iter().all(|w| name_of(w) != name) {
-            changes.push(BudgetChange {
-                change: Change::new(
-                    PDB,
-                    &name,
-                    What::BudgetDeleted {
-                        deployment: created_for(pdb).unwrap_or_default().to_string(),
-                    },
-                    cause(),
-                ),
-                name,
-                action: Action::Delete(pdb.clone()),
-            });
+            let deployment = created_for(pdb).unwrap_or_default().to_string();
+            let what = What::BudgetDeleted { deployment };
+            changes.push(change(name, what, Action::Delete(pdb.clone())));
         }
     }
     changes

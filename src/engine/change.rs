@@ -1,12 +1,9 @@
 //! What the engine changed, as data: the object, what changed there
-//! ([`What`]: fields with their values before and after, or a warning, or
-//! one of the few changes that are not a field's value), why ([`Reason`])
-//! and what it comes from ([`Cause`]: a policy, `restore`, no policy). The
-//! edges render it: admission warnings, the review log line, Events,
-//! `audit`'s table, `preview` and `restore` print its [`fmt::Display`]
-//! line, e.g. `deployment/controller: spec.replicas 1 -> 3 (policy
-//! serving)`; `audit`'s table puts the object in its own columns
-//! ([`Change::detail`]).
+//! ([`What`]), why ([`Reason`]) and what it comes from ([`Cause`]). The
+//! edges (admission warnings, the review log line, Events, `preview`,
+//! `restore`) print its [`fmt::Display`] line, e.g. `deployment/controller:
+//! spec.replicas 1 -> 3 (policy serving)`; `audit`'s table puts the object
+//! in its own columns ([`Change::detail`]).
 
 use std::fmt;
 
@@ -39,16 +36,14 @@ pub enum Reason {
 /// One field's value before and after, as change lines show them.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FieldChange {
-    /// The field as shown: `spec.replicas`, `data.lease-duration`,
-    /// `pod template annotation knativeha.dev/...`.
+    /// The field as shown: `spec.replicas`, `data.lease-duration`.
     pub field: String,
-    /// Its value before (`1`, `unset`, `unset (25%)`, `"15s"`); None where
-    /// the line shows only the value written (`spec.minAvailable 2`).
+    /// `1`, `unset`, `unset (25%)`, `"15s"`; None where the line shows only
+    /// the value written (`spec.minAvailable 2`).
     pub before: Option<String>,
-    /// Its value after (`removed` where the field goes).
+    /// [`REMOVED`] where the field goes.
     pub after: String,
-    /// The field is in a Deployment's pod template: writing it starts a
-    /// rollout (new pods).
+    /// In a Deployment's pod template: writing it starts a rollout.
     pub pod_template: bool,
 }
 
@@ -93,13 +88,12 @@ impl FieldChange {
     }
 }
 
-/// Whose the marked anti-affinity term a change removed is, as its line
-/// says (the engine writes the term for the policy).
+/// Whose marked anti-affinity term a change removed, as its line says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TermOwner {
-    /// The policy's: it no longer asks for one (the engine).
+    /// The policy's, which no longer asks for one.
     Policy,
-    /// The engine's own (`restore`).
+    /// The engine's own, in `restore`.
     Engine,
 }
 
@@ -118,60 +112,50 @@ pub enum What {
     /// Fields set or removed, in one line:
     /// `spec.minReplicas 1 -> 3, spec.maxReplicas 5 -> 7`.
     Fields(Vec<FieldChange>),
-    /// Not a change: `warning: TEXT`.
+    /// Not a change.
     Warning(String),
-    /// A recorded field already at its release value, the record removed:
-    /// `FIELD VALUE kept (the release value), record RECORD removed`.
+    /// A recorded field already at its release value, the record removed.
     KeptRelease {
         field: String,
         value: String,
         record: &'static str,
     },
     /// A recorded field someone else changed since the engine's last write
-    /// (`written`): theirs stays, the records go:
-    /// `FIELD VALUE kept: changed since the engine wrote WRITTEN; records removed`.
+    /// (`written`): theirs stays, the records go.
     KeptTheirs {
         field: String,
         value: String,
         written: String,
     },
-    /// An argument added to or removed from a container's args:
-    /// `container [NAME ]args +|- ARG` (no name: `restore`'s, in the
-    /// Knative container or every one).
+    /// An argument added to or removed from a container's args (no
+    /// container: `restore`'s, in the Knative container or every one).
     ContainerArg {
         container: Option<String>,
         arg: &'static str,
         added: bool,
     },
-    /// An argument already as recorded (there or absent), the record
-    /// removed: `ARG [absent ]as recorded; record RECORD removed`.
+    /// An argument already as recorded (there or absent), the record removed.
     ArgKept {
         arg: &'static str,
         present: bool,
         record: &'static str,
     },
-    /// The engine's pod anti-affinity term set: `pod anti-affinity set to
-    /// STRENGTH[, DOWNGRADED] on KEY`; `strength` is the term's type
-    /// (`Preferred`, `Required`), `downgraded` says why it is not the
-    /// policy's.
+    /// The engine's pod anti-affinity term set; `strength`: its type
+    /// (`Preferred`, `Required`), `downgraded`: why it is not the policy's.
     AntiAffinitySet {
         strength: &'static str,
         downgraded: Option<String>,
         topology_key: String,
     },
-    /// The engine's marked anti-affinity term removed: `pod anti-affinity:
-    /// the policy's own term removed` (`the engine's` in `restore`).
+    /// The engine's marked anti-affinity term removed.
     AntiAffinityRemoved(TermOwner),
-    /// `topology spread set to KEY (maxSkew N, WHEN, nodeTaintsPolicy P,
-    /// per ReplicaSet), ...`.
+    /// The policy's topology spread constraints set.
     SpreadSet(Vec<Spread>),
-    /// A PDB the reconciler created: `created, BUDGET, for
-    /// deployment/DEPLOYMENT, which has none`.
+    /// A PDB the reconciler created; `budget`: `maxUnavailable 1`.
     BudgetCreated { budget: String, deployment: String },
-    /// A created PDB's budget changed: `BEFORE -> AFTER` (`maxUnavailable 1`).
+    /// A created PDB's budget changed.
     BudgetChanged { before: String, after: String },
-    /// A created PDB deleted: `deleted, created for deployment/DEPLOYMENT
-    /// and no longer wanted`.
+    /// A created PDB deleted, no longer wanted.
     BudgetDeleted { deployment: String },
 }
 
@@ -310,20 +294,15 @@ impl fmt::Display for Spread {
 }
 
 /// `a, b, c`.
-fn joined<T: fmt::Display>(f: &mut fmt::Formatter<'_>, items: &[T]) -> fmt::Result {
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            f.write_str(", ")?;
-        }
-        write!(f, "{item}")?;
-    }
-    Ok(())
+fn joined<T: fmt::Display>(items: &[T]) -> String {
+    let items: Vec<String> = items.iter().map(T::to_string).collect();
+    items.join(", ")
 }
 
 impl fmt::Display for What {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            What::Fields(fields) => joined(f, fields),
+            What::Fields(fields) => f.write_str(&joined(fields)),
             What::Warning(text) => write!(f, "warning: {text}"),
             What::KeptRelease {
                 field,
@@ -382,10 +361,7 @@ impl fmt::Display for What {
                 };
                 write!(f, "pod anti-affinity: the {owner}'s own term removed")
             }
-            What::SpreadSet(list) => {
-                f.write_str("topology spread set to ")?;
-                joined(f, list)
-            }
+            What::SpreadSet(list) => write!(f, "topology spread set to {}", joined(list)),
             What::BudgetCreated { budget, deployment } => write!(
                 f,
                 "created, {budget}, for deployment/{deployment}, which has none"
@@ -410,11 +386,6 @@ impl serde::Serialize for Change {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
     }
-}
-
-/// The lines of `changes`.
-pub fn lines(changes: &[Change]) -> Vec<String> {
-    changes.iter().map(Change::to_string).collect()
 }
 
 #[cfg(test)]

@@ -1,29 +1,21 @@
-//! ConfigMap `config-leader-election`: only the keys the policy sets
-//! (`buckets`, `lease-duration`, `renew-deadline`, `retry-period`), as
-//! strings in Knative's format. Never `_example`, never Knative's annotations
-//! (Knative validates `_example` against its checksum annotation); the
-//! release value of a key is recorded before its first change
-//! ([`super::restore`], for the `restore` command). Durations equal in
-//! value to what is there (`1m` vs `60s`) are left as written. A recorded
-//! key the policy no longer sets (no `leaderElection`, or not that key) is
-//! put back, the durations only when what Knative then reads passes the
-//! merged check below (else they stay, with a warning).
-//!
-//! The policy's durations are merged over the ConfigMap's (Knative's
-//! defaults for keys neither sets) and checked with client-go's rules; when
-//! the merged set would make every leader-elected process exit, no duration
-//! is written and a warning names the rule and the values. The ConfigMap is
-//! read as Knative reads it: the legacy camelCase keys (`leaseDuration`,
-//! `renewDeadline`, `retryPeriod`) count unless the kebab-case key of the
-//! same duration is there.
-
-use std::borrow::Cow;
+//! ConfigMap `config-leader-election` (docs/policy.md says what and why):
+//! only the keys the policy sets, as strings in Knative's format (a
+//! duration equal in value, `1m` vs `60s`, is left as written), each
+//! recorded before its first change; never `_example` or Knative's
+//! annotations (Knative validates `_example` against its checksum
+//! annotation). The durations Knative would read once the policy's are
+//! merged in (legacy camelCase keys included) are checked with client-go's
+//! rules: where they would make every leader-elected process exit, none is
+//! written (a warning says why), and recorded ones are put back only where
+//! the result passes.
 
 use serde_json::{Map, Value, json};
 
 use super::change::What;
 use super::patch::Patcher;
+use super::records::{self, LEADER_ELECTION_KEYS, RecordedField};
 use super::{EngineError, Fault, Handled, LEADER_ELECTION_CONFIGMAP, Target};
+use crate::policy::LeaderElection;
 use crate::policy::duration::parse_go_duration;
 use crate::policy::validate::broken_timing_rules;
 use crate::policy::{DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD};
@@ -51,14 +43,6 @@ fn current<'v>(
     }
 }
 
-/// One duration as Knative will read it once the engine's keys are written:
-/// the key it comes from, its text and where that is.
-struct Read<'v> {
-    key: &'static str,
-    text: &'v str,
-    from: &'static str,
-}
-
 /// Where a legacy key's value comes from, as the warnings show it.
 const LEGACY: &str = "ConfigMap, legacy key Knative still reads";
 
@@ -66,54 +50,32 @@ const LEGACY: &str = "ConfigMap, legacy key Knative still reads";
 /// (`leaderelection/config.go`): the camelCase legacy key first, then the
 /// kebab-case key, which overrides only the key it names; Knative's default
 /// when neither is there. The policy's value is the kebab key the engine
-/// writes. `Err` says why Knative would refuse the ConfigMap whatever the
-/// engine writes (a legacy value it cannot parse).
-fn knative_reads<'v>(
+/// writes. `Ok`: the duration as the warnings show it (`KEY "TEXT" (FROM)`)
+/// and its nanoseconds; `Err`: why Knative would refuse it (a legacy value
+/// it cannot parse, whatever the engine writes).
+fn knative_reads(
     t: &Target<'_>,
-    ours: Option<&'v str>,
-    data: Option<&'v Map<String, Value>>,
+    ours: Option<&str>,
+    data: Option<&Map<String, Value>>,
     i: usize,
-) -> Result<Result<(Read<'v>, u128), String>, EngineError> {
+) -> Result<Result<(String, u128), String>, EngineError> {
     let legacy = current(t, data, LEGACY_KEYS[i])?;
-    if let Some(text) = legacy
-        && let Err(why) = parse_go_duration(text)
-    {
-        let key = LEGACY_KEYS[i];
-        return Ok(Err(format!(
-            "{key} {text:?} ({LEGACY}) is not a Go duration: {why}"
-        )));
-    }
-    let read = match (ours, current(t, data, TIMING_KEYS[i])?, legacy) {
-        (Some(text), _, _) => Read {
-            key: TIMING_KEYS[i],
-            text,
-            from: "policy",
-        },
-        (None, Some(text), _) => Read {
-            key: TIMING_KEYS[i],
-            text,
-            from: "ConfigMap",
-        },
-        (None, None, Some(text)) => Read {
-            key: LEGACY_KEYS[i],
-            text,
-            from: LEGACY,
-        },
-        (None, None, None) => Read {
-            key: TIMING_KEYS[i],
-            text: DEFAULTS[i],
-            from: "Knative default",
+    let (key, text, from) = match legacy.filter(|text| parse_go_duration(text).is_err()) {
+        Some(text) => (LEGACY_KEYS[i], text, LEGACY),
+        None => match (ours, current(t, data, TIMING_KEYS[i])?, legacy) {
+            (Some(text), _, _) => (TIMING_KEYS[i], text, "policy"),
+            (None, Some(text), _) => (TIMING_KEYS[i], text, "ConfigMap"),
+            (None, None, Some(text)) => (LEGACY_KEYS[i], text, LEGACY),
+            (None, None, None) => (TIMING_KEYS[i], DEFAULTS[i], "Knative default"),
         },
     };
-    let (key, text, from) = (read.key, read.text, read.from);
+    let shown = format!("{key} {text:?} ({from})");
     Ok(match parse_go_duration(text) {
         Ok(0) => Err(format!(
-            "{key} {text:?} ({from}) must be greater than zero (client-go leader election refuses to start otherwise)"
+            "{shown} must be greater than zero (client-go leader election refuses to start otherwise)"
         )),
-        Ok(ns) => Ok((read, ns)),
-        Err(why) => Err(format!(
-            "{key} {text:?} ({from}) is not a Go duration: {why}"
-        )),
+        Ok(ns) => Ok((shown, ns)),
+        Err(why) => Err(format!("{shown} is not a Go duration: {why}")),
     })
 }
 
@@ -125,69 +87,56 @@ fn merged_timing_problem(
     ours: [Option<&str>; 3],
     data: Option<&Map<String, Value>>,
 ) -> Result<Option<String>, EngineError> {
-    let mut merged = Vec::with_capacity(3);
+    let mut shown = Vec::with_capacity(3);
     let mut ns = [0u128; 3];
     for i in 0..3 {
         match knative_reads(t, ours[i], data, i)? {
             Ok((read, v)) => {
-                merged.push(read);
+                shown.push(read);
                 ns[i] = v;
             }
             Err(problem) => return Ok(Some(problem)),
         }
     }
     let broken = broken_timing_rules(ns[0], ns[1], ns[2]);
-    if broken.is_empty() {
-        return Ok(None);
-    }
-    // Only now, with something to say, are the values written out.
-    let shown: Vec<String> = merged
+    let problems: Vec<String> = broken
         .iter()
-        .map(|r| format!("{} {:?} ({})", r.key, r.text, r.from))
+        .map(|r| {
+            let (a, b) = r.fields();
+            r.message(&shown[a], &shown[b], ns[2])
+        })
         .collect();
-    Ok(Some(
-        broken
-            .iter()
-            .map(|r| {
-                let (a, b) = r.fields();
-                r.message(&shown[a], &shown[b], ns[2])
-            })
-            .collect::<Vec<_>>()
-            .join("; "),
-    ))
+    Ok((!problems.is_empty()).then(|| problems.join("; ")))
 }
 
-/// True for the keys of `config-leader-election` the duration rules read
-/// (kebab-case and legacy): what a snapshot's `leader_election` ([`super::Facts::leader_election`]) needs.
-pub fn is_duration_key(key: &str) -> bool {
-    TIMING_KEYS.contains(&key) || LEGACY_KEYS.contains(&key)
+/// The policy's durations (lease, renew, retry).
+fn durations(le: &LeaderElection) -> [Option<&str>; 3] {
+    [
+        le.lease_duration.as_deref(),
+        le.renew_deadline.as_deref(),
+        le.retry_period.as_deref(),
+    ]
 }
 
-/// The duration keys of a `config-leader-election`'s `data`.
-pub fn duration_data(data: &Map<String, Value>) -> Map<String, Value> {
-    data.iter()
-        .filter(|(k, _)| is_duration_key(k))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
+/// In [`context_data`]: the ConfigMap carries the opt-out label (a
+/// ConfigMap key never holds a `/`, so this cannot be a data key).
+const SKIPPED_MARK: &str = "knativeha.dev/skipped";
+/// In [`context_data`]: the Knative Operator's resource owning the
+/// ConfigMap (`Kind/name`).
+const OPERATOR_OWNER_MARK: &str = "knativeha.dev/operator-owner";
 
-/// In a snapshot's `leader_election` ([`super::Facts::leader_election`]): the ConfigMap carries the opt-out
-/// label (a ConfigMap key never holds a `/`, so this cannot be a data key).
-pub const SKIPPED_MARK: &str = "knativeha.dev/skipped";
-/// In a snapshot's `leader_election` ([`super::Facts::leader_election`]): the Knative Operator's resource
-/// owning the ConfigMap (`Kind/name`).
-pub const OPERATOR_OWNER_MARK: &str = "knativeha.dev/operator-owner";
-
-/// What a snapshot's `leader_election` ([`super::Facts::leader_election`]) holds of a whole
-/// `config-leader-election` object: its duration keys, and whether the
-/// engine leaves it unchanged whatever the policy (the opt-out label) or
-/// unless the policy governs the Operator's objects.
+/// What a snapshot's `leader_election` ([`super::Facts::leader_election`])
+/// holds of a whole `config-leader-election` object: the duration keys the
+/// rules read (kebab-case and legacy), and whether the engine leaves it
+/// unchanged whatever the policy (the opt-out label) or unless the policy
+/// governs the Operator's objects.
 pub fn context_data(object: &Value) -> Map<String, Value> {
-    let mut out = object
-        .get(DATA)
-        .and_then(Value::as_object)
-        .map(duration_data)
-        .unwrap_or_default();
+    let data = object.get(DATA).and_then(Value::as_object).into_iter();
+    let mut out: Map<String, Value> = data
+        .flatten()
+        .filter(|(k, _)| TIMING_KEYS.contains(&k.as_str()) || LEGACY_KEYS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let metadata = object.get("metadata").and_then(Value::as_object);
     if super::skipped(metadata) {
         out.insert(SKIPPED_MARK.into(), Value::Bool(true));
@@ -213,21 +162,15 @@ pub(crate) fn left_unchanged(t: &Target<'_>, data: &Map<String, Value>) -> Optio
 }
 
 /// Whether `config-leader-election` holding `data` holds the policy's
-/// durations back: the decision of [`mutate`] (the same function), for a
-/// leader-elected Deployment's hash ([`super::leader`]). A value Knative
-/// would refuse (not a string) holds them back too: nothing is written.
-/// (The ConfigMap's records of durations being undone at the same time are
-/// not known here: the Deployment's view has only the duration keys.)
+/// durations back, as [`mutate`] decides (a value Knative would refuse
+/// too), for a leader-elected Deployment's hash. (The records the ConfigMap
+/// undoes at the same time are not known here.)
 pub(crate) fn durations_held_back(
     t: &Target<'_>,
-    le: &crate::policy::LeaderElection,
+    le: &LeaderElection,
     data: &Map<String, Value>,
 ) -> bool {
-    let ours = [
-        le.lease_duration.as_deref(),
-        le.renew_deadline.as_deref(),
-        le.retry_period.as_deref(),
-    ];
+    let ours = durations(le);
     ours.iter().any(Option::is_some)
         && !matches!(merged_timing_problem(t, ours, Some(data)), Ok(None))
 }
@@ -239,13 +182,8 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     }
     let le = t.policy.spec.leader_election.as_ref();
     let buckets = le.and_then(|le| if le.is_enabled() { le.buckets } else { Some(1) });
-    let ours = le.map_or([None; 3], |le| {
-        [
-            le.lease_duration.as_deref(),
-            le.renew_deadline.as_deref(),
-            le.retry_period.as_deref(),
-        ]
-    });
+    let buckets = buckets.map(|b| b.to_string());
+    let ours = le.map_or([None; 3], durations);
     // The recorded keys no policy setting asks for any more: undone.
     let unasked = unasked(t, buckets.is_some(), ours);
     if le.is_none() && unasked.is_empty() {
@@ -253,39 +191,29 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     }
     let data = t.object_at(&[DATA])?;
     let mut changes = Vec::new();
-    let undo = undo_plan(t, data, ours, &unasked)?;
-    let timings = if undo.problem.is_some() {
-        [None, None, None]
-    } else {
-        ours
-    };
-    let [lease, renew, retry] = timings.map(|v| v.map(Cow::Borrowed));
-    let wanted: [(&str, Option<Cow<'_, str>>, bool); 4] = [
-        (BUCKETS, buckets.map(|b| Cow::Owned(b.to_string())), false),
-        (TIMING_KEYS[0], lease, true),
-        (TIMING_KEYS[1], renew, true),
-        (TIMING_KEYS[2], retry, true),
-    ];
+    let (problem, undo_problem) = undo_plan(t, data, ours, &unasked)?;
+    let timings = if problem.is_some() { [None; 3] } else { ours };
+    let wanted = TIMING_KEYS.into_iter().zip(timings);
     let mut p: Option<Patcher> = None;
-    for (key, want, is_duration) in wanted {
+    for (key, want) in [(BUCKETS, buckets.as_deref())].into_iter().chain(wanted) {
         let Some(want) = want else { continue };
         let current = current(t, data, key)?;
-        let same = match current {
-            Some(cur) if cur == want.as_ref() => true,
-            Some(cur) if is_duration => {
-                matches!((parse_go_duration(cur), parse_go_duration(&want)), (Ok(a), Ok(b)) if a == b)
-            }
-            _ => false,
-        };
+        let same = current.is_some_and(|cur| {
+            cur == want
+                || (key != BUCKETS
+                    && matches!((parse_go_duration(cur), parse_go_duration(want)), (Ok(a), Ok(b)) if a == b))
+        });
         if same {
             continue;
         }
-        let records = super::records::recorded_key(key);
-        let pt = super::records::patcher(t, &mut p, &records)?;
+        let keys = LEADER_ELECTION_KEYS.iter().filter(|r| r.path[1] == key);
+        let recorded: Vec<&RecordedField> = keys.collect();
+        let pt = records::patcher(t, &mut p, &recorded)?;
         pt.set(&[DATA, key], json!(want))
             .map_err(|e| t.malformed(e))?;
-        for r in records {
-            super::records::note_written(t, pt, r, &json!(want))?;
+        // The engine's last write, to tell a later change of someone else's.
+        for w in recorded.iter().filter_map(|r| r.written) {
+            records::annotate(t, pt, w, json!(want).to_string())?;
         }
         let before = current.map_or("unset".to_string(), |c| format!("{c:?}"));
         let field = What::field(format!("{DATA}.{key}"), before, format!("{want:?}"));
@@ -294,16 +222,16 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     for r in &unasked {
         // A key someone else changed since the engine wrote it keeps their
         // value: only its records go, whatever the durations' check says.
-        if undo.durations || !TIMING_KEYS.contains(&r.path[1]) || theirs(t, r)? {
-            super::records::undo(t, &mut p, r, &mut changes)?;
+        if undo_problem.is_none() || !TIMING_KEYS.contains(&r.path[1]) || theirs(t, r)? {
+            records::undo(t, &mut p, r, &mut changes)?;
         }
     }
-    if let Some(problem) = undo.problem {
+    if let Some(problem) = problem {
         changes.push(t.change(What::Warning(format!(
             "leader election durations not written: {problem}"
         ))));
     }
-    if let Some(problem) = undo.undo_problem {
+    if let Some(problem) = undo_problem {
         changes.push(t.change(What::Warning(format!(
             "the recorded release durations are not put back (records kept): {problem}"
         ))));
@@ -314,39 +242,24 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
 /// The records of the keys the policy does not set (`buckets`: whether it
 /// sets the buckets; `ours`: its durations): what no policy setting asks
 /// for any more. Only annotations are looked at.
-fn unasked(
-    t: &Target<'_>,
-    buckets: bool,
-    ours: [Option<&str>; 3],
-) -> Vec<&'static super::records::RecordedField> {
+fn unasked(t: &Target<'_>, buckets: bool, ours: [Option<&str>; 3]) -> Vec<&'static RecordedField> {
     let asked = |key: &str| match TIMING_KEYS.iter().position(|k| *k == key) {
         Some(i) => ours[i].is_some(),
         None => buckets,
     };
-    super::records::LEADER_ELECTION_KEYS
+    LEADER_ELECTION_KEYS
         .iter()
         .filter(|r| !asked(r.path[1]))
-        .filter(|r| super::records::annotation(t.object, r.annotation).is_some())
+        .filter(|r| records::annotation(t.object, r.annotation).is_some())
         .collect()
 }
 
 /// Whether someone else changed `r`'s key since the engine wrote it (its
 /// value stays when the record goes).
-fn theirs(t: &Target<'_>, r: &super::records::RecordedField) -> Result<bool, EngineError> {
-    super::records::changed_since_written(t.object, r)
+fn theirs(t: &Target<'_>, r: &RecordedField) -> Result<bool, EngineError> {
+    records::changed_since_written(t.object, r)
         .map(|last| last.is_some())
         .map_err(|e| t.malformed(e))
-}
-
-/// What the merged-duration check allows once the unasked records are
-/// undone.
-struct UndoPlan {
-    /// Why the policy's durations are held back (None: written).
-    problem: Option<String>,
-    /// Whether the recorded durations are put back.
-    durations: bool,
-    /// Why they are not.
-    undo_problem: Option<String>,
 }
 
 /// Checks the durations Knative would read with the unasked recorded
@@ -354,12 +267,14 @@ struct UndoPlan {
 /// policy's written: both when that is valid; else the undo alone when
 /// that is; else neither (the ConfigMap keeps its durations, as when the
 /// policy's are held back). Never a ConfigMap client-go would refuse.
+/// Why the policy's durations are held back, and why the recorded ones are
+/// not put back (None: written, put back).
 fn undo_plan(
     t: &Target<'_>,
     data: Option<&Map<String, Value>>,
     ours: [Option<&str>; 3],
-    unasked: &[&super::records::RecordedField],
-) -> Result<UndoPlan, EngineError> {
+    unasked: &[&RecordedField],
+) -> Result<(Option<String>, Option<String>), EngineError> {
     let mut undone = Vec::new();
     for r in unasked {
         if TIMING_KEYS.contains(&r.path[1]) && !theirs(t, r)? {
@@ -367,39 +282,24 @@ fn undo_plan(
         }
     }
     let writes = ours.iter().any(Option::is_some);
+    let problem = |data| match writes {
+        true => merged_timing_problem(t, ours, data),
+        false => Ok(None),
+    };
     if undone.is_empty() {
-        let problem = match writes {
-            true => merged_timing_problem(t, ours, data)?,
-            false => None,
-        };
-        return Ok(UndoPlan {
-            problem,
-            durations: false,
-            undo_problem: None,
-        });
+        return Ok((problem(data)?, None));
     }
     let mut after = data.cloned().unwrap_or_default();
     for r in &undone {
-        match super::records::recorded(t.object, r).map_err(|e| t.malformed(e))? {
-            Some(Some(value)) => {
-                after.insert(r.path[1].to_string(), value);
-            }
-            _ => {
-                after.remove(r.path[1]);
-            }
-        }
+        match records::recorded(t.object, r).map_err(|e| t.malformed(e))? {
+            Some(Some(value)) => after.insert(r.path[1].to_string(), value),
+            _ => after.remove(r.path[1]),
+        };
     }
-    let both = match writes {
-        true => merged_timing_problem(t, ours, Some(&after))?,
-        false => None,
-    };
+    let both = problem(Some(&after))?;
     let alone = match &both {
         None if writes => None,
         _ => merged_timing_problem(t, [None; 3], Some(&after))?,
     };
-    Ok(UndoPlan {
-        problem: both,
-        durations: alone.is_none(),
-        undo_problem: alone,
-    })
+    Ok((both, alone))
 }

@@ -1,12 +1,12 @@
 //! The marks of a PodDisruptionBudget the reconciler created
 //! ([`super::budgets`]), and how a release's apply over one shows.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::records::ANNOTATIONS;
 
 /// The budget fields of a PDB's `spec`.
-pub(crate) const FIELDS: [&str; 2] = ["minAvailable", "maxUnavailable"];
+const FIELDS: [&str; 2] = ["minAvailable", "maxUnavailable"];
 pub(crate) const SPEC: &[&str] = &["spec"];
 
 /// The annotation that marks a PDB this tool created, naming its Deployment.
@@ -16,17 +16,15 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "knative-h
 
 /// The annotation kubectl's client-side apply records what it applied in;
 /// a created PDB never carries it.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub(crate) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 const LABELS: &[&str] = &["metadata", "labels"];
 
-/// The Deployment a PDB was created for (None for every other object). A
-/// created budget carries all of its marks: the annotation naming the
-/// Deployment, the managed-by label, and the name `<deployment>-pdb`; and
-/// it is never a budget Knative ships (`activator-pdb` with the annotation
-/// added by hand is Knative's, not ours to delete). Anyone who may edit a
-/// PDB can add an annotation; the reconciler deletes what this says it
-/// created.
+/// The Deployment a PDB was created for (None for every other object): it
+/// carries all of the marks (the annotation naming the Deployment, the
+/// managed-by label, the name `<deployment>-pdb`) and is never a budget
+/// Knative ships (`activator-pdb` with the annotation added by hand is not
+/// ours to delete): the reconciler deletes what this says it created.
 pub fn created_for(object: &Value) -> Option<&str> {
     let deployment = super::lookup(object, ANNOTATIONS)?
         .get(CREATED_FOR)?
@@ -59,8 +57,16 @@ pub fn taken_over(object: &Value) -> bool {
 /// Whether the PDB holds both budget fields (which no writer sets alone:
 /// the API server refuses it unless a webhook takes one out).
 pub(crate) fn holds_both_fields(object: &Value) -> bool {
-    let spec = super::lookup(object, SPEC);
+    budget(super::lookup(object, SPEC).and_then(Value::as_object)).len() == FIELDS.len()
+}
+
+/// The budget fields of `spec` that are set.
+pub(crate) fn budget(spec: Option<&Map<String, Value>>) -> Map<String, Value> {
     FIELDS
         .iter()
-        .all(|f| spec.and_then(|s| s.get(*f)).is_some_and(|v| !v.is_null()))
+        .filter_map(|f| {
+            let v = spec?.get(*f).filter(|v| !v.is_null())?;
+            Some((f.to_string(), v.clone()))
+        })
+        .collect()
 }

@@ -6,9 +6,7 @@
 //! the first change and put back when no policy setting asks for them any
 //! more ([`super::restore`]).
 
-use std::borrow::Cow;
-
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::affinity::{ANTI_AFFINITY, MATCH_LABELS};
 use super::change::{Change, FieldChange, Spread, TermOwner, What};
@@ -20,7 +18,7 @@ use super::restore;
 use super::{EngineError, Fault, Handled, Target, affinity, leader};
 use crate::knative;
 use crate::policy::validate::parse_percent;
-use crate::policy::{AntiAffinityType, PodAntiAffinity, TopologySpread};
+use crate::policy::{AntiAffinityType, PodAntiAffinity};
 
 const REPLICAS: &[&str] = &["spec", "replicas"];
 const SPREAD: &[&str] = &["spec", "template", "spec", "topologySpreadConstraints"];
@@ -28,51 +26,26 @@ const MAX_UNAVAILABLE: &[&str] = ROLLOUT_MAX_UNAVAILABLE.path;
 
 use super::affinity::POD_TEMPLATE_HASH;
 
-/// The topologySpreadConstraints value the policy wants. Each constraint
-/// counts only the pods of one ReplicaSet (`matchLabelKeys:
-/// [pod-template-hash]`), so a rollout's new pods are spread on their own
-/// instead of around the old ones they replace, and by default leaves out
-/// nodes with taints the pods do not tolerate (`nodeTaintsPolicy: Honor`),
-/// so a lost zone stops counting as a domain.
-pub fn spread_value(list: &[TopologySpread], match_labels: &Value) -> Value {
-    Value::Array(
-        list.iter()
-            .map(|c| {
-                json!({
-                    "labelSelector": {"matchLabels": match_labels},
-                    "matchLabelKeys": [POD_TEMPLATE_HASH],
-                    "maxSkew": c.max_skew(),
-                    "nodeTaintsPolicy": c.node_taints_policy().as_str(),
-                    "topologyKey": c.topology_key,
-                    "whenUnsatisfiable": c.when_unsatisfiable().as_str(),
-                })
-            })
-            .collect(),
-    )
-}
-
-/// The anti-affinity the engine writes for `deployment`: the policy's,
-/// except that Required becomes Preferred on a Deployment an HPA scales
-/// (its replicas go beyond the number of nodes or zones, and every one
-/// beyond would stay Pending). The second value says why the type is not
-/// the policy's, when it differs.
-fn effective_anti_affinity<'p>(
+/// The anti-affinity the engine writes: the policy's, except Preferred for
+/// Required on a Deployment an HPA scales (its replicas beyond the number
+/// of domains would stay Pending), with why.
+fn effective_anti_affinity(
     t: &Target<'_>,
-    aa: Option<&'p PodAntiAffinity>,
-) -> (Option<Cow<'p, PodAntiAffinity>>, Option<String>) {
+    aa: Option<&PodAntiAffinity>,
+) -> (Option<PodAntiAffinity>, Option<String>) {
     match aa {
         Some(a) if a.kind == AntiAffinityType::Required && t.is_hpa_backed(t.name) => {
             let preferred = PodAntiAffinity {
                 kind: AntiAffinityType::Preferred,
-                topology_key: a.topology_key.clone(),
+                ..a.clone()
             };
             let why = format!(
                 "not the policy's Required: an HPA scales this Deployment, and its replicas beyond the number of {} domains would stay Pending",
                 a.topology_key()
             );
-            (Some(Cow::Owned(preferred)), Some(why))
+            (Some(preferred), Some(why))
         }
-        other => (other.map(Cow::Borrowed), None),
+        other => (other.cloned(), None),
     }
 }
 
@@ -90,7 +63,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         .and_then(|w| w.pod_anti_affinity.as_ref())
         .or(t.policy.spec.pod_anti_affinity.as_ref());
     let (aa, downgraded) = effective_anti_affinity(t, asked);
-    let aa = aa.as_deref();
+    let aa = aa.as_ref();
     let match_labels = t.object_at(MATCH_LABELS)?;
     for (k, v) in match_labels.into_iter().flatten() {
         if !v.is_string() {
@@ -112,7 +85,10 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         && replicas > 1
     {
         rolling_update(t, replicas, &mut p, &mut changes)?;
-        changes.push(t.change(strands(aa, replicas)));
+        let key = aa.topology_key();
+        changes.push(t.change(What::Warning(format!(
+            "Required anti-affinity on {key} puts each of the {replicas} replicas in its own {key} domain: with {replicas} domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them)"
+        ))));
     } else {
         records::undo(t, &mut p, &ROLLOUT_MAX_UNAVAILABLE, &mut changes)?;
     }
@@ -135,15 +111,13 @@ fn replicas(
     changes: &mut Vec<Change>,
 ) -> Result<i64, EngineError> {
     let current = t.int_at(REPLICAS)?;
-    let want = if t.is_hpa_backed(t.name) || knative::is_scaled_on_demand(t.name) {
-        None
-    } else if t.ha_disabled() {
-        Some(1)
-    } else {
-        t.wanted_replicas(t.name)
+    let owned = !t.is_hpa_backed(t.name) && !knative::is_scaled_on_demand(t.name);
+    let want = match owned && t.ha_disabled() {
+        true => Some(1),
+        false => t.wanted_replicas(t.name).filter(|_| owned),
     };
     let Some(n) = want else {
-        if !t.is_hpa_backed(t.name) && !knative::is_scaled_on_demand(t.name) {
+        if owned {
             records::undo(t, p, &RECORDED_REPLICAS, changes)?;
         }
         let after = p.as_ref().map_or(t.object, |p| &p.doc);
@@ -160,14 +134,6 @@ fn replicas(
     Ok(i64::from(n))
 }
 
-/// The warning of Required anti-affinity over `replicas` replicas.
-pub fn strands(aa: &PodAntiAffinity, replicas: i64) -> What {
-    let key = aa.topology_key();
-    What::Warning(format!(
-        "Required anti-affinity on {key} puts each of the {replicas} replicas in its own {key} domain: with {replicas} domains or fewer, a replica stays Pending when one is lost or drained, and every later rollout waits for it (a topologySpreadConstraints entry with DoNotSchedule keeps replicas apart without stranding them)"
-    ))
-}
-
 fn anti_affinity(
     t: &Target<'_>,
     aa: Option<&PodAntiAffinity>,
@@ -177,23 +143,12 @@ fn anti_affinity(
     changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
     let current = super::lookup(t.object, ANTI_AFFINITY);
-    if aa.is_none() && current.is_none() {
-        return Ok(());
-    }
-    // An empty podAntiAffinity is what removing the engine's own term left
-    // when it was the only one: it goes too (with an emptied `affinity`).
-    let emptied = current.is_some_and(|v| v.as_object().is_some_and(Map::is_empty));
-    let wanted = affinity::wanted(aa, ml, current).map_err(|e| t.malformed(e))?;
-    let Some(value) = wanted.or_else(|| emptied.then(|| Value::Object(Map::new()))) else {
+    let Some(value) = affinity::wanted(aa, ml, current).map_err(|e| t.malformed(e))? else {
         return Ok(());
     };
     super::check_parents(t, ANTI_AFFINITY)?;
     let pt = p.get_or_insert_with(|| Patcher::new(t.object));
-    if value.as_object().is_some_and(Map::is_empty) {
-        records::remove_pruned(pt, ANTI_AFFINITY);
-    } else {
-        pt.set(ANTI_AFFINITY, value).map_err(|e| t.malformed(e))?;
-    }
+    affinity::put(pt, value).map_err(|e| t.malformed(e))?;
     changes.push(
         t.change(match aa.filter(|a| a.kind != AntiAffinityType::None) {
             Some(aa) => What::AntiAffinitySet {
@@ -221,14 +176,7 @@ fn spread(
     else {
         return records::undo(t, p, &TOPOLOGY_SPREAD, changes);
     };
-    let value = spread_value(list, &Value::Object(ml.clone()));
-    if super::lookup(t.object, SPREAD) == Some(&value) {
-        return Ok(());
-    }
-    super::check_parents(t, SPREAD)?;
-    let pt = records::patcher(t, p, &[&TOPOLOGY_SPREAD])?;
-    pt.set(SPREAD, value).map_err(|e| t.malformed(e))?;
-    let shown = list
+    let wanted: Vec<Spread> = list
         .iter()
         .map(|c| Spread {
             topology_key: c.topology_key.clone(),
@@ -237,7 +185,29 @@ fn spread(
             node_taints_policy: c.node_taints_policy().as_str(),
         })
         .collect();
-    changes.push(t.change(What::SpreadSet(shown)));
+    // Each constraint counts only the pods of one ReplicaSet, so a
+    // rollout's new pods are spread on their own instead of around the old
+    // ones they replace; `nodeTaintsPolicy: Honor` (the default) leaves out
+    // nodes with taints the pods do not tolerate, so a lost zone stops
+    // counting as a domain.
+    let value: Value = wanted
+        .iter()
+        .map(|s| {
+            json!({
+                "labelSelector": {"matchLabels": ml},
+                "matchLabelKeys": [POD_TEMPLATE_HASH],
+                "maxSkew": s.max_skew,
+                "nodeTaintsPolicy": s.node_taints_policy,
+                "topologyKey": s.topology_key,
+                "whenUnsatisfiable": s.when_unsatisfiable,
+            })
+        })
+        .collect();
+    if super::lookup(t.object, SPREAD) == Some(&value) {
+        return Ok(());
+    }
+    records::write(t, p, &TOPOLOGY_SPREAD, value)?;
+    changes.push(t.change(What::SpreadSet(wanted)));
     Ok(())
 }
 
@@ -268,10 +238,7 @@ fn rolling_update(
     if resolved > 0 {
         return Ok(());
     }
-    super::check_parents(t, MAX_UNAVAILABLE)?;
-    let pt = records::patcher(t, p, &[&ROLLOUT_MAX_UNAVAILABLE])?;
-    pt.set(MAX_UNAVAILABLE, json!(1))
-        .map_err(|e| t.malformed(e))?;
+    records::write(t, p, &ROLLOUT_MAX_UNAVAILABLE, json!(1))?;
     let field = What::field(
         MAX_UNAVAILABLE.join("."),
         records::show_rolling(current),
@@ -286,8 +253,7 @@ fn rolling_update(
 const PRIORITY_CLASS_PATH: &[&str] = &["spec", "template", "spec", "priorityClassName"];
 
 /// The pods' PriorityClass, when the policy names one (the workload's,
-/// else the global one); the release's value is recorded and put back when
-/// no policy names one any more.
+/// else the global one); recorded, and put back when none does.
 fn priority_class(
     t: &Target<'_>,
     p: &mut Option<Patcher>,
@@ -316,10 +282,7 @@ fn priority_class(
     if current == Some(want) {
         return Ok(());
     }
-    super::check_parents(t, PRIORITY_CLASS_PATH)?;
-    let pt = records::patcher(t, p, &[&PRIORITY_CLASS])?;
-    pt.set(PRIORITY_CLASS_PATH, json!(want))
-        .map_err(|e| t.malformed(e))?;
+    records::write(t, p, &PRIORITY_CLASS, json!(want))?;
     let field = What::Fields(vec![FieldChange::at(
         PRIORITY_CLASS_PATH,
         current.unwrap_or("unset"),

@@ -1,24 +1,20 @@
-//! HorizontalPodAutoscalers (autoscaling/v2 and v1): the Knative Operator's
-//! rule, computed from the values the engine did not write itself. With
-//! effective replicas N for the target Deployment and originals (min, max):
-//! when `min < N`, `minReplicas = N` and `maxReplicas = max + (N - min)`;
-//! otherwise the originals. So lowering or removing the policy (or turning
-//! leader election off) brings the HPA back down, never below what others
-//! set.
-//!
-//! The originals are recorded in [`ORIGINAL_MIN`] / [`ORIGINAL_MAX`] when
-//! the engine first changes the HPA, and what it writes in [`WRITTEN_MIN`] /
-//! [`WRITTEN_MAX`]. A value that differs from the engine's last write was
-//! set by someone else since (a release's `kubectl apply`, an admin): it is
-//! that field's new original, as the Operator starts from the current
-//! values. (HPAs an earlier engine changed carry the originals only: values
-//! the rule cannot have produced from them count as set since.)
+//! HorizontalPodAutoscalers (docs/policy.md says what and why): the Knative
+//! Operator's rule from the originals (min, max) and the Deployment's
+//! effective replicas N: when `min < N`, `minReplicas = N` and
+//! `maxReplicas = max + (N - min)`; otherwise the originals, so lowering or
+//! removing the policy brings the HPA back down, never below what others
+//! set. The originals are recorded in [`ORIGINAL_MIN`] / [`ORIGINAL_MAX`],
+//! the engine's writes in [`WRITTEN_MIN`] / [`WRITTEN_MAX`]; a value that
+//! differs from the engine's last write was set by someone else since and
+//! is that field's new original. (HPAs an earlier engine changed carry the
+//! originals only: values the rule cannot have produced from them count as
+//! set since.)
 
 use serde_json::{Value, json};
 
 use super::change::{FieldChange, What};
 use super::patch::Patcher;
-use super::records::{ANNOTATIONS, hpa_original_honoured};
+use super::records::{self, ANNOTATIONS, hpa_original_honoured};
 use super::records::{ORIGINAL_MAX, ORIGINAL_MIN, WRITTEN_MAX, WRITTEN_MIN};
 use super::{EngineError, Fault, Handled, Target};
 
@@ -38,10 +34,7 @@ fn recorded(t: &Target<'_>, key: &str) -> Result<Option<i64>, EngineError> {
 }
 
 fn pair(t: &Target<'_>, keys: [&str; 2]) -> Result<Option<(i64, i64)>, EngineError> {
-    Ok(match (recorded(t, keys[0])?, recorded(t, keys[1])?) {
-        (Some(a), Some(b)) => Some((a, b)),
-        _ => None,
-    })
+    Ok(recorded(t, keys[0])?.zip(recorded(t, keys[1])?))
 }
 
 /// The Operator's rule: `(min, max)` from the originals and N, `maxReplicas`
@@ -132,42 +125,33 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     };
     let min = current_min.unwrap_or(1);
     let (orig, since) = originals(t, (min, max))?;
-    let n = if t.ha_disabled() {
-        None
-    } else {
-        t.wanted_replicas(target).map(i64::from)
-    };
+    let n = t.wanted_replicas(target).filter(|_| !t.ha_disabled());
+    let n = n.map(i64::from);
     let (want_min, want_max) = rule(orig, n);
     if want_min == min && want_max == max {
         return Ok((None, Vec::new()));
     }
     let mut p = Patcher::new(t.object);
-    super::check_parents(t, &["metadata", "annotations", ORIGINAL_MIN])?;
     for (key, v) in [
         (ORIGINAL_MIN, orig.0),
         (ORIGINAL_MAX, orig.1),
         (WRITTEN_MIN, want_min),
         (WRITTEN_MAX, want_max),
     ] {
-        p.set(&["metadata", "annotations", key], json!(v.to_string()))
-            .map_err(|e| t.malformed(e))?;
+        records::annotate(t, &mut p, key, v.to_string())?;
     }
     let mut fields = Vec::new();
     if want_min != min || current_min.is_none() {
         p.set(MIN, json!(want_min)).map_err(|e| t.malformed(e))?;
         let before = current_min.map_or("unset".to_string(), |m| m.to_string());
-        fields.push(FieldChange::new(
-            MIN.join("."),
-            before,
-            want_min.to_string(),
-        ));
+        fields.push(FieldChange::at(MIN, before, Some(want_min.to_string())));
     }
     if want_max != max {
         p.set(MAX, json!(want_max)).map_err(|e| t.malformed(e))?;
-        fields.push(FieldChange::new(
-            MAX.join("."),
+        fields.push(FieldChange::at(
+            MAX,
             max.to_string(),
-            want_max.to_string(),
+            Some(want_max.to_string()),
         ));
     }
     let from = if since.is_empty() {

@@ -1,10 +1,7 @@
-//! The kinds the engine governs, declared once: how each is recognised
-//! (apiVersion and kind), read and written (its API resource), named in
-//! change lines and mutated, and which of its fields `restore` puts back.
-//! [`Kind`]'s methods, the engine's dispatch,
-//! `restore`, the reconciler's listing, API resources and drift metrics,
-//! the admission metrics' `kind` label and the test kit's resource table
-//! read [`KINDS`].
+//! The kinds the engine governs, declared once: how each is recognised,
+//! read and written, named in change lines and mutated, and which of its
+//! fields `restore` puts back. Everything that handles a kind (the engine,
+//! `restore`, the reconciler, the metrics, the test kit) reads [`KINDS`].
 //!
 //! Governing a new kind (say `apps/v1` StatefulSets) takes:
 //! - a [`Kind`] variant and one entry here, naming its handler module
@@ -34,9 +31,8 @@ pub struct KindSpec {
     pub name: &'static str,
     /// The apiVersions it is governed in.
     pub api_versions: &'static [&'static str],
-    /// The API resource it is read and written as: group, version, plural
-    /// (a Scale's is its Deployment's: the reconciler reads and writes the
-    /// Deployment, the webhook sees `deployments/scale`).
+    /// The API resource it is read and written as (a Scale's is its
+    /// Deployment's; the webhook sees `deployments/scale`).
     pub group: &'static str,
     pub version: &'static str,
     pub plural: &'static str,
@@ -48,11 +44,9 @@ pub struct KindSpec {
     pub prefix: &'static str,
     /// Whether the reconciler lists and writes it.
     pub listed: bool,
-    /// The fields the engine records before changing them, which `restore`
-    /// puts back (a PDB's budget is one record of its own, [`super::pdb`];
-    /// a ConfigMap's only for `config-leader-election`).
+    /// The fields the engine records before changing them (a PDB's budget
+    /// is one record of its own, [`super::pdb`]).
     pub records: &'static [RecordedField],
-    /// The handler.
     pub(crate) mutate: fn(&Target<'_>) -> Result<Handled, EngineError>,
 }
 

@@ -16,6 +16,7 @@ use super::{DISABLE_HA_FLAG, EngineError, Fault, Target};
 use crate::knative;
 use crate::policy::LeaderElection;
 use crate::policy::duration::parse_go_duration;
+use crate::policy::schema_check::show;
 
 /// Pod-template annotation holding [`settings_hash`].
 pub const HASH_ANNOTATION: &str = "knativeha.dev/leader-election-hash";
@@ -37,74 +38,43 @@ pub(crate) fn hash_field() -> String {
     format!("pod template annotation {HASH_ANNOTATION}")
 }
 
-/// FNV-1a 64 (stable across builds and Rust versions, unlike `DefaultHasher`),
-/// fed through `fmt::Write` so the hashed text is never built.
-struct Fnv1a(u64);
-
-impl std::fmt::Write for Fnv1a {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0 = s.bytes().fold(self.0, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        Ok(())
-    }
-}
-
 /// A hash of the effective leader election settings (buckets and the three
-/// durations, normalised so `1m` and `60s` agree): FNV-1a 64 of
+/// durations, normalised so `1m` and `60s` agree): FNV-1a 64 (stable across
+/// builds and Rust versions, unlike `DefaultHasher`) of
 /// `enabled=..;buckets=..;lease=..;renew=..;retry=..` as 16 hex digits.
 pub fn settings_hash(le: &LeaderElection) -> String {
-    settings_hash_text(le, false).as_str().to_string()
+    settings_hash_of(le, false)
 }
 
-/// [`settings_hash`] without an allocation (it runs on every admission of
-/// a leader-elected Deployment); with `held_back`, as if the policy set no
-/// duration (`config-leader-election` gets none of them).
-fn settings_hash_text(le: &LeaderElection, held_back: bool) -> HashText {
-    use std::fmt::Write as _;
-    struct Duration<'a>(&'a Option<String>);
-    impl std::fmt::Display for Duration<'_> {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            match self.0.as_deref().map(|v| (v, parse_go_duration(v))) {
-                Some((_, Ok(ns))) => write!(f, "{ns}"),
-                Some((v, Err(_))) => f.write_str(v),
-                None => f.write_str("default"),
-            }
-        }
-    }
-    let buckets = if le.is_enabled() { le.buckets } else { Some(1) };
-    let mut h = Fnv1a(0xcbf2_9ce4_8422_2325);
-    // Writing into a hasher cannot fail.
-    let _ = write!(h, "enabled={};buckets=", le.is_enabled());
-    let _ = match buckets {
-        Some(b) => write!(h, "{b}"),
-        None => h.write_str("default"),
+/// [`settings_hash`]; with `held_back`, as if the policy set no duration
+/// (`config-leader-election` gets none of them).
+fn settings_hash_of(le: &LeaderElection, held_back: bool) -> String {
+    let duration = |d: &Option<String>| match d.as_deref().filter(|_| !held_back) {
+        Some(v) => parse_go_duration(v).map_or(v.to_string(), |ns| ns.to_string()),
+        None => "default".to_string(),
     };
-    let none = &None;
-    let written = |d| if held_back { none } else { d };
-    let _ = write!(
-        h,
-        ";lease={};renew={};retry={}",
-        Duration(written(&le.lease_duration)),
-        Duration(written(&le.renew_deadline)),
-        Duration(written(&le.retry_period))
+    let buckets = if le.is_enabled() { le.buckets } else { Some(1) };
+    let text = format!(
+        "enabled={};buckets={};lease={};renew={};retry={}",
+        le.is_enabled(),
+        buckets.map_or("default".to_string(), |b| b.to_string()),
+        duration(&le.lease_duration),
+        duration(&le.renew_deadline),
+        duration(&le.retry_period)
     );
-    let mut text = [0u8; 16];
-    for (i, byte) in text.iter_mut().enumerate() {
-        let nibble = (h.0 >> (60 - 4 * i)) & 0xf;
-        *byte = b"0123456789abcdef"[nibble as usize];
-    }
-    HashText(text)
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{hash:016x}")
 }
 
-/// 16 lower-case hex digits.
-struct HashText([u8; 16]);
-
-impl HashText {
-    fn as_str(&self) -> &str {
-        // Only ASCII hex digits are ever written.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
+/// Removes the settings hash from the pod template in `p` (a copy of
+/// `object`, made on first use): the field's change, None without a hash.
+pub(crate) fn remove_hash(object: &Value, p: &mut Option<Patcher>) -> Option<FieldChange> {
+    let hash = super::lookup(object, HASH_PATH)?;
+    p.get_or_insert_with(|| Patcher::new(object))
+        .remove_pruned(HASH_PATH);
+    Some(FieldChange::removed(hash_field(), show(hash)).in_pod_template())
 }
 
 /// Sets the hash annotation on governed leader-elected Deployments when the
@@ -130,24 +100,17 @@ fn settings_annotation(
     p: &mut Option<Patcher>,
     changes: &mut Vec<Change>,
 ) -> Result<bool, EngineError> {
-    let Some(le) = &t.policy.spec.leader_election else {
+    let le = t.policy.spec.leader_election.as_ref();
+    let Some(le) = le.filter(|_| knative::is_leader_elected(t.name)) else {
         return Ok(false);
     };
-    if !knative::is_leader_elected(t.name) {
-        return Ok(false);
-    }
     if let Some(why) = t
         .facts
         .leader_election
         .and_then(|data| super::configmap::left_unchanged(t, data))
     {
         // Knative reads none of the policy's settings: no hash claims them.
-        if let Some(current) = super::lookup(t.object, HASH_PATH) {
-            let pt = p.get_or_insert_with(|| Patcher::new(t.object));
-            super::records::remove_pruned(pt, HASH_PATH);
-            let field =
-                FieldChange::removed(hash_field(), crate::policy::schema_check::show(current))
-                    .in_pod_template();
+        if let Some(field) = remove_hash(t.object, p) {
             changes.push(t.change(What::Fields(vec![field])).noted(format!(
                 "{why}: the leader-election settings are not written there"
             )));
@@ -158,17 +121,15 @@ fn settings_annotation(
         .facts
         .leader_election
         .is_some_and(|data| super::configmap::durations_held_back(t, le, data));
-    let want = settings_hash_text(le, held_back);
-    let want = want.as_str();
-    let current = super::lookup(t.object, HASH_PATH);
-    if current.and_then(Value::as_str) == Some(want) {
+    let want = settings_hash_of(le, held_back);
+    let current = super::lookup(t.object, HASH_PATH).and_then(Value::as_str);
+    if current == Some(&want) {
         return Ok(true);
     }
     super::check_parents(t, HASH_PATH)?;
     let pt = p.get_or_insert_with(|| Patcher::new(t.object));
     pt.set(HASH_PATH, json!(want)).map_err(|e| t.malformed(e))?;
-    let before = current.and_then(Value::as_str).unwrap_or("unset");
-    let field = FieldChange::new(hash_field(), before, want).in_pod_template();
+    let field = FieldChange::new(hash_field(), current.unwrap_or("unset"), want).in_pod_template();
     changes.push(t.change(What::Fields(vec![field])).noted(
         "hash of the leader-election settings: when they change, the leader-elected Deployments restart together",
     ));
@@ -198,10 +159,7 @@ fn all_at_once(
     if current.and_then(Value::as_str) == Some(EVERY_POD) {
         return Ok(());
     }
-    super::check_parents(t, MAX_SURGE)?;
-    let pt = records::patcher(t, p, &[&ROLLOUT_MAX_SURGE])?;
-    pt.set(MAX_SURGE, json!(EVERY_POD))
-        .map_err(|e| t.malformed(e))?;
+    records::write(t, p, &ROLLOUT_MAX_SURGE, json!(EVERY_POD))?;
     let field = What::field(
         MAX_SURGE.join("."),
         records::show_rolling(current),
@@ -230,22 +188,14 @@ pub(crate) fn want_flag(t: &Target<'_>, replicas: i64) -> Option<bool> {
 /// True when any container of the Deployment's pod template has
 /// `--disable-ha` among its args.
 pub fn carries_disable_ha(object: &Value) -> bool {
+    let carries = |c: &Value| {
+        c.get(ARGS)
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|a| a.as_str().is_some_and(is_disable_ha_arg)))
+    };
     super::lookup(object, CONTAINERS)
         .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.get(ARGS)?.as_array())
-        .flatten()
-        .any(|a| a.as_str().is_some_and(is_disable_ha_arg))
-}
-
-/// True when the container's args hold `--disable-ha` (args as strings;
-/// anything else is left to [`args_of`] to report).
-fn carries_flag(container: &Value) -> bool {
-    container
-        .get(ARGS)
-        .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|a| a.as_str().is_some_and(is_disable_ha_arg)))
+        .is_some_and(|cs| cs.iter().any(carries))
 }
 
 pub(crate) fn is_disable_ha_arg(arg: &str) -> bool {
@@ -267,42 +217,45 @@ pub(crate) fn knative_container(name: &str, containers: &[Value]) -> Option<usiz
                 .then(|| named("controller"))
                 .flatten()
         })
-        .or(if containers.is_empty() { None } else { Some(0) })
+        .or((!containers.is_empty()).then_some(0))
 }
 
-/// Errors unless the container's args are absent, null or a list of strings.
-fn check_args(t: &Target<'_>, index: usize, container: &Value) -> Result<(), EngineError> {
-    match container.get(ARGS) {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::Array(items)) => match items.iter().find(|a| !a.is_string()) {
-            Some(a) => Err(t.malformed(Fault::Mistyped {
-                path: format!("spec.template.spec.containers[{index}].args"),
-                want: "strings",
-                got: a.to_string(),
-            })),
-            None => Ok(()),
-        },
-        Some(other) => Err(t.malformed(Fault::mistyped(
-            format!("spec.template.spec.containers[{index}].args"),
-            "a list",
-            other,
-        ))),
-    }
-}
-
+/// The container's args; an error unless they are absent, null or a list
+/// of strings.
 fn args_of<'v>(
     t: &Target<'_>,
     index: usize,
     container: &'v Value,
 ) -> Result<Vec<&'v str>, EngineError> {
-    check_args(t, index, container)?;
-    Ok(container
-        .get(ARGS)
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect())
+    let path = || format!("spec.template.spec.containers[{index}].args");
+    match container.get(ARGS) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|a| {
+                a.as_str().ok_or_else(|| {
+                    t.malformed(Fault::Mistyped {
+                        path: path(),
+                        want: "strings",
+                        got: a.to_string(),
+                    })
+                })
+            })
+            .collect(),
+        Some(other) => Err(t.malformed(Fault::mistyped(path(), "a list", other))),
+    }
+}
+
+/// Adds `--disable-ha` to the args of container `index` (`container`) in `p`.
+pub(crate) fn add_flag(p: &mut Patcher, index: usize, container: &Value) -> Result<(), Fault> {
+    let idx = index.to_string();
+    let args = ["spec", "template", "spec", "containers", &idx, ARGS];
+    if container.get(ARGS).is_some_and(Value::is_array) {
+        p.push(&args, json!(DISABLE_HA_FLAG))?;
+    } else {
+        p.set(&args, json!([DISABLE_HA_FLAG]))?;
+    }
+    Ok(())
 }
 
 /// Adds (`disable`) or removes `--disable-ha` on the Knative container.
@@ -328,52 +281,36 @@ pub(crate) fn flag(
     };
     let container = &containers[index];
     let cname = container.get(NAME).and_then(Value::as_str).unwrap_or("");
-    if !disable && !carries_flag(container) {
-        // The usual case: nothing to remove (after the type checks
-        // `args_of` makes, which must still fail on a malformed list).
-        return check_args(t, index, container);
-    }
     let args = args_of(t, index, container)?;
     let idx = index.to_string();
-    let container_path: [&str; 5] = ["spec", "template", "spec", "containers", &idx];
     let args_path: [&str; 6] = ["spec", "template", "spec", "containers", &idx, ARGS];
     let present: Vec<usize> = (0..args.len())
         .filter(|i| is_disable_ha_arg(args[*i]))
         .collect();
-    if disable {
-        if !present.is_empty() {
-            return Ok(());
-        }
-        if !container.is_object() {
+    match (disable, present.is_empty()) {
+        (true, true) if !container.is_object() => {
             return Err(t.malformed(Fault::Misshapen {
                 path: format!("spec.template.spec.containers[{index}]"),
                 want: "an object",
             }));
         }
-        let pt = flag_patcher(t, p)?;
-        if container.get(ARGS).is_some_and(Value::is_array) {
-            pt.push(&args_path, json!(DISABLE_HA_FLAG))
-                .map_err(|e| t.malformed(e))?;
-        } else {
-            let mut path = container_path.to_vec();
-            path.push(ARGS);
-            pt.set(&path, json!([DISABLE_HA_FLAG]))
-                .map_err(|e| t.malformed(e))?;
+        (true, true) => {
+            let pt = flag_patcher(t, p)?;
+            add_flag(pt, index, container).map_err(|e| t.malformed(e))?;
         }
-    } else if !present.is_empty() {
-        let pt = flag_patcher(t, p)?;
-        if present.len() == args.len() {
-            // Only the flag was there: no `args: []` left behind (the same
-            // to Kubernetes, a diff to the release's manifest).
-            pt.remove(&args_path);
-        } else {
+        // Only the flag was there: no `args: []` left behind (the same to
+        // Kubernetes, a diff to the release's manifest).
+        (false, false) if present.len() == args.len() => {
+            flag_patcher(t, p)?.remove(&args_path);
+        }
+        (false, false) => {
+            let pt = flag_patcher(t, p)?;
             for i in present.iter().rev() {
                 pt.remove_index(&args_path, *i)
                     .map_err(|e| t.malformed(e))?;
             }
         }
-    } else {
-        return Ok(());
+        _ => return Ok(()),
     }
     changes.push(t.change(What::ContainerArg {
         container: Some(cname.to_string()),
@@ -391,11 +328,8 @@ pub(crate) fn flag_patcher<'p>(
 ) -> Result<&'p mut Patcher, EngineError> {
     let pt = p.get_or_insert_with(|| Patcher::new(t.object));
     if records::annotation(t.object, ORIGINAL_DISABLE_HA).is_none() {
-        let path = ["metadata", "annotations", ORIGINAL_DISABLE_HA];
-        super::check_parents(t, &path)?;
         let had = carries_disable_ha(t.object);
-        pt.set(&path, Value::String(had.to_string()))
-            .map_err(|e| t.malformed(e))?;
+        records::annotate(t, pt, ORIGINAL_DISABLE_HA, had.to_string())?;
     }
     Ok(pt)
 }

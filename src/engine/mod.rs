@@ -1,20 +1,11 @@
 //! The mutation engine: a pure function from a [`Snapshot`] (the policies
 //! and what the cluster is known to hold) and one admitted object to an
 //! RFC 6902 patch plus the changes as data ([`Change`]), reached through
-//! [`outcome`]. No I/O, no clocks, no globals.
-//!
-//! Rules (docs/policy.md is the user-facing version):
-//! - only CREATE/UPDATE of objects in `policy.spec.targetNamespace` are
-//!   mutated (and only when the object's own `metadata.namespace`, if set,
-//!   agrees);
-//! - kinds are matched by apiVersion and kind, as [`kinds::KINDS`] declares
-//!   them (Deployment, ConfigMap `config-leader-election`,
-//!   HorizontalPodAutoscaler, PodDisruptionBudget, a Deployment's Scale);
-//!   anything else gets an empty mutation without being copied;
-//! - objects labelled [`SKIP_LABEL`] `"true"` get an empty mutation;
-//! - the patch is recorded while a copy of the object is changed
-//!   ([`patch::Patcher`]), so it applies cleanly and mutating the result
-//!   again yields an empty patch.
+//! [`outcome`]. No I/O, no clocks, no globals. docs/policy.md states its
+//! rules; kinds are matched as [`kinds::KINDS`] declares them, anything
+//! else gets an empty mutation without being copied. The patch is recorded
+//! while a copy of the object is changed ([`patch::Patcher`]), so it
+//! applies cleanly and mutating the result again yields an empty patch.
 
 pub mod affinity;
 pub mod budgets;
@@ -44,10 +35,9 @@ use serde_json::Value;
 
 use crate::policy::Policy;
 
-/// In a snapshot's `hpa_targets`: an HPA that carries the opt-out label
-/// ([`SKIP_LABEL`]) targets the Deployment named after this prefix (a
-/// Deployment name holds no `:`). The policy does not raise such an HPA, so
-/// its Deployment runs what it runs without the policy.
+/// In a snapshot's `hpa_targets`: the prefix of the Deployment (whose name
+/// holds no `:`) an HPA carrying the opt-out label targets; the policy does
+/// not raise such an HPA.
 pub const SKIPPED_HPA_TARGET: &str = "knativeha.dev/skipped-hpa:";
 
 /// In a snapshot's `hpa_targets`: the set lists every HPA of the namespace
@@ -68,17 +58,8 @@ pub fn hpa_target_entry(deployment: &str, skipped: bool) -> String {
 
 /// True when the object carries the opt-out label [`SKIP_LABEL`] `"true"`.
 pub fn carries_skip_label(object: &Value) -> bool {
-    skipped(object.get(METADATA).and_then(Value::as_object))
+    skipped(object.get("metadata").and_then(Value::as_object))
 }
-
-const API_VERSION: &str = "apiVersion";
-const KIND: &str = "kind";
-const METADATA: &str = "metadata";
-const NAME: &str = "name";
-const NAMESPACE: &str = "namespace";
-const GENERATE_NAME: &str = "generateName";
-const OWNER_REFERENCES: &str = "ownerReferences";
-const LABELS: &str = "labels";
 
 /// The API group of the Knative Operator's resources.
 pub const OPERATOR_API_GROUP: &str = "operator.knative.dev";
@@ -109,8 +90,7 @@ pub enum Operation {
 pub struct Mutation {
     /// RFC 6902 patch; empty when nothing changes.
     pub patch: json_patch::Patch,
-    /// What changes, and warnings, as data ([`Change`]; its line reads e.g.
-    /// `deployment/controller: spec.replicas 1 -> 3 (policy serving)`).
+    /// What changes, and warnings, as data.
     pub changes: Vec<Change>,
 }
 
@@ -121,7 +101,7 @@ impl Mutation {
 
     /// The change lines.
     pub fn lines(&self) -> Vec<String> {
-        change::lines(&self.changes)
+        self.changes.iter().map(Change::to_string).collect()
     }
 }
 
@@ -129,9 +109,8 @@ impl Mutation {
 pub enum EngineError {
     #[error("object is not a JSON object")]
     NotAnObject,
-    /// `fault` is what is wrong, as data; this message prints it (the
-    /// one place it is printed). Boxed: every engine call returns this
-    /// error type, and the fault is the large part.
+    /// `fault`, as data, is printed here only. Boxed: every engine call
+    /// returns this error type, and the fault is the large part.
     #[error("{kind} {namespace}/{name}: {fault}")]
     Malformed {
         kind: String,
@@ -156,8 +135,7 @@ pub struct Input<'a> {
 }
 
 impl<'a> Input<'a> {
-    /// An UPDATE of `object` in `namespace`: what a write to an existing
-    /// object is admitted as.
+    /// An UPDATE of `object` in `namespace`.
     pub fn update(namespace: &'a str, object: &'a Value) -> Input<'a> {
         Input {
             operation: Operation::Update,
@@ -172,6 +150,24 @@ impl<'a> Input<'a> {
 pub struct Mutated {
     pub mutation: Mutation,
     pub object: Option<Value>,
+}
+
+impl Mutated {
+    /// What `p` (a changed copy, if any) did, with `changes`; without an
+    /// operation, `changes` alone (warnings) and no patch.
+    fn of(p: Option<patch::Patcher>, changes: Vec<Change>) -> Mutated {
+        let (ops, object) = match p {
+            Some(p) if !p.ops.is_empty() => (p.ops, Some(p.doc)),
+            _ => (Vec::new(), None),
+        };
+        Mutated {
+            mutation: Mutation {
+                patch: json_patch::Patch(ops),
+                changes,
+            },
+            object,
+        }
+    }
 }
 
 /// The kinds the engine governs (each declared in [`kinds::KINDS`], in
@@ -189,8 +185,8 @@ pub enum Kind {
 impl Kind {
     /// Matches apiVersion (group/version) and kind.
     pub fn of(object: &Value) -> Option<Kind> {
-        let api_version = object.get(API_VERSION)?.as_str()?;
-        let kind = object.get(KIND)?.as_str()?;
+        let api_version = object.get("apiVersion")?.as_str()?;
+        let kind = object.get("kind")?.as_str()?;
         kinds::KINDS
             .iter()
             .find(|k| k.name == kind && k.api_versions.contains(&api_version))
@@ -204,6 +200,16 @@ impl Kind {
     /// The lower-case prefix used in change messages.
     pub fn prefix(self) -> &'static str {
         self.spec().prefix
+    }
+
+    /// The error of a malformed object of this kind.
+    fn malformed(self, namespace: &str, name: &str, fault: impl Into<Fault>) -> EngineError {
+        EngineError::Malformed {
+            kind: self.as_str().to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            fault: Box::new(fault.into()),
+        }
     }
 }
 
@@ -251,74 +257,45 @@ fn mutate_governed(
     let Some(target) = standing::aimed(policy, namespace, object, facts)? else {
         return Ok(Mutated::default());
     };
-    let metadata = object.get(METADATA).and_then(Value::as_object);
+    let metadata = object.get("metadata").and_then(Value::as_object);
     if skipped(metadata) {
         return Ok(Mutated::default());
     }
     if !target.governs_object()? {
-        // A user's own object: left alone, its records too. Anyone who may
-        // edit the object may write records, and putting them back would
-        // write what they say (any replicas, any PriorityClass) with the
-        // reconciler's identity: records are honoured only where a policy
-        // governs the object. `restore` (with the user's own rights) puts
-        // them back.
+        // A user's own object: left alone, its records too (anyone who may
+        // edit it may write records, which the reconciler's identity would
+        // put back). `restore`, with the user's own rights, puts them back.
         if !restore::carries_records(object) {
             return Ok(Mutated::default());
         }
-        return Ok(warning_only(vec![target.change(What::Warning(format!(
-            "carries the records of an earlier policy ({UNGOVERNED_WHY} now): left alone, records are honoured only where a policy governs the object; `knative-ha-webhook restore` puts the release values back"
-        )))]));
+        return Ok(Mutated::of(None, vec![target.change(What::Warning(
+            "carries the records of an earlier policy (not one of Knative's Deployments and not named by the policy's workloads now): left alone, records are honoured only where a policy governs the object; `knative-ha-webhook restore` puts the release values back".to_string()
+        ))]));
     }
-    let (patcher, changes) = (target.kind.spec().mutate)(&target)?;
-    match patcher {
-        Some(p) if !p.ops.is_empty() => {
-            // Checked only when there is something to change: the Operator's
-            // objects are left alone, with a warning naming the owner.
-            if let Some(owner) = standing::operator_left_alone(policy, metadata) {
-                let why = standing::LeftAlone::OperatorOwned(owner);
-                return Ok(warning_only(vec![
-                    target.change(What::Warning(format!("left unchanged: {why}"))),
-                ]));
-            }
-            Ok(Mutated {
-                mutation: Mutation {
-                    patch: json_patch::Patch(p.ops),
-                    changes,
-                },
-                object: Some(p.doc),
-            })
-        }
-        _ if !changes.is_empty() => Ok(warning_only(changes)),
-        _ => Ok(Mutated::default()),
+    let (p, changes) = (target.kind.spec().mutate)(&target)?;
+    // Checked only when there is something to change: the Operator's
+    // objects are left alone, with a warning naming the owner.
+    if p.as_ref().is_some_and(|p| !p.ops.is_empty())
+        && let Some(owner) = standing::operator_left_alone(policy, metadata)
+    {
+        let why = standing::LeftAlone::OperatorOwned(owner);
+        let warning = target.change(What::Warning(format!("left unchanged: {why}")));
+        return Ok(Mutated::of(None, vec![warning]));
     }
-}
-
-/// Why the change lines of the undo of an ungoverned object are made.
-pub const UNGOVERNED_WHY: &str =
-    "not one of Knative's Deployments and not named by the policy's workloads";
-
-/// An outcome without a patch, carrying warning lines.
-fn warning_only(changes: Vec<Change>) -> Mutated {
-    Mutated {
-        mutation: Mutation {
-            patch: json_patch::Patch(Vec::new()),
-            changes,
-        },
-        object: None,
-    }
+    Ok(Mutated::of(p, changes))
 }
 
 /// True when the object carries the opt-out label [`SKIP_LABEL`] `"true"`.
 pub(crate) fn skipped(metadata: Option<&serde_json::Map<String, Value>>) -> bool {
     metadata
-        .and_then(|m| m.get(LABELS)?.get(SKIP_LABEL)?.as_str())
+        .and_then(|m| m.get("labels")?.get(SKIP_LABEL)?.as_str())
         .is_some_and(|v| v == "true")
 }
 
 /// `Kind/name` of an ownerReference whose apiVersion is the Knative
 /// Operator's group (`operator.knative.dev/*`).
 pub(crate) fn operator_owner(metadata: Option<&serde_json::Map<String, Value>>) -> Option<String> {
-    let refs = metadata?.get(OWNER_REFERENCES)?.as_array()?;
+    let refs = metadata?.get("ownerReferences")?.as_array()?;
     refs.iter().find_map(|r| {
         let api = r.get("apiVersion")?.as_str()?;
         let group = api.split('/').next()?;
@@ -329,6 +306,6 @@ pub(crate) fn operator_owner(metadata: Option<&serde_json::Map<String, Value>>) 
     })
 }
 
-/// What a kind handler returns: the patcher (if it copied the object) and
-/// the change lines.
+/// What a kind handler returns: its copy of the object, if it made one,
+/// and the changes.
 pub(crate) type Handled = (Option<patch::Patcher>, Vec<Change>);

@@ -5,6 +5,7 @@
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, RemoveOperation, ReplaceOperation};
+use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
 /// Why a write cannot be made where the object's shape puts it (paths are
@@ -18,9 +19,6 @@ pub enum PatchError {
     /// A parent on the path holds something other than an object.
     #[error("{path} is not an object")]
     NotAnObject { path: String },
-    /// A member seen a moment earlier is gone (never, short of a bug).
-    #[error("{path} vanished")]
-    Vanished { path: String },
     #[error("empty path")]
     EmptyPath,
     #[error("{path} is not a list")]
@@ -56,76 +54,55 @@ impl Patcher {
         }
     }
 
-    /// Sets the object member at `path` (all segments are object keys) to
-    /// `value`, creating missing parents. Returns whether anything changed.
-    /// Errors name the first segment that is not an object.
+    /// Sets the member at `path` (object keys, or indexes of existing list
+    /// elements) to `value`, creating missing parents. Returns whether
+    /// anything changed.
     pub fn set(&mut self, path: &[&str], value: Value) -> Result<bool, PatchError> {
         let mut cur = &mut self.doc;
         for (i, key) in path.iter().enumerate() {
-            let last = i + 1 == path.len();
-            if let Value::Array(items) = cur {
+            let (slot, in_object) = match cur {
                 // Existing list elements can be walked through (never created).
-                let Some(item) = key.parse::<usize>().ok().and_then(|n| items.get_mut(n)) else {
-                    return Err(PatchError::NoElement {
+                Value::Array(items) => {
+                    let item = key.parse::<usize>().ok().and_then(|n| items.get_mut(n));
+                    let item = item.ok_or_else(|| PatchError::NoElement {
                         list: path[..i].join("."),
                         key: (*key).to_string(),
-                    });
-                };
-                if last {
-                    if *item == value {
-                        return Ok(false);
-                    }
-                    *item = value.clone();
-                    self.ops.push(PatchOperation::Replace(ReplaceOperation {
-                        path: pointer(path),
-                        value,
-                    }));
-                    return Ok(true);
+                    })?;
+                    (item, false)
                 }
-                cur = item;
-                continue;
-            }
-            let Value::Object(map) = cur else {
-                return Err(PatchError::NotAnObject {
-                    path: path[..i].join("."),
-                });
+                Value::Object(map) => match map.entry(*key) {
+                    Entry::Vacant(entry) => {
+                        let v = nested(&path[i + 1..], value);
+                        entry.insert(v.clone());
+                        self.ops.push(PatchOperation::Add(AddOperation {
+                            path: pointer(&path[..=i]),
+                            value: v,
+                        }));
+                        return Ok(true);
+                    }
+                    Entry::Occupied(entry) => (entry.into_mut(), true),
+                },
+                _ => {
+                    return Err(PatchError::NotAnObject {
+                        path: path[..i].join("."),
+                    });
+                }
             };
-            if !map.contains_key(*key) {
+            // `affinity: null`, `data: null`: the null member is replaced by
+            // the nested value.
+            if i + 1 == path.len() || (in_object && slot.is_null()) {
                 let v = nested(&path[i + 1..], value);
-                map.insert((*key).to_string(), v.clone());
-                self.ops.push(PatchOperation::Add(AddOperation {
-                    path: pointer(&path[..=i]),
-                    value: v,
-                }));
-                return Ok(true);
-            }
-            let Some(next) = map.get_mut(*key) else {
-                return Err(PatchError::Vanished {
-                    path: path[..=i].join("."),
-                });
-            };
-            if !last && next.is_null() {
-                // `affinity: null`, `data: null`: replace the null by the nested value.
-                let v = nested(&path[i + 1..], value);
-                *next = v.clone();
-                self.ops.push(PatchOperation::Replace(ReplaceOperation {
-                    path: pointer(&path[..=i]),
-                    value: v,
-                }));
-                return Ok(true);
-            }
-            if last {
-                if *next == value {
+                if *slot == v {
                     return Ok(false);
                 }
-                *next = value.clone();
+                *slot = v.clone();
                 self.ops.push(PatchOperation::Replace(ReplaceOperation {
-                    path: pointer(path),
-                    value,
+                    path: pointer(&path[..=i]),
+                    value: v,
                 }));
                 return Ok(true);
             }
-            cur = next;
+            cur = slot;
         }
         Err(PatchError::EmptyPath)
     }
@@ -147,6 +124,30 @@ impl Patcher {
             }));
         }
         removed
+    }
+
+    /// Removes `path`, then the parents below the top level that it left
+    /// empty. (A pod template's `metadata` still holding the labels is never
+    /// removed with the hash.)
+    pub fn remove_pruned(&mut self, path: &[&str]) {
+        if !self.remove(path) {
+            return;
+        }
+        for depth in (2..path.len()).rev() {
+            let parent = &path[..depth];
+            let value = parent
+                .iter()
+                .try_fold(&self.doc, |cur, key| cur.as_object()?.get(*key));
+            if !value.is_some_and(|v| v.as_object().is_some_and(Map::is_empty)) {
+                return;
+            }
+            self.remove(parent);
+        }
+    }
+
+    /// Removes the annotation `key` ([`Patcher::remove_pruned`]).
+    pub fn remove_annotation(&mut self, key: &str) {
+        self.remove_pruned(&["metadata", "annotations", key]);
     }
 
     /// Mutable access to the value at `path` (object keys or array indexes).

@@ -1,25 +1,20 @@
-//! PodDisruptionBudgets: set the policy's field (minAvailable or
-//! maxUnavailable, typed as the policy wrote it: 1 vs "50%") and remove the
-//! other. A PDB belongs to a Deployment when it selects `app: <deployment>`
-//! or is named `<deployment>-pdb`: PDBs of excluded Deployments are left
-//! alone, and a `workloads[].podDisruptionBudget` replaces the global
-//! setting for the PDB of that workload.
-//!
-//! A budget is judged at the replicas the Deployment runs after the engine
-//! ([`disruption::replicas_of`]: the policy's count, which an HPA's
-//! minReplicas is raised to, else what Knative ships, 1): one that would
-//! allow no voluntary disruption there is not written, with a warning. What
-//! the engine replaces is recorded once in [`ORIGINAL`], what it writes in
-//! [`WRITTEN`]; when the budget it wrote would now block every drain (a
-//! later policy no longer raises the replicas) and no policy setting takes
-//! its place, the original comes back.
+//! PodDisruptionBudgets (docs/policy.md says what and why): the policy's
+//! budget (a workload's `podDisruptionBudget` replaces the global one for
+//! the PDB of that workload) goes into the field the release sets, so a
+//! write that does not pass the webhook never makes a PDB hold both. It is
+//! judged at the replicas the Deployment runs after the engine
+//! (`judged_replicas`): one that would allow no voluntary disruption there
+//! is not written, with a warning. What the engine replaces is recorded
+//! once in [`ORIGINAL`], what it writes in [`WRITTEN`]; when the budget it
+//! wrote would now block every drain and no policy setting takes its place,
+//! the original comes back.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
 use super::change::{Change, FieldChange, What};
-use super::patch::Patcher;
-use super::records::ANNOTATIONS;
+use super::patch::{PatchError, Patcher};
+use super::records::{self, ANNOTATIONS};
 use super::{EngineError, Fault, Handled, Target};
 use crate::policy::Policy;
 use crate::policy::disruption::{self, Fewest};
@@ -27,26 +22,8 @@ use crate::policy::schema_check::show;
 
 pub use super::records::{PDB_ORIGINAL as ORIGINAL, PDB_WRITTEN as WRITTEN};
 
-use super::created::{CREATED_FOR, MANAGED_BY, created_for, holds_both_fields, taken_over};
-pub(crate) use super::created::{FIELDS, SPEC};
-
-fn int_or_string(v: &IntOrString) -> Value {
-    match v {
-        IntOrString::Int(i) => json!(i),
-        IntOrString::String(s) => json!(s),
-    }
-}
-
-/// The budget fields of `spec` that are set.
-fn budget(spec: Option<&Map<String, Value>>) -> Map<String, Value> {
-    FIELDS
-        .iter()
-        .filter_map(|f| {
-            let v = spec?.get(*f).filter(|v| !v.is_null())?;
-            Some((f.to_string(), v.clone()))
-        })
-        .collect()
-}
+use super::created::taken_over;
+use super::created::{CREATED_FOR, MANAGED_BY, SPEC, budget, created_for, holds_both_fields};
 
 /// A budget recorded in annotation `key` (None when absent or unreadable).
 fn recorded(t: &Target<'_>, key: &str) -> Result<Option<Map<String, Value>>, EngineError> {
@@ -101,30 +78,24 @@ pub(crate) fn setting(
 
 /// At admission of a PDB [`taken_over`]: the marks of a created budget go
 /// (so the reconciler neither changes nor deletes the release's budget),
-/// and with them the created budget's `maxUnavailable` where the release
-/// set `minAvailable` beside it; the release's budget is then governed as
-/// any budget Knative ships (at the reconciler's next pass, or the next
-/// write).
-fn hand_over(t: &Target<'_>) -> Result<super::Handled, super::EngineError> {
-    let mut p = super::patch::Patcher::new(t.object);
+/// with its `maxUnavailable` where the release set `minAvailable` beside
+/// it; the release's budget is then governed as Knative's own.
+fn hand_over(t: &Target<'_>) -> Result<Handled, EngineError> {
+    let mut p = Patcher::new(t.object);
     let mut fields = Vec::new();
     let deployment = created_for(t.object).unwrap_or_default().to_string();
     if holds_both_fields(t.object) {
-        let created = super::lookup(t.object, &["spec", "maxUnavailable"]).cloned();
+        let created =
+            super::lookup(t.object, &["spec", "maxUnavailable"]).map_or(String::new(), show);
         p.remove(&["spec", "maxUnavailable"]);
-        fields.push(super::FieldChange::removed(
-            "spec.maxUnavailable",
-            created
-                .as_ref()
-                .map_or(String::new(), crate::policy::schema_check::show),
-        ));
+        fields.push(FieldChange::removed("spec.maxUnavailable", created));
     }
-    super::records::remove_pruned(&mut p, &["metadata", "annotations", CREATED_FOR]);
-    fields.push(super::FieldChange::removed(
+    p.remove_annotation(CREATED_FOR);
+    fields.push(FieldChange::removed(
         format!("metadata.annotations.{CREATED_FOR}"),
         deployment.clone(),
     ));
-    super::records::remove_pruned(&mut p, &["metadata", "labels", MANAGED_BY.0]);
+    p.remove_pruned(&["metadata", "labels", MANAGED_BY.0]);
     let change = t.change(What::Fields(fields)).noted(format!(
         "handed over: a release applied its own budget over the one created for deployment/{deployment}; the release's budget stays, governed as Knative's own"
     ));
@@ -144,13 +115,10 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     let deployment = app.or(named).unwrap_or(t.name);
     let runs = judged_replicas(t, deployment);
     let current = budget(t.object_at(SPEC)?);
+    let n = i64::from(runs.replicas);
     let mut changes = Vec::new();
     if let Some((field, value)) = wanted {
-        let allows = disruption::disruptions_allowed(
-            field == "minAvailable",
-            value,
-            i64::from(runs.replicas),
-        );
+        let allows = disruption::disruptions_allowed(field == "minAvailable", value, n);
         if let Some(a) = allows.filter(|a| *a > 0) {
             let scales = t.is_hpa_backed(deployment);
             return write_wanted(t, &current, (field, value), a, (&runs, scales));
@@ -158,7 +126,6 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         // The release's budget may block there too (its 80% over the one
         // pod of an activator whose HPA opts out): say so, and what lets a
         // drain through.
-        let n = i64::from(runs.replicas);
         let theirs = if !current.is_empty() && allowed(&current, n) == Some(0) {
             format!(
                 "; the PDB's own {} allows none there either: every node drain blocks until a budget that allows one replaces it (maxUnavailable: 1 does at any count)",
@@ -169,7 +136,7 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
         };
         changes.push(t.change(What::Warning(format!(
             "spec.{field} {} not written: {} it allows no voluntary disruption, so every node drain and cluster upgrade would block{theirs}",
-            show(&int_or_string(value)),
+            show(&json!(value)),
             at(&runs)
         ))));
     }
@@ -179,26 +146,19 @@ pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
 /// The replicas the budget is judged at: what the policy runs, or the 1
 /// Knative ships where the policy cannot raise the Deployment's HPA.
 pub(crate) fn judged_replicas(t: &Target<'_>, deployment: &str) -> Fewest {
-    let unraised = if !t.is_hpa_backed(deployment) {
-        None
-    } else if t.hpa_skipped(deployment) {
-        Some(format!(
+    let why = if t.hpa_skipped(deployment) {
+        format!(
             "its HPA carries the opt-out label {}, so the policy does not raise it",
             super::SKIP_LABEL
-        ))
-    } else if t.hpa_absent(deployment) {
-        Some(format!(
-            "deployment/{deployment} has no HorizontalPodAutoscaler for the policy to raise"
-        ))
+        )
+    } else if t.is_hpa_backed(deployment) && t.hpa_absent(deployment) {
+        format!("deployment/{deployment} has no HorizontalPodAutoscaler for the policy to raise")
     } else {
-        None
+        return disruption::replicas_of(&t.policy.spec, deployment);
     };
-    match unraised {
-        Some(why) => Fewest {
-            replicas: 1,
-            source: format!("{why}: counted as the 1 Knative ships"),
-        },
-        None => disruption::replicas_of(&t.policy.spec, deployment),
+    Fewest {
+        replicas: 1,
+        source: format!("{why}: counted as the 1 Knative ships"),
     }
 }
 
@@ -211,7 +171,7 @@ fn write_wanted(
     allows: i64,
     (runs, scales): (&Fewest, bool),
 ) -> Result<Handled, EngineError> {
-    match release_field(t, current)?.filter(|f| f != field) {
+    let (want, note) = match release_field(t, current)?.filter(|f| f != field) {
         // The release sets the other field: the policy's budget goes
         // there, at the replicas judged, so that a write that does not
         // pass the webhook (the release's own apply while it is down, a
@@ -224,24 +184,21 @@ fn write_wanted(
                 .then(|| disruption::in_field(field, value, &other, n))
                 .flatten();
             let v = match &scaled {
-                Some(v) => int_or_string(v),
+                Some(v) => json!(v),
                 None if other == "minAvailable" => json!(n - allows),
                 None => json!(allows),
             };
-            let want = Map::from_iter([(other.clone(), v)]);
             let above = if scaled.is_some() { " and above" } else { "" };
             let note = format!(
                 "the policy's {field} {} {}{above}, in the field the release sets",
-                show(&int_or_string(value)),
+                show(&json!(value)),
                 at(runs)
             );
-            write(t, current, &want, false, Some(note))
+            (Map::from_iter([(other, v)]), Some(note))
         }
-        None => {
-            let want = Map::from_iter([(field.to_string(), int_or_string(value))]);
-            write(t, current, &want, false, None)
-        }
-    }
+        None => (Map::from_iter([(field.to_string(), json!(value))]), None),
+    };
+    write(t, current, &want, false, note)
 }
 
 /// Where the engine wrote the budget before: the release's back when the
@@ -268,7 +225,7 @@ fn put_back(
         }
         return Ok((None, changes));
     };
-    if written != *current {
+    let (want, why) = if written != *current {
         // Someone else changed it since: theirs stays. A field set beside
         // the engine's (a release's `kubectl apply` re-adding its
         // minAvailable) is theirs too, and the engine's goes: the API
@@ -288,26 +245,25 @@ fn put_back(
             shown(&written),
             shown(&theirs)
         );
-        let (p, mut kept) = write(t, current, &theirs, true, Some(why))?;
-        changes.append(&mut kept);
-        return Ok((p, changes));
-    }
-    let why = if allowed(current, n).is_some_and(|a| a <= 0) {
-        format!(
+        (theirs, why)
+    } else if allowed(current, n).is_some_and(|a| a <= 0) {
+        let why = format!(
             "restored: the engine's {} allows no voluntary disruption {}",
             shown(current),
             at(runs)
-        )
+        );
+        (original, why)
     } else if unset {
         // The policy dropped its budget setting: the recorded release value comes back.
-        "restored: the recorded release value; no policy setting asks for a budget any more"
-            .to_string()
+        let why =
+            "restored: the recorded release value; no policy setting asks for a budget any more";
+        (original, why.to_string())
     } else {
         // The policy's budget was held back; the engine's earlier one still allows a drain.
         return Ok((None, changes));
     };
-    let (p, mut restored) = write(t, current, &original, true, Some(why))?;
-    changes.append(&mut restored);
+    let (p, more) = write(t, current, &want, true, Some(why))?;
+    changes.extend(more);
     Ok((p, changes))
 }
 
@@ -317,13 +273,8 @@ fn release_field(
     t: &Target<'_>,
     current: &Map<String, Value>,
 ) -> Result<Option<String>, EngineError> {
-    let fields = match recorded(t, ORIGINAL)? {
-        Some(original) => original,
-        None => current.clone(),
-    };
-    Ok((fields.len() == 1)
-        .then(|| fields.keys().next().cloned())
-        .flatten())
+    let fields = recorded(t, ORIGINAL)?.unwrap_or_else(|| current.clone());
+    Ok(fields.keys().next().filter(|_| fields.len() == 1).cloned())
 }
 
 /// `minAvailable 3` (the one field of a budget, as the user wrote it).
@@ -339,13 +290,27 @@ fn shown(fields: &Map<String, Value>) -> String {
     }
 }
 
-/// A budget field's change: `spec.minAvailable unset -> 2`.
-fn field_change(field: &str, before: Option<&Value>, after: &Value) -> FieldChange {
-    FieldChange::new(
-        format!("spec.{field}"),
-        before.map_or("unset".to_string(), show),
-        show(after),
-    )
+/// Makes the budget fields in `p` `want`, removing the others of
+/// `current`: the fields' changes (`spec.minAvailable unset -> 2`).
+fn set_budget(
+    p: &mut Patcher,
+    current: &Map<String, Value>,
+    want: &Map<String, Value>,
+) -> Result<Vec<FieldChange>, PatchError> {
+    let mut fields = Vec::new();
+    for (field, value) in want {
+        let before = current.get(field);
+        if before != Some(value) {
+            p.set(&["spec", field], value.clone())?;
+            let field = format!("spec.{field}");
+            fields.push(FieldChange::new(field, records::shown(before), show(value)));
+        }
+    }
+    for (field, old) in current.iter().filter(|(f, _)| !want.contains_key(*f)) {
+        p.remove(&["spec", field]);
+        fields.push(FieldChange::removed(format!("spec.{field}"), show(old)));
+    }
+    Ok(fields)
 }
 
 /// Makes the budget fields `want` (removing the others), saying why
@@ -362,32 +327,16 @@ fn write(
         return Ok((None, Vec::new()));
     }
     let mut p = Patcher::new(t.object);
-    let mut fields = Vec::new();
-    for (field, value) in want {
-        let before = current.get(field);
-        if before != Some(value) {
-            p.set(&["spec", field], value.clone())
-                .map_err(|e| t.malformed(e))?;
-            fields.push(field_change(field, before, value));
-        }
-    }
-    for (field, old) in current.iter().filter(|(f, _)| !want.contains_key(*f)) {
-        p.remove(&["spec", field]);
-        fields.push(FieldChange::removed(format!("spec.{field}"), show(old)));
-    }
-    super::check_parents(t, &["metadata", "annotations", ORIGINAL])?;
+    let fields = set_budget(&mut p, current, want).map_err(|e| t.malformed(e))?;
     if restore {
-        super::records::remove_pruned(&mut p, &["metadata", "annotations", ORIGINAL]);
-        super::records::remove_pruned(&mut p, &["metadata", "annotations", WRITTEN]);
+        // (Records were read, so the annotations are an object.)
+        p.remove_annotation(ORIGINAL);
+        p.remove_annotation(WRITTEN);
     } else {
         if recorded(t, ORIGINAL)?.is_none() {
-            let text = Value::Object(current.clone()).to_string();
-            p.set(&["metadata", "annotations", ORIGINAL], json!(text))
-                .map_err(|e| t.malformed(e))?;
+            records::annotate(t, &mut p, ORIGINAL, json!(current).to_string())?;
         }
-        let text = Value::Object(want.clone()).to_string();
-        p.set(&["metadata", "annotations", WRITTEN], json!(text))
-            .map_err(|e| t.malformed(e))?;
+        records::annotate(t, &mut p, WRITTEN, json!(want).to_string())?;
     }
     let change = t.change(What::Fields(fields));
     let change = match reason {
@@ -404,28 +353,14 @@ pub(crate) fn restore_original(
     object: &Value,
     p: &mut Option<Patcher>,
 ) -> Result<Option<Vec<FieldChange>>, Fault> {
-    let annotations = super::lookup(object, ANNOTATIONS);
-    let Some(text) = annotations.and_then(|a| a.get(ORIGINAL)) else {
+    let want = "the JSON text of the recorded budget";
+    let Some(original) = records::parsed::<Map<String, Value>>(object, ORIGINAL, want)? else {
         return Ok(None);
     };
-    let original = text
-        .as_str()
-        .and_then(|t| serde_json::from_str::<Map<String, Value>>(t).ok())
-        .ok_or_else(|| Fault::record(ORIGINAL, "the JSON text of the recorded budget", text))?;
     let current = budget(super::lookup(object, SPEC).and_then(Value::as_object));
     let pt = p.get_or_insert_with(|| Patcher::new(object));
-    let mut fields = Vec::new();
-    for (field, value) in &original {
-        if current.get(field) != Some(value) {
-            pt.set(&["spec", field], value.clone())?;
-            fields.push(field_change(field, current.get(field), value));
-        }
-    }
-    for (field, old) in current.iter().filter(|(f, _)| !original.contains_key(*f)) {
-        pt.remove(&["spec", field]);
-        fields.push(FieldChange::removed(format!("spec.{field}"), show(old)));
-    }
-    super::records::remove_pruned(pt, &["metadata", "annotations", ORIGINAL]);
-    super::records::remove_pruned(pt, &["metadata", "annotations", WRITTEN]);
+    let fields = set_budget(pt, &current, &original)?;
+    pt.remove_annotation(ORIGINAL);
+    pt.remove_annotation(WRITTEN);
     Ok(Some(fields))
 }

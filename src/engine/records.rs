@@ -2,24 +2,15 @@
 //!
 //! Before the engine first changes a field whose release value it would
 //! otherwise lose, it writes the annotation [`RecordedField::annotation`]
-//! holding the JSON text of the value the object had (`null` when the
-//! field was not set). The HPA's `knativeha.dev/original-min-replicas` and
-//! `-max-replicas` ([`super::hpa`]) are the same format (a number's JSON
-//! text). A record is written once and kept while a policy asks for the
-//! field; it is what the field goes back to.
-//!
-//! When no policy setting asks for a recorded field any more (a later
-//! policy without `podDisruptionBudget`, without Required anti-affinity,
-//! without spread constraints, without replicas, without `leaderElection`
-//! or one of its keys), the kind handlers put the recorded value back and
-//! drop the record (`undo`). [`super::restore`] puts every record back
-//! at once.
-//!
-//! Every record annotation is named here (each kind's in its
+//! holding the JSON text of the value the object had (`null`: unset). A
+//! record is written once and kept while a policy asks for the field: when
+//! none does any more, the kind handlers put the recorded value back and
+//! drop the record (`undo`); [`super::restore`] puts every record back at
+//! once. Every record annotation is named here (each kind's in its
 //! [`super::kinds::KINDS`] entry, the others in [`OTHER_RECORDS`]); the kind
-//! handlers below use these primitives and none of them uses a handler.
+//! handlers use these primitives and none of them uses a handler.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::change::{Change, FieldChange, What};
 use super::patch::Patcher;
@@ -162,30 +153,53 @@ pub(crate) const ANNOTATIONS: &[&str] = &["metadata", "annotations"];
 /// `true`/`false`) before the engine first added or removed it.
 pub const ORIGINAL_DISABLE_HA: &str = "knativeha.dev/original-disable-ha";
 
-/// The record of the `config-leader-election` data key `key` (none for a
-/// key the engine does not write).
-pub(crate) fn recorded_key(key: &str) -> Vec<&'static RecordedField> {
-    LEADER_ELECTION_KEYS
-        .iter()
-        .filter(|r| r.path[1] == key)
-        .collect()
-}
-
 /// The record of `key`, as written; None when there is none.
 pub(crate) fn annotation<'v>(object: &'v Value, key: &str) -> Option<&'v Value> {
     super::lookup(object, &["metadata", "annotations", key])
 }
 
+/// The record `key` read back from its JSON text (None when there is
+/// none); a text that is not `want` is a [`Fault::Record`].
+pub(crate) fn parsed<T: serde::de::DeserializeOwned>(
+    object: &Value,
+    key: &'static str,
+    want: &'static str,
+) -> Result<Option<T>, Fault> {
+    let Some(text) = annotation(object, key) else {
+        return Ok(None);
+    };
+    let value = text.as_str().and_then(|t| serde_json::from_str(t).ok());
+    value
+        .map(Some)
+        .ok_or_else(|| Fault::record(key, want, text))
+}
+
+/// A value for a change line; `unset` for none.
+pub(crate) fn shown(value: Option<&Value>) -> String {
+    value.map_or("unset".to_string(), show)
+}
+
+/// Sets the annotation `key` to `text` in `p` (a copy of `t.object`).
+pub(crate) fn annotate(
+    t: &Target<'_>,
+    p: &mut Patcher,
+    key: &str,
+    text: String,
+) -> Result<(), EngineError> {
+    let path = ["metadata", "annotations", key];
+    super::check_parents(t, &path)?;
+    p.set(&path, Value::String(text))
+        .map_err(|e| t.malformed(e))?;
+    Ok(())
+}
+
 /// The recorded value of `r`: `None` when not recorded, `Some(None)` when
 /// the field was unset.
 pub(crate) fn recorded(object: &Value, r: &RecordedField) -> Result<Option<Option<Value>>, Fault> {
-    let Some(text) = annotation(object, r.annotation) else {
+    let want = "the JSON text of the recorded value";
+    let Some(parsed) = parsed::<Value>(object, r.annotation, want)? else {
         return Ok(None);
     };
-    let parsed = text
-        .as_str()
-        .and_then(|t| serde_json::from_str::<Value>(t).ok())
-        .ok_or_else(|| Fault::record(r.annotation, "the JSON text of the recorded value", text))?;
     if !honoured(r, &parsed, object) {
         return Ok(None);
     }
@@ -229,48 +243,8 @@ pub(crate) fn hpa_original_honoured(original: i64, current: i64) -> bool {
     original >= 0 && original <= current.max(i64::from(MAX_REPLICAS))
 }
 
-/// Records `r`'s current value on the object in `p` (a copy of `t.object`)
-/// unless the object already carries a record.
-pub(crate) fn record(
-    t: &Target<'_>,
-    p: &mut Patcher,
-    r: &RecordedField,
-) -> Result<(), EngineError> {
-    if annotation(t.object, r.annotation).is_some() {
-        return Ok(());
-    }
-    let original = super::lookup(t.object, r.path)
-        .filter(|v| r.defaulted.is_none_or(|d| v.as_str() != Some(d)))
-        .unwrap_or(&Value::Null);
-    let path = ["metadata", "annotations", r.annotation];
-    super::check_parents(t, &path)?;
-    p.set(&path, Value::String(original.to_string()))
-        .map_err(|e| t.malformed(e))?;
-    Ok(())
-}
-
-/// Notes in `p` that the engine wrote `value` to `r`'s field (for a field
-/// whose last write is kept, [`RecordedField::written`]).
-pub(crate) fn note_written(
-    t: &Target<'_>,
-    p: &mut Patcher,
-    r: &RecordedField,
-    value: &Value,
-) -> Result<(), EngineError> {
-    let Some(w) = r.written else {
-        return Ok(());
-    };
-    let path = ["metadata", "annotations", w];
-    super::check_parents(t, &path)?;
-    p.set(&path, Value::String(value.to_string()))
-        .map_err(|e| t.malformed(e))?;
-    Ok(())
-}
-
-/// The engine's last write of `r`'s field when the field no longer holds
-/// it (someone else changed it since): `Some(written)`, the value the
-/// engine wrote (`None`: unset). `None` when no last write is kept or the
-/// field still holds it.
+/// The engine's last write of `r`'s field (`Some(None)`: unset) when the
+/// field no longer holds it: someone else changed it since.
 pub(crate) fn changed_since_written(
     object: &Value,
     r: &RecordedField,
@@ -278,20 +252,17 @@ pub(crate) fn changed_since_written(
     let Some(w) = r.written else {
         return Ok(None);
     };
-    let Some(text) = annotation(object, w) else {
+    let want = "the JSON text of the engine's last write";
+    let Some(last) = parsed::<Value>(object, w, want)? else {
         return Ok(None);
     };
-    let last = text
-        .as_str()
-        .and_then(|t| serde_json::from_str::<Value>(t).ok())
-        .ok_or_else(|| Fault::record(w, "the JSON text of the engine's last write", text))?;
     let last = Some(last).filter(|v| !v.is_null());
     let current = super::lookup(object, r.path).filter(|v| !v.is_null());
     Ok((current != last.as_ref()).then_some(last))
 }
 
-/// The patcher of `t` (created on first use) after recording `records`:
-/// what a kind handler takes before it changes a recorded field.
+/// The patcher of `t` (made on first use) after recording each of
+/// `records` not recorded yet: what a handler takes before it changes one.
 pub(crate) fn patcher<'p>(
     t: &Target<'_>,
     p: &'p mut Option<Patcher>,
@@ -299,67 +270,60 @@ pub(crate) fn patcher<'p>(
 ) -> Result<&'p mut Patcher, EngineError> {
     let pt = p.get_or_insert_with(|| Patcher::new(t.object));
     for r in records {
-        record(t, pt, r)?;
+        if annotation(t.object, r.annotation).is_none() {
+            let original = super::lookup(t.object, r.path)
+                .filter(|v| r.defaulted.is_none_or(|d| v.as_str() != Some(d)))
+                .unwrap_or(&Value::Null);
+            annotate(t, pt, r.annotation, original.to_string())?;
+        }
     }
     Ok(pt)
 }
 
-/// In the engine: when no policy setting asks for `r` any more, puts the
-/// recorded value back and drops the record (a change line says so).
+/// Writes `value` to `r`'s field in `p` (made on first use), the release
+/// value recorded first.
+pub(crate) fn write(
+    t: &Target<'_>,
+    p: &mut Option<Patcher>,
+    r: &RecordedField,
+    value: Value,
+) -> Result<(), EngineError> {
+    super::check_parents(t, r.path)?;
+    patcher(t, p, &[r])?
+        .set(r.path, value)
+        .map_err(|e| t.malformed(e))?;
+    Ok(())
+}
+
+/// In the engine: [`put_back`] once no policy setting asks for `r`.
 pub(crate) fn undo(
     t: &Target<'_>,
     p: &mut Option<Patcher>,
     r: &RecordedField,
     changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
-    if annotation(t.object, r.annotation).is_none() {
-        return Ok(());
-    }
-    match put_back(t.object, p, r).map_err(|e| t.malformed(e))? {
-        Some(PutBack::Restored(what)) => changes.push(
-            t.change(what)
-                .noted("the recorded release value: no policy setting asks for it any more"),
+    let (what, why) = match put_back(t.object, p, r).map_err(|e| t.malformed(e))? {
+        Some(PutBack::Restored(what)) => (
+            what,
+            "the recorded release value: no policy setting asks for it any more",
         ),
-        Some(PutBack::Theirs(what)) => changes.push(
-            t.change(what)
-                .noted("no policy setting asks for it any more"),
-        ),
-        None => {}
-    }
+        Some(PutBack::Theirs(what)) => (what, "no policy setting asks for it any more"),
+        None => return Ok(()),
+    };
+    changes.push(t.change(what).noted(why));
     Ok(())
-}
-
-/// Removes `path`, then the parents below the top level that it left empty.
-/// (A pod template's `metadata` still holding the labels is never removed
-/// with the hash.)
-pub(crate) fn remove_pruned(p: &mut Patcher, path: &[&str]) {
-    if !p.remove(path) {
-        return;
-    }
-    for depth in (2..path.len()).rev() {
-        let parent = &path[..depth];
-        if !super::lookup(&p.doc, parent).is_some_and(|v| v.as_object().is_some_and(Map::is_empty))
-        {
-            return;
-        }
-        p.remove(parent);
-    }
 }
 
 /// What [`put_back`] did, and the change that says it.
 pub(crate) enum PutBack {
-    /// The recorded value is back.
     Restored(What),
-    /// The field was changed by someone else since the engine's last write:
-    /// it is kept, only the records go ([`What::KeptTheirs`]).
+    /// Someone else changed the field since: it is kept, the records go.
     Theirs(What),
 }
 
-/// Puts the recorded value of `r` back in `p` (a copy of `object`, created
-/// on first use) and drops the record, unless someone else changed the
-/// field since the engine's last write ([`changed_since_written`]): then
-/// the field is kept and only the records go. None when nothing is
-/// recorded.
+/// Puts the recorded value of `r` back in `p` (a copy of `object`, made on
+/// first use) and drops the records, unless someone else changed the field
+/// since the engine's last write. None when nothing is recorded.
 pub(crate) fn put_back(
     object: &Value,
     p: &mut Option<Patcher>,
@@ -371,21 +335,19 @@ pub(crate) fn put_back(
     let theirs = changed_since_written(object, r)?;
     let pt = p.get_or_insert_with(|| Patcher::new(object));
     if let Some(w) = r.written {
-        remove_pruned(pt, &["metadata", "annotations", w]);
+        pt.remove_annotation(w);
     }
     if let Some(last) = theirs {
-        remove_pruned(pt, &["metadata", "annotations", r.annotation]);
-        let current = super::lookup(object, r.path).map_or("unset".to_string(), show);
+        pt.remove_annotation(r.annotation);
         return Ok(Some(PutBack::Theirs(What::KeptTheirs {
             field: r.path.join("."),
-            value: current,
-            written: last.as_ref().map_or("unset".to_string(), show),
+            value: shown(super::lookup(object, r.path)),
+            written: shown(last.as_ref()),
         })));
     }
     let current = super::lookup(&pt.doc, r.path)
         .filter(|v| !v.is_null())
         .cloned();
-    let shown = |v: Option<&Value>| v.map_or("unset".to_string(), show);
     let what = match (&current, &original) {
         (a, b) if a == b => What::KeptRelease {
             field: r.path.join("."),
@@ -399,11 +361,11 @@ pub(crate) fn put_back(
         )]),
     };
     match original {
-        None => remove_pruned(pt, r.path),
+        None => pt.remove_pruned(r.path),
         Some(v) => {
             pt.set(r.path, v)?;
         }
     }
-    remove_pruned(pt, &["metadata", "annotations", r.annotation]);
+    pt.remove_annotation(r.annotation);
     Ok(Some(PutBack::Restored(what)))
 }

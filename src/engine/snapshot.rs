@@ -34,12 +34,9 @@ pub struct Snapshot {
     pub unclaimed: Unclaimed,
 }
 
-/// The namespaces no policy object names at all: not one in force, nor
-/// one that is invalid, in conflict, outside `--governed-namespaces` or
-/// never valid. Where the serve option to undo is on (`--undo-unclaimed`),
-/// the engine's records are undone there; by default a deleted policy
-/// changes nothing (`restore` undoes). A policy object that exists but is
-/// not in force never counts as none (undoing would lower HA behind a typo).
+/// The namespaces no policy object names at all, in force or not (undoing
+/// the records where one is invalid would lower HA behind a typo): only
+/// with `--undo-unclaimed` are the engine's records undone there.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Unclaimed {
     /// Not known (the default; a source that cannot tell, e.g. a policy
@@ -97,11 +94,8 @@ impl Snapshot {
         Snapshot {
             unclaimed: Unclaimed::all_but(policies.keys().cloned()),
             policies,
-            hpa_targets: BTreeMap::new(),
-            leader_election: BTreeMap::new(),
-            budgets: BTreeMap::new(),
-            priority_classes: None,
             synced: true,
+            ..Snapshot::default()
         }
     }
 
@@ -121,9 +115,7 @@ impl Snapshot {
     }
 
     /// True when, once synced, no policy object names `namespace` at all
-    /// ([`Unclaimed`]): with `--undo-unclaimed`, an object there carrying
-    /// the engine's records gets them undone
-    /// ([`super::restore::undo_unclaimed`]).
+    /// ([`Unclaimed`]).
     pub fn unclaimed(&self, namespace: &str) -> bool {
         self.synced && !self.policies.contains_key(namespace) && self.unclaimed.contains(namespace)
     }
@@ -151,13 +143,12 @@ pub struct Facts<'a> {
     /// the built-in Knative HPA-backed names), as [`super::hpa_target_entry`]
     /// writes them; [`super::HPAS_LISTED`] when every HPA is listed.
     pub hpa_targets: &'a BTreeSet<String>,
-    /// The `data` of `config-leader-election` there (only its duration keys
-    /// are read): a leader-elected Deployment's hash leaves out the
-    /// policy's durations this data makes the ConfigMap hold back
-    /// (`configmap::durations_held_back`): it follows what Knative reads.
+    /// What [`super::configmap::context_data`] holds of
+    /// `config-leader-election` there: a leader-elected Deployment's hash
+    /// follows what Knative reads, without the durations the ConfigMap
+    /// holds back.
     pub leader_election: Option<&'a Map<String, Value>>,
     /// The PriorityClasses that exist, when known: a policy's
-    /// `priorityClassName` missing from a known set is held back with a
-    /// warning (pods naming it are refused).
+    /// `priorityClassName` missing from them is held back.
     pub priority_classes: Option<&'a BTreeSet<String>>,
 }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::target::Target;
-use super::{EngineError, Facts, Kind, METADATA, NAMESPACE, Result, SKIP_LABEL};
+use super::{EngineError, Facts, Kind, Result, SKIP_LABEL};
 use crate::policy::Policy;
 
 /// Where an object stands with a policy.
@@ -76,7 +76,7 @@ pub fn standing(
     let Some(target) = aimed(policy, namespace, object, facts)? else {
         return Ok(Standing::Untargeted);
     };
-    let metadata = object.get(METADATA).and_then(Value::as_object);
+    let metadata = object.get("metadata").and_then(Value::as_object);
     if !target.governs_object()? {
         return Ok(Standing::Untargeted);
     }
@@ -110,9 +110,9 @@ pub(crate) fn aimed<'a>(
     let Some(kind) = Kind::of(object) else {
         return Ok(None);
     };
-    let metadata = obj.get(METADATA).and_then(Value::as_object);
+    let metadata = obj.get("metadata").and_then(Value::as_object);
     if let Some(ns) = metadata
-        .and_then(|m| m.get(NAMESPACE))
+        .and_then(|m| m.get("namespace"))
         .and_then(Value::as_str)
         && !ns.is_empty()
         && ns != namespace
@@ -120,7 +120,7 @@ pub(crate) fn aimed<'a>(
         return Ok(None);
     }
     let name = metadata
-        .and_then(|m| m.get(super::NAME).or_else(|| m.get(super::GENERATE_NAME)))
+        .and_then(|m| m.get("name").or_else(|| m.get("generateName")))
         .and_then(Value::as_str)
         .unwrap_or("");
     Ok(Some(Target {

@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use super::change::What;
+use super::created::{created_for, taken_over};
 use super::{Cause, Change, EngineError, Facts, Fault, Kind, hpa};
 use crate::knative;
 use crate::policy::{Policy, WorkloadOverride};
@@ -21,17 +22,11 @@ pub(crate) struct Target<'a> {
 
 impl Target<'_> {
     pub fn malformed(&self, fault: impl Into<Fault>) -> EngineError {
-        EngineError::Malformed {
-            kind: self.kind.as_str().to_string(),
-            namespace: self.namespace.to_string(),
-            name: self.name.to_string(),
-            fault: Box::new(fault.into()),
-        }
+        self.kind.malformed(self.namespace, self.name, fault)
     }
 
-    /// Whether the Deployment rolls out by RollingUpdate (Kubernetes'
-    /// default where the type is unset), the only strategy whose maxSurge
-    /// and maxUnavailable count.
+    /// Whether the Deployment rolls out by RollingUpdate (the default), the
+    /// only strategy whose maxSurge and maxUnavailable count.
     pub fn rolls_updates(&self) -> Result<bool, EngineError> {
         Ok(self
             .str_at(STRATEGY_TYPE)?
@@ -48,36 +43,35 @@ impl Target<'_> {
         )
     }
 
-    /// Reads an optional integer field (path of object keys).
-    pub fn int_at(&self, path: &[&str]) -> Result<Option<i64>, EngineError> {
+    /// Reads an optional field (path of object keys) as `read` does; a
+    /// value it does not take is not `want`.
+    fn read<'v, T>(
+        &'v self,
+        path: &[&str],
+        want: &'static str,
+        read: impl Fn(&'v Value) -> Option<T>,
+    ) -> Result<Option<T>, EngineError> {
         match lookup(self.object, path) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_i64()
+            Some(v) => read(v)
                 .map(Some)
-                .ok_or_else(|| self.malformed(Fault::mistyped(path.join("."), "an integer", v))),
+                .ok_or_else(|| self.malformed(Fault::mistyped(path.join("."), want, v))),
         }
     }
 
-    /// Reads an optional object field.
+    pub fn int_at(&self, path: &[&str]) -> Result<Option<i64>, EngineError> {
+        self.read(path, "an integer", Value::as_i64)
+    }
+
     pub fn object_at(
         &self,
         path: &[&str],
     ) -> Result<Option<&serde_json::Map<String, Value>>, EngineError> {
-        match lookup(self.object, path) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Object(m)) => Ok(Some(m)),
-            Some(v) => Err(self.malformed(Fault::mistyped(path.join("."), "an object", v))),
-        }
+        self.read(path, "an object", Value::as_object)
     }
 
-    /// Reads an optional string field.
     pub fn str_at(&self, path: &[&str]) -> Result<Option<&str>, EngineError> {
-        match lookup(self.object, path) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(v) => Err(self.malformed(Fault::mistyped(path.join("."), "a string", v))),
-        }
+        self.read(path, "a string", Value::as_str)
     }
 
     pub fn is_excluded(&self, deployment: &str) -> bool {
@@ -92,9 +86,9 @@ impl Target<'_> {
             .find(|w| w.name == deployment)
     }
 
-    /// The replicas the policy wants for a Deployment (override, else
-    /// global), ignoring leader election. None for Deployments Knative
-    /// scales on demand ([`knative::Scaling::OnDemand`]).
+    /// The replicas the policy wants for a Deployment (the workload's, else
+    /// the global), ignoring leader election; None where Knative scales it
+    /// on demand.
     pub fn wanted_replicas(&self, deployment: &str) -> Option<i32> {
         if knative::is_scaled_on_demand(deployment) {
             return None;
@@ -104,9 +98,8 @@ impl Target<'_> {
             .or(self.policy.spec.replicas)
     }
 
-    /// True for a Deployment the policy governs: one of Knative's
-    /// ([`knative::COMPONENTS`]) or one it names in
-    /// `workloads`. A user's own Deployment in the namespace is not.
+    /// True for a Deployment the policy governs: one of Knative's or one it
+    /// names in `workloads` (never a user's own it does not name).
     pub fn governs(&self, deployment: &str) -> bool {
         knative::is_knative(deployment) || self.workload(deployment).is_some()
     }
@@ -121,24 +114,18 @@ impl Target<'_> {
             Kind::HorizontalPodAutoscaler => self
                 .str_at(hpa::TARGET_NAME)?
                 .is_some_and(|d| self.governs(d)),
-            Kind::PodDisruptionBudget
-                if super::created::created_for(self.object).is_some()
-                    && !super::created::taken_over(self.object) =>
-            {
-                false
+            Kind::PodDisruptionBudget => {
+                let created = created_for(self.object).is_some() && !taken_over(self.object);
+                let mut of = self.pdb_deployments().into_iter().flatten();
+                !created && of.any(|d| self.governs(d))
             }
-            Kind::PodDisruptionBudget => self
-                .pdb_deployments()
-                .into_iter()
-                .flatten()
-                .any(|d| self.governs(d)),
             Kind::ConfigMap => self.name == super::LEADER_ELECTION_CONFIGMAP,
         })
     }
 
     /// For a PodDisruptionBudget: the Deployments it belongs to, the one its
     /// selector's `app` label names and the one it is named after
-    /// (`<deployment>-pdb`), either absent.
+    /// (`<deployment>-pdb`).
     pub fn pdb_deployments(&self) -> [Option<&str>; 2] {
         let app = self.str_at(PDB_APP).ok().flatten();
         [app, self.name.strip_suffix("-pdb")]
@@ -178,10 +165,7 @@ impl Target<'_> {
     }
 }
 
-/// The `app` label a PodDisruptionBudget selects.
 const PDB_APP: &[&str] = &["spec", "selector", "matchLabels", "app"];
-
-/// A Deployment's `spec.strategy.type`.
 const STRATEGY_TYPE: &[&str] = &["spec", "strategy", "type"];
 
 /// Walks object keys; `None` when a key is missing or a parent is not an

@@ -5,13 +5,12 @@
 use serde_json::{Map, Value};
 
 use super::Named;
-use crate::engine::affinity::{ANTI_AFFINITY, MATCH_LABELS};
-use crate::engine::change::{FieldChange, TermOwner, What};
-use crate::engine::leader::{ARGS, CONTAINERS, HASH_PATH as HASH};
+use crate::engine::affinity::{self, ANTI_AFFINITY, MATCH_LABELS};
+use crate::engine::change::{TermOwner, What};
+use crate::engine::leader::{ARGS, CONTAINERS};
 use crate::engine::patch::Patcher;
-use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
+use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation};
 use crate::engine::{Change, Fault};
-use crate::policy::schema_check::show;
 
 /// Removes what the engine owns outright on a Deployment: its marked
 /// anti-affinity terms (Knative's own terms stay) and the leader-election
@@ -28,27 +27,14 @@ pub(super) fn engine_owned(
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     let current = crate::engine::lookup(object, ANTI_AFFINITY);
-    // An empty podAntiAffinity is what removing the engine's own term
-    // leaves when it was the only one: removed too.
-    let emptied = current.is_some_and(|v| v.as_object().is_some_and(Map::is_empty));
-    let wanted = crate::engine::affinity::wanted(None, selector, current)?;
-    if let Some(value) = wanted.or_else(|| emptied.then(|| Value::Object(Map::new()))) {
-        let pt = p.get_or_insert_with(|| Patcher::new(object));
-        if value.as_object().is_some_and(Map::is_empty) {
-            remove_pruned(pt, ANTI_AFFINITY);
-        } else {
-            pt.set(ANTI_AFFINITY, value)?;
-        }
+    if let Some(value) = affinity::wanted(None, selector, current)? {
+        affinity::put(p.get_or_insert_with(|| Patcher::new(object)), value)?;
         changes.push(n.restored(What::AntiAffinityRemoved(TermOwner::Engine)));
     }
     if let Some(what) = disable_ha(object, p)? {
         changes.push(n.restored(what));
     }
-    if let Some(hash) = crate::engine::lookup(object, HASH) {
-        let pt = p.get_or_insert_with(|| Patcher::new(object));
-        remove_pruned(pt, HASH);
-        let field =
-            FieldChange::removed(crate::engine::leader::hash_field(), show(hash)).in_pod_template();
+    if let Some(field) = crate::engine::leader::remove_hash(object, p) {
         changes.push(
             n.stated(What::Fields(vec![field]))
                 .noted("restored; the pods roll"),
@@ -90,13 +76,7 @@ pub(super) fn disable_ha(object: &Value, p: &mut Option<Patcher>) -> Result<Opti
         let Some(i) = crate::engine::leader::knative_container(name, &containers) else {
             return Ok(None);
         };
-        let idx = i.to_string();
-        let args = ["spec", "template", "spec", "containers", &idx, ARGS];
-        if containers[i].get(ARGS).is_some_and(Value::is_array) {
-            pt.push(&args, Value::String(flag.into()))?;
-        } else {
-            pt.set(&args, serde_json::json!([flag]))?;
-        }
+        crate::engine::leader::add_flag(pt, i, &containers[i])?;
         What::ContainerArg {
             container: None,
             arg: flag,
@@ -116,7 +96,7 @@ pub(super) fn disable_ha(object: &Value, p: &mut Option<Patcher>) -> Result<Opti
             record: ORIGINAL_DISABLE_HA,
         }
     };
-    remove_pruned(pt, &["metadata", "annotations", ORIGINAL_DISABLE_HA]);
+    pt.remove_annotation(ORIGINAL_DISABLE_HA);
     Ok(Some(what))
 }
 

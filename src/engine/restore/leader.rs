@@ -6,12 +6,11 @@
 //! [`crate::engine::leader`] allows it (one replica, no HPA): elsewhere the
 //! flag stays off and the record stays, to be put back when it may be.
 
-use crate::engine::change::{Change, FieldChange, What};
-use crate::engine::leader::{HASH_PATH as HASH, hash_field};
+use crate::engine::change::{Change, What};
+use crate::engine::leader::remove_hash;
 use crate::engine::patch::Patcher;
-use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation, remove_pruned};
+use crate::engine::records::{ORIGINAL_DISABLE_HA, annotation};
 use crate::engine::{EngineError, Target};
-use crate::policy::schema_check::show;
 
 /// Undoes what leader election wrote on the Deployment `t` (its policy has
 /// no `leaderElection`); `replicas` is the count after the mutation.
@@ -22,10 +21,7 @@ pub(crate) fn undo(
     changes: &mut Vec<Change>,
 ) -> Result<(), EngineError> {
     flag(t, p, replicas, changes)?;
-    if let Some(hash) = crate::engine::lookup(t.object, HASH) {
-        let pt = p.get_or_insert_with(|| Patcher::new(t.object));
-        remove_pruned(pt, HASH);
-        let field = FieldChange::removed(hash_field(), show(hash)).in_pod_template();
+    if let Some(field) = remove_hash(t.object, p) {
         changes.push(t.change(What::Fields(vec![field])).noted(
             "no policy setting asks for leader election settings any more: the leader-elected Deployments restart together",
         ));

@@ -1,17 +1,10 @@
-//! Putting every governed field back to its release value.
-//!
-//! [`restore`]: a pure function from an object to the patch that puts every
-//! governed field back to its release value (as the engine recorded it,
-//! [`super::records`]) and removes every record, for
-//! `knative-ha-webhook restore` before the webhook is uninstalled (a PDB
-//! left with the engine's `maxUnavailable` makes the release's own
-//! `kubectl apply` fail: it re-adds `minAvailable`). Fields the engine owns
-//! outright are removed: its marked anti-affinity terms
-//! ([`super::affinity::MARKER_KEY`]) and the leader-election hash
-//! annotation on the pod template.
-//!
-//! Where no policy object exists at all (the policy deleted), admission
-//! applies [`restore`] to an object carrying records ([`undo_unclaimed`]).
+//! [`restore`]: every governed field back to its release value (as the
+//! engine recorded it, [`super::records`]), every record removed, and what
+//! the engine owns outright (its marked anti-affinity terms, the
+//! leader-election hash) removed, for `knative-ha-webhook restore` before
+//! the webhook is uninstalled (a PDB left with the engine's `maxUnavailable`
+//! makes the release's own `kubectl apply` fail: it re-adds `minAvailable`).
+//! [`undo_unclaimed`] applies it where no policy object exists at all;
 //! `leader` is the engine's undo of leader election on a Deployment.
 
 mod deployment;
@@ -23,32 +16,21 @@ pub use unclaimed::{WHY, carries_records, undo_unclaimed};
 use serde_json::Value;
 
 use super::change::{FieldChange, What};
+use super::created::LAST_APPLIED;
 use super::patch::Patcher;
-use super::records::{PutBack, annotation, put_back, remove_pruned};
-use super::{
-    Cause, Change, EngineError, Fault, Kind, LEADER_ELECTION_CONFIGMAP, Mutated, Mutation,
-};
+use super::records::{PutBack, annotation, put_back};
+use super::{Cause, Change, EngineError, Fault, Kind, LEADER_ELECTION_CONFIGMAP, Mutated};
 use crate::policy::schema_check::show;
 
 const NAME_PATH: &[&str] = &["metadata", "name"];
 
-/// The object's kind, namespace and name for messages.
+/// The object's kind and name, for its change lines.
 struct Named<'a> {
     kind: Kind,
-    namespace: &'a str,
     name: &'a str,
 }
 
 impl Named<'_> {
-    fn malformed(&self, fault: impl Into<Fault>) -> EngineError {
-        EngineError::Malformed {
-            kind: self.kind.as_str().to_string(),
-            namespace: self.namespace.to_string(),
-            name: self.name.to_string(),
-            fault: Box::new(fault.into()),
-        }
-    }
-
     /// A release value put back.
     fn restored(&self, what: What) -> Change {
         Change::new(self.kind.prefix(), self.name, what, Cause::Restored)
@@ -60,10 +42,8 @@ impl Named<'_> {
     }
 }
 
-/// Puts every governed field of `object` (in `namespace`, for messages)
-/// back to its release value and removes the engine's records and its own
-/// marked fields. The engine's counterpart with no policy: pure, and an
-/// empty patch for an object the engine never changed (or already restored).
+/// The restore of `object` (in `namespace`, for messages): an empty patch
+/// for an object the engine never changed (or already restored).
 pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> {
     if !object.is_object() {
         return Err(EngineError::NotAnObject);
@@ -74,21 +54,23 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
     let name = super::lookup(object, NAME_PATH)
         .and_then(Value::as_str)
         .unwrap_or("");
-    let n = Named {
-        kind,
-        namespace,
-        name,
-    };
+    let n = Named { kind, name };
     // Only config-leader-election of the ConfigMaps carries records (a
     // Scale declares none: it is restored through its Deployment).
     if kind == Kind::ConfigMap && name != LEADER_ELECTION_CONFIGMAP {
         return Ok(Mutated::default());
     }
-    let records = kind.spec().records;
     let mut p: Option<Patcher> = None;
+    let changes = restored(&n, object, &mut p).map_err(|e| kind.malformed(namespace, name, e))?;
+    // Every change comes with a write (a record, at least, goes).
+    Ok(Mutated::of(p, changes))
+}
+
+/// What [`restore`] puts back in `p`: the changes.
+fn restored(n: &Named<'_>, object: &Value, p: &mut Option<Patcher>) -> Result<Vec<Change>, Fault> {
     let mut changes = Vec::new();
-    for r in records {
-        match put_back(object, &mut p, r).map_err(|e| n.malformed(e))? {
+    for r in n.kind.spec().records {
+        match put_back(object, p, r)? {
             Some(PutBack::Restored(what)) => changes.push(n.restored(what)),
             Some(PutBack::Theirs(what)) => changes.push(n.stated(what)),
             None => {}
@@ -96,49 +78,32 @@ pub fn restore(namespace: &str, object: &Value) -> Result<Mutated, EngineError> 
     }
     // Each kind's own marks and fields, beyond its records (exhaustive: a
     // new kind is asked for here by the compiler).
-    match kind {
+    match n.kind {
         Kind::HorizontalPodAutoscaler => {
             if let Some(pt) = p.as_mut() {
                 // The engine's record of its own last write goes with the originals.
                 for key in [super::records::WRITTEN_MIN, super::records::WRITTEN_MAX] {
-                    remove_pruned(pt, &["metadata", "annotations", key]);
+                    pt.remove_annotation(key);
                 }
             }
         }
-        Kind::PodDisruptionBudget => {
-            let restored =
-                super::pdb::restore_original(object, &mut p).map_err(|e| n.malformed(e))?;
-            match restored {
-                Some(fields) => changes.extend(
+        Kind::PodDisruptionBudget => match super::pdb::restore_original(object, p)? {
+            Some(fields) => {
+                changes.extend(
                     fields
                         .into_iter()
                         .map(|f| n.restored(What::Fields(vec![f]))),
-                ),
-                None => changes.extend(last_applied_pdb(&n, object, &mut p)),
+                );
             }
-        }
-        Kind::Deployment => {
-            changes
-                .extend(deployment::engine_owned(&n, object, &mut p).map_err(|e| n.malformed(e))?);
-        }
+            None => changes.extend(last_applied_pdb(n, object, p)),
+        },
+        Kind::Deployment => changes.extend(deployment::engine_owned(n, object, p)?),
         // Its records are all it carries; a Scale is restored through its
         // Deployment.
         Kind::ConfigMap | Kind::Scale => {}
     }
-    Ok(match p {
-        Some(p) if !p.ops.is_empty() => Mutated {
-            mutation: Mutation {
-                patch: json_patch::Patch(p.ops),
-                changes,
-            },
-            object: Some(p.doc),
-        },
-        _ => Mutated::default(),
-    })
+    Ok(changes)
 }
-
-/// kubectl's record of the last client-side apply.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A PDB without records (changed by an earlier webhook, which did not
 /// record them) holding the one field of minAvailable/maxUnavailable that

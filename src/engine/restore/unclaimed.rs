@@ -10,9 +10,8 @@ use serde_json::Value;
 
 use crate::engine::kinds::record_annotations;
 use crate::engine::records::ANNOTATIONS;
-use crate::engine::{EngineError, Mutated, SKIP_LABEL, leader, lookup};
+use crate::engine::{EngineError, Mutated, carries_skip_label, leader, lookup};
 
-const LABELS: &[&str] = &["metadata", "labels"];
 const POD_ANNOTATIONS: &[&str] = &["spec", "template", "metadata", "annotations"];
 
 /// Why the change lines of [`undo_unclaimed`] are made.
@@ -20,17 +19,14 @@ pub const WHY: &str = "no policy governs the namespace any more";
 
 /// True when the object carries one of the engine's records (or the
 /// leader-election hash it owns on a pod template) and is not labelled
-/// [`SKIP_LABEL`]: a look at a few annotation keys, nothing copied.
+/// [`crate::engine::SKIP_LABEL`]: a look at a few annotation keys, nothing copied.
 pub fn carries_records(object: &Value) -> bool {
     let has = |path: &[&str], key: &str| {
         lookup(object, path)
             .and_then(Value::as_object)
             .is_some_and(|a| a.contains_key(key))
     };
-    let skipped = lookup(object, LABELS)
-        .and_then(|l| l.get(SKIP_LABEL)?.as_str())
-        .is_some_and(|v| v == "true");
-    !skipped
+    !carries_skip_label(object)
         && (record_annotations().any(|k| has(ANNOTATIONS, k))
             || has(POD_ANNOTATIONS, leader::HASH_ANNOTATION))
 }
@@ -43,12 +39,15 @@ pub fn undo_unclaimed(namespace: &str, object: &Value) -> Result<Mutated, Engine
     if !object.is_object() {
         return Err(EngineError::NotAnObject);
     }
-    if !of_knative(object) {
-        // Records are honoured only on Knative's own objects here: on any
-        // other, whoever may edit it may have written them.
+    // Records are honoured only on Knative's own objects here: on any
+    // other, whoever may edit it may have written them.
+    if !of_knative(object) || !carries_records(object) {
         return Ok(Mutated::default());
     }
-    undo_because(namespace, object, WHY)
+    let mut outcome = super::restore(namespace, object)?;
+    let changes = outcome.mutation.changes.into_iter();
+    outcome.mutation.changes = changes.map(|c| c.undone_because(WHY)).collect();
+    Ok(outcome)
 }
 
 /// Whether `object` is one of Knative's own: one of its Deployments (or
@@ -71,18 +70,4 @@ fn of_knative(object: &Value) -> bool {
         Some(super::Kind::ConfigMap) => name == super::LEADER_ELECTION_CONFIGMAP,
         None => false,
     }
-}
-
-/// [`super::restore`]'s patch for an object carrying records (nothing for
-/// one without), every change line saying `why` the engine undoes it.
-fn undo_because(namespace: &str, object: &Value, why: &str) -> Result<Mutated, EngineError> {
-    if !carries_records(object) {
-        return Ok(Mutated::default());
-    }
-    let mut outcome = super::restore(namespace, object)?;
-    outcome.mutation.changes = std::mem::take(&mut outcome.mutation.changes)
-        .into_iter()
-        .map(|c| c.undone_because(why))
-        .collect();
-    Ok(outcome)
 }
