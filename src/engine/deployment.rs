@@ -49,6 +49,19 @@ fn effective_anti_affinity(
     }
 }
 
+/// A replicas write is unsafe without the pod template's where the
+/// Deployment keeps `--disable-ha` and the engine leaves it above 1 replica
+/// (several replicas without a leader).
+pub(crate) fn held_with_template(
+    _: &str,
+    object: &Value,
+    mutated: Option<&Value>,
+) -> Option<&'static str> {
+    let replicas = mutated.and_then(|o| o.pointer("/spec/replicas"));
+    (leader::carries_disable_ha(object) && replicas.and_then(Value::as_i64).is_some_and(|r| r != 1))
+        .then_some("/spec/replicas")
+}
+
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     let name = t.name;
     if t.is_excluded(name) {

@@ -21,8 +21,58 @@ use super::records::{
     HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, OTHER_RECORDS, PRIORITY_CLASS, REPLICAS,
     ROLLOUT_MAX_SURGE, ROLLOUT_MAX_UNAVAILABLE, RecordedField, TOPOLOGY_SPREAD,
 };
-use super::{EngineError, Handled, Kind, Target};
+use serde_json::Value;
+
+use super::{EngineError, Fault, Handled, LEADER_ELECTION_CONFIGMAP, Target};
 use super::{configmap, deployment, hpa, pdb, scale};
+
+/// The kinds the engine governs (each declared in [`KINDS`], in this
+/// order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Deployment,
+    ConfigMap,
+    HorizontalPodAutoscaler,
+    PodDisruptionBudget,
+    /// A Deployment's `scale` subresource (`kubectl scale`).
+    Scale,
+}
+
+impl Kind {
+    /// Matches apiVersion (group/version) and kind.
+    pub fn of(object: &Value) -> Option<Kind> {
+        let api_version = object.get("apiVersion")?.as_str()?;
+        let kind = object.get("kind")?.as_str()?;
+        KINDS
+            .iter()
+            .find(|k| k.name == kind && k.api_versions.contains(&api_version))
+            .map(|k| k.kind)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.spec().name
+    }
+
+    /// The lower-case prefix used in change messages.
+    pub fn prefix(self) -> &'static str {
+        self.spec().prefix
+    }
+
+    /// The error of a malformed object of this kind.
+    pub(crate) fn malformed(
+        self,
+        namespace: &str,
+        name: &str,
+        fault: impl Into<Fault>,
+    ) -> EngineError {
+        EngineError::Malformed {
+            kind: self.as_str().to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            fault: Box::new(fault.into()),
+        }
+    }
+}
 
 /// One governed kind.
 pub struct KindSpec {
@@ -48,6 +98,27 @@ pub struct KindSpec {
     /// is one record of its own, [`super::pdb`]).
     pub records: &'static [RecordedField],
     pub(crate) mutate: fn(&Target<'_>) -> Result<Handled, EngineError>,
+    /// The Deployments an object of this kind named `name` belongs to, by
+    /// name (whether it is governed, excluded, Knative's own).
+    pub(crate) belongs_to: for<'a> fn(&'a str, &'a Value) -> [Option<&'a str>; 2],
+    /// Given an object of this kind named `name` and the engine's result,
+    /// the path (and what is under it) whose writes are unsafe without the
+    /// pod template's: the reconciler holds them back with it.
+    pub held_with_template: fn(&str, &Value, Option<&Value>) -> Option<&'static str>,
+}
+
+/// At `path` in `object`, a string.
+fn str_at<'a>(object: &'a Value, path: &str) -> Option<&'a str> {
+    object.pointer(path).and_then(Value::as_str)
+}
+
+/// The Deployment itself (or the one a Scale scales).
+fn itself<'a>(name: &'a str, _: &'a Value) -> [Option<&'a str>; 2] {
+    [Some(name), None]
+}
+
+fn nothing_held(_: &str, _: &Value, _: Option<&Value>) -> Option<&'static str> {
+    None
 }
 
 /// Every governed kind.
@@ -71,6 +142,8 @@ pub const KINDS: [KindSpec; 5] = [
             PRIORITY_CLASS,
         ],
         mutate: deployment::mutate,
+        belongs_to: itself,
+        held_with_template: deployment::held_with_template,
     },
     KindSpec {
         kind: Kind::ConfigMap,
@@ -85,6 +158,8 @@ pub const KINDS: [KindSpec; 5] = [
         listed: true,
         records: &LEADER_ELECTION_KEYS,
         mutate: configmap::mutate,
+        belongs_to: |_, _| [None, None],
+        held_with_template: |name, _, _| (name == LEADER_ELECTION_CONFIGMAP).then_some("/data"),
     },
     KindSpec {
         kind: Kind::HorizontalPodAutoscaler,
@@ -99,6 +174,8 @@ pub const KINDS: [KindSpec; 5] = [
         listed: true,
         records: &[HPA_MIN, HPA_MAX],
         mutate: hpa::mutate,
+        belongs_to: |_, hpa| [str_at(hpa, "/spec/scaleTargetRef/name"), None],
+        held_with_template: nothing_held,
     },
     KindSpec {
         kind: Kind::PodDisruptionBudget,
@@ -113,6 +190,11 @@ pub const KINDS: [KindSpec; 5] = [
         listed: true,
         records: &[],
         mutate: pdb::mutate,
+        belongs_to: |name, pdb| {
+            let app = str_at(pdb, "/spec/selector/matchLabels/app");
+            [app, name.strip_suffix("-pdb")]
+        },
+        held_with_template: nothing_held,
     },
     KindSpec {
         kind: Kind::Scale,
@@ -127,6 +209,8 @@ pub const KINDS: [KindSpec; 5] = [
         listed: false,
         records: &[],
         mutate: scale::mutate,
+        belongs_to: itself,
+        held_with_template: nothing_held,
     },
 ];
 

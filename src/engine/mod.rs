@@ -28,6 +28,7 @@ mod target;
 
 pub use change::{Cause, Change, FieldChange, Reason, What};
 pub use fault::Fault;
+pub use kinds::Kind;
 pub use snapshot::{Facts, Snapshot, Unclaimed};
 pub(crate) use target::{Target, check_parents, lookup};
 
@@ -166,49 +167,6 @@ impl Mutated {
                 changes,
             },
             object,
-        }
-    }
-}
-
-/// The kinds the engine governs (each declared in [`kinds::KINDS`], in
-/// this order).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Deployment,
-    ConfigMap,
-    HorizontalPodAutoscaler,
-    PodDisruptionBudget,
-    /// A Deployment's `scale` subresource (`kubectl scale`).
-    Scale,
-}
-
-impl Kind {
-    /// Matches apiVersion (group/version) and kind.
-    pub fn of(object: &Value) -> Option<Kind> {
-        let api_version = object.get("apiVersion")?.as_str()?;
-        let kind = object.get("kind")?.as_str()?;
-        kinds::KINDS
-            .iter()
-            .find(|k| k.name == kind && k.api_versions.contains(&api_version))
-            .map(|k| k.kind)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        self.spec().name
-    }
-
-    /// The lower-case prefix used in change messages.
-    pub fn prefix(self) -> &'static str {
-        self.spec().prefix
-    }
-
-    /// The error of a malformed object of this kind.
-    fn malformed(self, namespace: &str, name: &str, fault: impl Into<Fault>) -> EngineError {
-        EngineError::Malformed {
-            kind: self.as_str().to_string(),
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            fault: Box::new(fault.into()),
         }
     }
 }

@@ -83,7 +83,7 @@ pub fn standing(
     if super::skipped(metadata) {
         return Ok(Standing::LeftAlone(LeftAlone::OptedOut));
     }
-    if let Some(deployment) = excluded(&target)? {
+    if let Some(deployment) = excluded(&target) {
         return Ok(Standing::LeftAlone(LeftAlone::Excluded(deployment)));
     }
     if let Some(owner) = operator_left_alone(policy, metadata) {
@@ -147,17 +147,10 @@ pub(crate) fn operator_left_alone(
 
 /// The excluded Deployment a target belongs to, if any: the Deployment (or
 /// its Scale) itself, the one an HPA scales, the one a PDB covers.
-fn excluded(t: &Target<'_>) -> Result<Option<String>> {
-    let candidates: Vec<&str> = match t.kind {
-        Kind::Deployment | Kind::Scale => vec![t.name],
-        Kind::HorizontalPodAutoscaler => t.str_at(super::hpa::TARGET_NAME)?.into_iter().collect(),
-        Kind::PodDisruptionBudget => t.pdb_deployments().into_iter().flatten().collect(),
-        Kind::ConfigMap => Vec::new(),
-    };
-    Ok(candidates
-        .into_iter()
+fn excluded(t: &Target<'_>) -> Option<String> {
+    t.belongs_to()
         .find(|d| t.is_excluded(d))
-        .map(str::to_string))
+        .map(str::to_string)
 }
 
 #[cfg(test)]

@@ -109,18 +109,26 @@ impl Target<'_> {
     /// or is named `<name>-pdb`; not one the reconciler created, see
     /// [`super::budgets`]), `config-leader-election`.
     pub fn governs_object(&self) -> Result<bool, EngineError> {
-        Ok(match self.kind {
-            Kind::Deployment | Kind::Scale => self.governs(self.name),
-            Kind::HorizontalPodAutoscaler => self
-                .str_at(hpa::TARGET_NAME)?
-                .is_some_and(|d| self.governs(d)),
-            Kind::PodDisruptionBudget => {
-                let created = created_for(self.object).is_some() && !taken_over(self.object);
-                let mut of = self.pdb_deployments().into_iter().flatten();
-                !created && of.any(|d| self.governs(d))
+        match self.kind {
+            Kind::ConfigMap => return Ok(self.name == super::LEADER_ELECTION_CONFIGMAP),
+            // A budget the reconciler created, unless a release took it over.
+            Kind::PodDisruptionBudget
+                if created_for(self.object).is_some() && !taken_over(self.object) =>
+            {
+                return Ok(false);
             }
-            Kind::ConfigMap => self.name == super::LEADER_ELECTION_CONFIGMAP,
-        })
+            // A target that is not a string is a malformed HPA.
+            Kind::HorizontalPodAutoscaler => drop(self.str_at(hpa::TARGET_NAME)?),
+            _ => {}
+        }
+        Ok(self.belongs_to().any(|d| self.governs(d)))
+    }
+
+    /// The Deployments this object belongs to ([`super::kinds::KindSpec::belongs_to`]).
+    pub fn belongs_to(&self) -> impl Iterator<Item = &str> {
+        (self.kind.spec().belongs_to)(self.name, self.object)
+            .into_iter()
+            .flatten()
     }
 
     /// For a PodDisruptionBudget: the Deployments it belongs to, the one its

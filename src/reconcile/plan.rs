@@ -102,7 +102,8 @@ fn is_record(op: &PatchOperation) -> bool {
                 .is_some_and(record))
 }
 
-/// Without the pod template ops, some other writes are unsafe on their own:
+/// Without the pod template ops, some other writes are unsafe on their own
+/// (each kind says which: [`engine::kinds::KindSpec::held_with_template`]):
 /// replicas != 1 on a Deployment that keeps `--disable-ha` (several
 /// replicas without a leader), and `config-leader-election` keys (Knative
 /// reads them at start only; the restart that goes with them is a pod
@@ -114,26 +115,13 @@ fn hold_back_unsafe(
     mutated: Option<&Value>,
     ops: Vec<PatchOperation>,
 ) -> (usize, Vec<PatchOperation>) {
-    let unsafe_op: Box<dyn Fn(&PatchOperation) -> bool> = match kind {
-        Kind::ConfigMap if name == engine::LEADER_ELECTION_CONFIGMAP => {
-            Box::new(|op| op_path(op).starts_with("/data"))
-        }
-        Kind::Deployment
-            if engine::leader::carries_disable_ha(object)
-                && mutated
-                    .and_then(|o| o.pointer("/spec/replicas"))
-                    .and_then(Value::as_i64)
-                    .is_some_and(|r| r != 1) =>
-        {
-            Box::new(|op| op_path(op) == "/spec/replicas")
-        }
-        // Exhaustive: a new kind is asked here whether some of its writes
-        // are unsafe without the pod template ops.
-        Kind::ConfigMap
-        | Kind::Deployment
-        | Kind::HorizontalPodAutoscaler
-        | Kind::PodDisruptionBudget
-        | Kind::Scale => return (0, ops),
+    let Some(held) = (kind.spec().held_with_template)(name, object, mutated) else {
+        return (0, ops);
+    };
+    let unsafe_op = |op: &PatchOperation| {
+        let path = op_path(op);
+        path.strip_prefix(held)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     };
     let (held, sent): (Vec<_>, Vec<_>) = ops.into_iter().partition(|op| unsafe_op(op));
     (held.len(), sent)

@@ -54,20 +54,14 @@ pub fn undo_unclaimed(namespace: &str, object: &Value) -> Result<Mutated, Engine
 /// its Scale), an HPA scaling one, a PDB of one (`app: <name>` or
 /// `<name>-pdb`), `config-leader-election`.
 fn of_knative(object: &Value) -> bool {
-    let str_at = |p: &str| object.pointer(p).and_then(Value::as_str);
-    let name = str_at("/metadata/name").unwrap_or_default();
+    let name = object.pointer("/metadata/name").and_then(Value::as_str);
+    let name = name.unwrap_or_default();
     match super::Kind::of(object) {
-        Some(super::Kind::Deployment | super::Kind::Scale) => crate::knative::is_knative(name),
-        Some(super::Kind::HorizontalPodAutoscaler) => {
-            str_at("/spec/scaleTargetRef/name").is_some_and(crate::knative::is_knative)
-        }
-        Some(super::Kind::PodDisruptionBudget) => {
-            str_at("/spec/selector/matchLabels/app").is_some_and(crate::knative::is_knative)
-                || name
-                    .strip_suffix("-pdb")
-                    .is_some_and(crate::knative::is_knative)
-        }
         Some(super::Kind::ConfigMap) => name == super::LEADER_ELECTION_CONFIGMAP,
+        Some(kind) => (kind.spec().belongs_to)(name, object)
+            .into_iter()
+            .flatten()
+            .any(crate::knative::is_knative),
         None => false,
     }
 }
