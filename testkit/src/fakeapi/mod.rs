@@ -130,30 +130,20 @@ impl ResourceDef {
     }
 }
 
-/// The resources registered by [`FakeApi::start`].
+/// The resources registered by [`FakeApi::start`]: those of every kind the
+/// engine governs and the reconciler lists (as a real API server serves
+/// them: `engine::kinds::KINDS`; a ConfigMap has no status), and the others
+/// the tests use.
 pub fn default_resources() -> Vec<ResourceDef> {
-    vec![
-        ResourceDef::new("", "v1", "configmaps", "ConfigMap", true, false),
+    use knative_ha_webhook::engine::{Kind, kinds::KINDS};
+    let governed = KINDS.iter().filter(|k| k.listed).map(|k| {
+        let status = k.kind != Kind::ConfigMap;
+        ResourceDef::new(k.group, k.version, k.plural, k.resource_kind, true, status)
+    });
+    let mut resources = vec![
         ResourceDef::new("", "v1", "events", "Event", true, false),
         ResourceDef::new("", "v1", "namespaces", "Namespace", false, true),
         ResourceDef::new("events.k8s.io", "v1", "events", "Event", true, false),
-        ResourceDef::new("apps", "v1", "deployments", "Deployment", true, true),
-        ResourceDef::new(
-            "autoscaling",
-            "v2",
-            "horizontalpodautoscalers",
-            "HorizontalPodAutoscaler",
-            true,
-            true,
-        ),
-        ResourceDef::new(
-            "policy",
-            "v1",
-            "poddisruptionbudgets",
-            "PodDisruptionBudget",
-            true,
-            true,
-        ),
         ResourceDef::new("coordination.k8s.io", "v1", "leases", "Lease", true, false),
         ResourceDef::new(
             "knativeha.dev",
@@ -163,7 +153,9 @@ pub fn default_resources() -> Vec<ResourceDef> {
             false,
             true,
         ),
-    ]
+    ];
+    resources.extend(governed);
+    resources
 }
 
 /// (group, plural).
