@@ -272,15 +272,11 @@ pub async fn run(
     let (tx, rx) = mpsc::unbounded_channel();
     let (write_tx, write_rx) = mpsc::unbounded_channel();
 
-    let sink = namespace_watches::Sink {
-        tx: tx.clone(),
-        metrics: metrics.clone(),
-    };
     let spawners = state::Spawners {
-        hpas: sink.spawner::<hpas::HpaRef>(&client),
-        budgets: sink.spawner::<PodDisruptionBudget>(&client),
-        priority_classes: sink.spawner::<PriorityClass>(&client),
-        leader_election: sink.spawner::<ConfigMap>(&client),
+        hpas: namespace_watches::spawner::<hpas::HpaRef>(&client, &tx, &metrics),
+        budgets: namespace_watches::spawner::<PodDisruptionBudget>(&client, &tx, &metrics),
+        priority_classes: namespace_watches::spawner::<PriorityClass>(&client, &tx, &metrics),
+        leader_election: namespace_watches::spawner::<ConfigMap>(&client, &tx, &metrics),
     };
     let state = state::run(
         rx,

@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use prometheus_client::metrics::{family::Family, gauge::Gauge};
+
 use super::merge::{Merged, Origin, PolicyObject, Verdict};
 use super::metrics::{SourceLabel, StateLabel};
 use super::{ClusterMetrics, Source};
@@ -30,43 +32,12 @@ pub(super) fn log_winners(before: &Merged, after: &Merged) {
 
 /// Sets the policies-in-force per source and the objects per verdict.
 pub(super) fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
-    let mut by_origin: BTreeMap<Origin, i64> = BTreeMap::new();
-    for (origin, _) in merged.winners.values() {
-        *by_origin.entry(*origin).or_default() += 1;
-    }
-    for (origin, source) in [
-        (Origin::Resource, Source::Policies),
-        (Origin::ConfigMap, Source::ConfigMaps),
-    ] {
-        metrics
-            .policies
-            .get_or_create(&SourceLabel {
-                source: source.label(),
-            })
-            .set(by_origin.get(&origin).copied().unwrap_or(0));
-    }
-    let mut by_state: BTreeMap<&'static str, i64> = [
-        ("valid", 0),
-        ("invalid", 0),
-        ("conflict", 0),
-        ("not_governed", 0),
-    ]
-    .into();
-    let mut on_last_valid: BTreeMap<Origin, i64> = BTreeMap::new();
-    let mut on_refused: BTreeMap<Origin, i64> = BTreeMap::new();
-    for ((origin, _), v) in &merged.verdicts {
-        *by_state.entry(v.state()).or_default() += 1;
-        if let Verdict::Invalid {
-            kept: true,
-            refusal,
-            ..
-        } = v
-        {
-            *on_last_valid.entry(*origin).or_default() += 1;
-            if refusal.is_some() {
-                *on_refused.entry(*origin).or_default() += 1;
-            }
-        }
+    let mut by_state: BTreeMap<&'static str, i64> =
+        ["valid", "invalid", "conflict", "not_governed"]
+            .map(|s| (s, 0))
+            .into();
+    for verdict in merged.verdicts.values() {
+        *by_state.entry(verdict.state()).or_default() += 1;
     }
     for (origin, source) in [
         (Origin::Resource, Source::Policies),
@@ -75,15 +46,31 @@ pub(super) fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
         let label = SourceLabel {
             source: source.label(),
         };
-        let count = |by: &BTreeMap<Origin, i64>| by.get(&origin).copied().unwrap_or(0);
-        metrics
-            .on_last_valid
-            .get_or_create(&label)
-            .set(count(&on_last_valid));
-        metrics
-            .on_refused_last_valid
-            .get_or_create(&label)
-            .set(count(&on_refused));
+        let in_force = merged.winners.values().filter(|w| w.0 == origin).count();
+        // Per object on its last valid version: whether this release refuses it in part.
+        let on_last_valid: Vec<bool> = merged
+            .verdicts
+            .iter()
+            .filter_map(|((o, _), v)| match v {
+                Verdict::Invalid {
+                    kept: true,
+                    refusal,
+                    ..
+                } if *o == origin => Some(refusal.is_some()),
+                _ => None,
+            })
+            .collect();
+        let gauge = |family: &Family<SourceLabel, Gauge>, n: usize| {
+            family
+                .get_or_create(&label)
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        };
+        gauge(&metrics.policies, in_force);
+        gauge(&metrics.on_last_valid, on_last_valid.len());
+        gauge(
+            &metrics.on_refused_last_valid,
+            on_last_valid.iter().filter(|r| **r).count(),
+        );
     }
     for (state, n) in by_state {
         metrics

@@ -16,7 +16,7 @@ use super::namespace_watches::Spawn;
 use super::observe::{count_policies, log_verdict, log_winners};
 use super::priority_classes::{self, PriorityClassWatches};
 use super::sent::Sent;
-use super::source_state::SourceState;
+use super::source_state::{SourceState, Tracked};
 use super::status;
 use super::writer::WriteReq;
 use super::{ClusterError, ClusterMetrics, Msg, Source};
@@ -28,7 +28,6 @@ use crate::store::PolicyStore;
 /// How often failed status writes are retried.
 const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
-#[derive(Debug)]
 struct State {
     policies: SourceState,
     configmaps: SourceState,
@@ -96,6 +95,14 @@ impl State {
         }
     }
 
+    /// Every policy object known.
+    fn tracked(&self) -> impl Iterator<Item = &Tracked> {
+        self.policies
+            .live
+            .values()
+            .chain(self.configmaps.live.values())
+    }
+
     fn synced(&self) -> bool {
         self.was_synced
             || (self.policies.synced
@@ -156,14 +163,7 @@ impl State {
 
     /// Merges, publishes, updates metrics and logs changes.
     fn publish(&mut self, store: &PolicyStore, metrics: &ClusterMetrics) {
-        let merged = merge::merge_governed(
-            self.policies
-                .live
-                .values()
-                .chain(self.configmaps.live.values())
-                .map(|t| &t.object),
-            &self.governed,
-        );
+        let merged = merge::merge_governed(self.tracked().map(|t| &t.object), &self.governed);
         // HPAs and config-leader-election matter only where a policy is in
         // force: watch exactly there (before the first sync too, so that
         // synced includes their lists).
@@ -181,14 +181,7 @@ impl State {
         // A change the request path cannot see (a status write, the
         // last-valid annotation, a conflict's loser) publishes nothing.
         let current = store.load();
-        let unclaimed = unclaimed(
-            self.policies
-                .live
-                .values()
-                .chain(self.configmaps.live.values())
-                .map(|t| &t.object),
-            &self.governed,
-        );
+        let unclaimed = unclaimed(self.tracked().map(|t| &t.object), &self.governed);
         let same = self.published_once
             && current.synced == synced
             && current.policies == merged.policies
