@@ -26,12 +26,6 @@ use super::{Msg, Source};
 /// budget fields), for the PDBs the reconciler did not create.
 pub(crate) type BudgetWatches = NamespaceWatches<BTreeMap<String, String>>;
 
-/// What a watcher tells the state.
-pub(crate) type BudgetUpdate = Update<BTreeMap<String, String>>;
-
-/// What these watches are logged as.
-pub(crate) const WHAT: &str = "PodDisruptionBudgets";
-
 impl Kind for PodDisruptionBudget {
     const SOURCE: Source = Source::Budgets;
     type Counts = String;
@@ -58,7 +52,7 @@ impl Kind for PodDisruptionBudget {
         let counted = objects.iter().map(|p| Some((p.name_any(), p.counts()?)));
         counted.flatten().collect()
     }
-    fn msg(namespace: String, id: u64, update: BudgetUpdate) -> Msg {
+    fn msg(namespace: String, id: u64, update: Update<Self::Value>) -> Msg {
         Msg::Budgets {
             namespace,
             id,

@@ -8,13 +8,13 @@ use std::time::Duration;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 
-use super::budget_watches::{self, BudgetWatches};
+use super::budget_watches::BudgetWatches;
 use super::hpas::{self, HpaWatches};
-use super::leader_election::{self, LeaderElectionWatches};
-use super::merge::{self, Merged, Origin, PolicyObject, Verdict};
-use super::namespace_watches::Spawn;
+use super::leader_election::LeaderElectionWatches;
+use super::merge::{self, Merged, Origin, Verdict};
+use super::namespace_watches::{NamespaceWatches, Spawn};
 use super::observe::{count_policies, log_verdict, log_winners};
-use super::priority_classes::{self, PriorityClassWatches};
+use super::priority_classes::{CLUSTER, PriorityClassWatches};
 use super::sent::Sent;
 use super::source_state::{SourceState, Tracked};
 use super::status;
@@ -76,15 +76,12 @@ impl State {
             policies: SourceState::default(),
             configmaps: SourceState::default(),
             hpas: HpaWatches::new(hpas::WHAT, spawners.hpas),
-            leader_election: LeaderElectionWatches::new(
-                leader_election::WHAT,
+            leader_election: NamespaceWatches::new(
+                "ConfigMap config-leader-election",
                 spawners.leader_election,
             ),
-            budgets: BudgetWatches::new(budget_watches::WHAT, spawners.budgets),
-            priority_classes: PriorityClassWatches::new(
-                priority_classes::WHAT,
-                spawners.priority_classes,
-            ),
+            budgets: NamespaceWatches::new("PodDisruptionBudgets", spawners.budgets),
+            priority_classes: NamespaceWatches::new("PriorityClasses", spawners.priority_classes),
             governed,
             was_synced: false,
             published_once: false,
@@ -101,6 +98,23 @@ impl State {
             .live
             .values()
             .chain(self.configmaps.live.values())
+    }
+
+    /// The namespaces no policy object names ([`Unclaimed`]): every object's
+    /// current target and its last valid version's; not known at all while
+    /// some object names none that can be read.
+    fn unclaimed(&self) -> Unclaimed {
+        let mut claimed = BTreeSet::new();
+        for obj in self.tracked().map(|t| &t.object) {
+            let Some(target) = &obj.target else {
+                return Unclaimed::Unknown;
+            };
+            claimed.insert(target.clone());
+            if let Some(p) = &obj.last_valid {
+                claimed.insert(p.spec.target_namespace.clone());
+            }
+        }
+        Unclaimed::all_but(claimed).within(&self.governed)
     }
 
     fn synced(&self) -> bool {
@@ -123,10 +137,7 @@ impl State {
                 self.configmaps.apply(change);
                 true
             }
-            Msg::Watch(
-                Source::Hpas | Source::LeaderElection | Source::Budgets | Source::PriorityClasses,
-                _,
-            ) => false,
+            Msg::Watch(..) => false,
             Msg::Hpa {
                 namespace,
                 id,
@@ -147,9 +158,7 @@ impl State {
             } => self.budgets.apply(&namespace, id, update).0,
             Msg::PriorityClasses { id, update } => {
                 let first_list = update.first_list;
-                let (changed, _) =
-                    self.priority_classes
-                        .apply(priority_classes::CLUSTER, id, update);
+                let (changed, _) = self.priority_classes.apply(CLUSTER, id, update);
                 changed || first_list
             }
             Msg::WriteFailed(uid) => {
@@ -171,17 +180,23 @@ impl State {
             self.hpas.set(merged.policies.keys());
             self.leader_election.set(merged.policies.keys());
             self.budgets.set(merged.policies.keys());
-            let cluster = priority_classes::CLUSTER.to_string();
-            let named = priority_classes::named(merged.policies.values().map(|p| &**p));
+            // PriorityClasses: watched while a policy in force names one.
+            let cluster = CLUSTER.to_string();
+            let mut named = merged.policies.values();
+            let named = named.any(|p| p.spec.priority_classes().next().is_some());
             self.priority_classes.set(named.then_some(&cluster));
         }
-        let priority_classes = priority_classes::known(&self.priority_classes);
+        // The PriorityClasses that exist, once listed (None: not known, or not watched).
+        let classes = &self.priority_classes;
+        let priority_classes = classes
+            .synced_in(CLUSTER)
+            .then(|| classes.values().get(CLUSTER).cloned().unwrap_or_default());
         let synced = self.synced();
         self.was_synced = synced;
         // A change the request path cannot see (a status write, the
         // last-valid annotation, a conflict's loser) publishes nothing.
         let current = store.load();
-        let unclaimed = unclaimed(self.tracked().map(|t| &t.object), &self.governed);
+        let unclaimed = self.unclaimed();
         let same = self.published_once
             && current.synced == synced
             && current.policies == merged.policies
@@ -267,26 +282,6 @@ impl State {
         self.sent.forget_gone(live);
         Ok(())
     }
-}
-
-/// The namespaces no policy object names ([`Unclaimed`]): every object's
-/// current target and its last valid version's; not known at all while
-/// some object names none that can be read.
-fn unclaimed<'a>(
-    objects: impl Iterator<Item = &'a PolicyObject>,
-    governed: &AllowedNamespaces,
-) -> Unclaimed {
-    let mut claimed = BTreeSet::new();
-    for obj in objects {
-        let Some(target) = &obj.target else {
-            return Unclaimed::Unknown;
-        };
-        claimed.insert(target.clone());
-        if let Some(p) = &obj.last_valid {
-            claimed.insert(p.spec.target_namespace.clone());
-        }
-    }
-    Unclaimed::all_but(claimed).within(governed)
 }
 
 /// Whether a per-namespace watcher's update may change the snapshot: its
