@@ -171,18 +171,17 @@ impl FileSource {
         tick.tick().await;
         loop {
             tick.tick().await;
-            self = match tokio::task::spawn_blocking(move || {
+            let polled = tokio::task::spawn_blocking(move || {
                 let _ = self.poll();
                 self
-            })
-            .await
-            {
-                Ok(me) => me,
+            });
+            match polled.await {
+                Ok(me) => self = me,
                 Err(e) => {
                     tracing::error!(error = %e, "policy file watcher stopped");
                     return;
                 }
-            };
+            }
         }
     }
 }

@@ -19,12 +19,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use super::namespace_watches::{Kind, NamespaceWatches, Update};
+use super::namespace_watches::{Kind, Update};
 use super::{Msg, Source};
-
-/// Per namespace: PDB name -> what a change of counts (its selector and
-/// budget fields), for the PDBs the reconciler did not create.
-pub(crate) type BudgetWatches = NamespaceWatches<BTreeMap<String, String>>;
 
 impl Kind for PodDisruptionBudget {
     const SOURCE: Source = Source::Budgets;

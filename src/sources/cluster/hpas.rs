@@ -1,5 +1,5 @@
 //! HorizontalPodAutoscalers (autoscaling/v2), watched per namespace with a
-//! policy in force ([`super::namespace_watches`]): which Deployments are
+//! policy in force (`namespace_watches`): which Deployments are
 //! scaled by an HPA, for the engine's HPA-backed rule.
 //!
 //! Only `metadata` (name, namespace, resourceVersion, the opt-out label) and

@@ -13,13 +13,9 @@ use kube::Api;
 use kube::runtime::watcher;
 use serde_json::{Map, Value};
 
-use super::namespace_watches::{Kind, NamespaceWatches, Update};
+use super::namespace_watches::{Kind, Update};
 use super::{Msg, Source};
 use crate::engine::LEADER_ELECTION_CONFIGMAP;
-
-/// The duration keys of `config-leader-election` per namespace (absent when
-/// it has none, or is not there).
-pub(crate) type LeaderElectionWatches = NamespaceWatches<Map<String, Value>>;
 
 /// What the engine's context holds of the ConfigMap (its duration keys,
 /// its opt-out label and Operator owner:

@@ -1,22 +1,13 @@
 //! Policy from the cluster: HighAvailabilityPolicy resources and ConfigMaps
 //! labelled `knativeha.dev/policy: "true"`, watched and cached in memory.
 //!
-//! Layout:
-//! - `watch`: one kube-runtime watcher per source, with its backoff, the
-//!   `source_up` / `watch_errors` metrics and the outage logs.
-//! - `policies`, `configmaps`: per-source conversion and validation;
-//!   `source_state`: their objects, each with its last valid version.
-//! - `namespace_watches`: what is watched only in the namespaces where a
-//!   policy is in force: HPAs (`hpas`), PodDisruptionBudgets
-//!   (`budget_watches`), `config-leader-election` (`leader_election`), and
-//!   PriorityClasses (`priority_classes`).
-//! - `state`: merge, publication of [`crate::engine::Snapshot`]s, and the
-//!   decision what to report; `observe`: the log lines and gauges of each
-//!   merge; `merge`: the pure precedence rules.
-//! - `status`: `Ready` conditions; `verdict`: the reconciler's verdict in
-//!   them ([`crate::findings`]); `writer`: status patches, Events and
-//!   last-valid annotations (off the watch path); `sent`: what was asked
-//!   of it.
+//! Each source has one kube-runtime watcher (`watch`), its objects
+//! validated by `policies` or `configmaps`; HPAs, PodDisruptionBudgets,
+//! `config-leader-election` and PriorityClasses are watched only where a
+//! policy is in force (`namespace_watches`). The `state` merges them by the
+//! precedence rules (`merge`), publishes [`crate::engine::Snapshot`]s and
+//! decides the `Ready` conditions (`status`, with the reconciler's
+//! `verdict`) that the `writer` writes off the watch path.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -95,17 +86,15 @@ pub enum ClusterError {
 
 pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
 
-/// The watched sources.
+/// The watched sources (the last four only where a policy is in force:
+/// [`namespace_watches`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Source {
     Policies,
     ConfigMaps,
     Hpas,
-    /// PodDisruptionBudgets, per namespace with a policy in force.
     Budgets,
-    /// PriorityClasses, cluster-wide, while a policy names one.
     PriorityClasses,
-    /// `config-leader-election` of the namespaces with a policy in force.
     LeaderElection,
 }
 

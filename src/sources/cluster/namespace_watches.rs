@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::reflector::{ObjectRef, store::Writer};
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -41,11 +41,10 @@ pub(crate) struct Update<T> {
 /// A kind watched per namespace: how it is watched, what counts of one
 /// object and what the state is told.
 pub(crate) trait Kind:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+    Resource<DynamicType = ()> + Clone + Default + DeserializeOwned + Debug + Send + Sync + 'static
 {
     /// The `source` metric label and log field.
     const SOURCE: Source;
-    /// What counts of one object.
     type Counts: PartialEq;
     /// A namespace's value, as the snapshot holds it.
     type Value: Clone + Debug + Default + PartialEq + Send + 'static;
@@ -66,32 +65,22 @@ pub(crate) trait Kind:
 /// the value last sent: it tells the state only when that changes or its
 /// first list completes. An event that changes nothing that counts of its
 /// object costs no recomputation.
+#[derive(Default)]
 pub(crate) struct Fold<K: Kind> {
     writer: Writer<K>,
-    store: Store<K>,
     sent: K::Value,
     synced: bool,
-}
-
-impl<K: Kind> Default for Fold<K> {
-    fn default() -> Fold<K> {
-        let writer = Writer::default();
-        Fold {
-            store: writer.as_reader(),
-            writer,
-            sent: K::Value::default(),
-            synced: false,
-        }
-    }
 }
 
 impl<K: Kind> Fold<K> {
     /// Folds one watcher event in; the update for the state, or None when
     /// the value did not change and no first list completed.
     pub(crate) fn apply(&mut self, event: watcher::Event<K>) -> Option<Update<K::Value>> {
+        let store = self.writer.as_reader();
         let counted = |obj: &K| {
-            let old = self.store.get(&ObjectRef::from_obj(obj));
-            old.and_then(|o| o.counts())
+            store
+                .get(&ObjectRef::from_obj(obj))
+                .and_then(|o| o.counts())
         };
         let touched = match &event {
             watcher::Event::Apply(obj) => counted(obj) != obj.counts(),
@@ -105,7 +94,7 @@ impl<K: Kind> Fold<K> {
         if !touched || !self.synced {
             return None;
         }
-        let value = K::value(&self.store.state());
+        let value = K::value(&store.state());
         let changed = value != self.sent;
         if changed {
             self.sent = value.clone();
@@ -157,7 +146,6 @@ pub(crate) fn spawner<K: Kind>(
 }
 
 /// One namespace's watcher (its value is kept in its task).
-#[derive(Debug)]
 struct Watched {
     id: u64,
     task: Option<JoinHandle<()>>,
@@ -179,8 +167,7 @@ pub(crate) struct NamespaceWatches<T> {
     spawner: Box<dyn Spawn>,
     next_id: u64,
     watched: BTreeMap<String, Watched>,
-    /// Namespace -> value (non-default values only), kept up to date per
-    /// namespace for the snapshot.
+    /// Namespace -> value (non-default values only), for the snapshot.
     values: BTreeMap<String, T>,
 }
 
@@ -236,11 +223,6 @@ impl<T: Default + PartialEq> NamespaceWatches<T> {
     /// The values for the snapshot.
     pub(crate) fn values(&self) -> &BTreeMap<String, T> {
         &self.values
-    }
-
-    /// Namespaces watched now.
-    pub(crate) fn namespaces(&self) -> impl Iterator<Item = &String> {
-        self.watched.keys()
     }
 
     /// Applies one watcher's update; returns whether the values changed

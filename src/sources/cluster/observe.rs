@@ -2,7 +2,7 @@
 //! log line of a new winner or verdict, and the per-source and per-verdict
 //! gauges. Called by `state` after every merge; pure output, no decisions.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use prometheus_client::metrics::{family::Family, gauge::Gauge};
 
@@ -32,12 +32,11 @@ pub(super) fn log_winners(before: &Merged, after: &Merged) {
 
 /// Sets the policies-in-force per source and the objects per verdict.
 pub(super) fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
-    let mut by_state: BTreeMap<&'static str, i64> =
-        ["valid", "invalid", "conflict", "not_governed"]
-            .map(|s| (s, 0))
-            .into();
-    for verdict in merged.verdicts.values() {
-        *by_state.entry(verdict.state()).or_default() += 1;
+    let n = |count: usize| i64::try_from(count).unwrap_or(i64::MAX);
+    for state in ["valid", "invalid", "conflict", "not_governed"] {
+        let count = merged.verdicts.values().filter(|v| v.state() == state);
+        let gauge = metrics.policy_status.get_or_create(&StateLabel { state });
+        gauge.set(n(count.count()));
     }
     for (origin, source) in [
         (Origin::Resource, Source::Policies),
@@ -60,23 +59,13 @@ pub(super) fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
                 _ => None,
             })
             .collect();
-        let gauge = |family: &Family<SourceLabel, Gauge>, n: usize| {
-            family
-                .get_or_create(&label)
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        let refused = on_last_valid.iter().filter(|r| **r).count();
+        let set = |family: &Family<SourceLabel, Gauge>, count| {
+            family.get_or_create(&label).set(n(count));
         };
-        gauge(&metrics.policies, in_force);
-        gauge(&metrics.on_last_valid, on_last_valid.len());
-        gauge(
-            &metrics.on_refused_last_valid,
-            on_last_valid.iter().filter(|r| **r).count(),
-        );
-    }
-    for (state, n) in by_state {
-        metrics
-            .policy_status
-            .get_or_create(&StateLabel { state })
-            .set(n);
+        set(&metrics.policies, in_force);
+        set(&metrics.on_last_valid, on_last_valid.len());
+        set(&metrics.on_refused_last_valid, refused);
     }
 }
 

@@ -47,7 +47,7 @@ pub fn policy_document(obj: &DynamicObject) -> Value {
 pub(crate) const NOT_APPLIED: &str = "cannot be read back by this release, so it is not applied";
 
 /// Validates one resource as the watcher delivered it; when its spec is
-/// invalid, the recorded last valid version is read back ([`read_back`]).
+/// invalid, the recorded last valid version is read back (`read_back`).
 pub fn observe(obj: &DynamicObject) -> Observed {
     let name = obj.name_any();
     let status = ObservedStatus::from_object(&obj.data);

@@ -12,11 +12,8 @@ use std::sync::Arc;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::{Api, ResourceExt};
 
-use super::namespace_watches::{Kind, NamespaceWatches, Update};
+use super::namespace_watches::{Kind, Update};
 use super::{Msg, Source};
-
-/// The one watch (its scope key is [`CLUSTER`]): the names.
-pub(crate) type PriorityClassWatches = NamespaceWatches<BTreeSet<String>>;
 
 /// The scope key of the one watch: PriorityClasses belong to no namespace.
 pub(crate) const CLUSTER: &str = "";

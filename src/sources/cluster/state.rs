@@ -2,19 +2,18 @@
 //! the last valid version of each policy object), merged into one
 //! [`Snapshot`] after every batch of changes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use serde_json::{Map, Value};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 
-use super::budget_watches::BudgetWatches;
 use super::hpas::{self, HpaWatches};
-use super::leader_election::LeaderElectionWatches;
 use super::merge::{self, Merged, Origin, Verdict};
 use super::namespace_watches::{NamespaceWatches, Spawn};
 use super::observe::{count_policies, log_verdict, log_winners};
-use super::priority_classes::{CLUSTER, PriorityClassWatches};
+use super::priority_classes::CLUSTER;
 use super::sent::Sent;
 use super::source_state::{SourceState, Tracked};
 use super::status;
@@ -33,14 +32,18 @@ struct State {
     configmaps: SourceState,
     /// HPA watches of the namespaces with a policy in force.
     hpas: HpaWatches,
-    /// `config-leader-election` watches of the same namespaces.
-    leader_election: LeaderElectionWatches,
-    /// PodDisruptionBudget watches of the same namespaces (not waited for:
-    /// readiness never hangs on them).
-    budgets: BudgetWatches,
-    /// The PriorityClasses, while a policy in force names one (not waited
-    /// for either: until listed, the engine writes the name unchecked).
-    priority_classes: PriorityClassWatches,
+    /// `config-leader-election` watches of the same namespaces: its
+    /// duration keys (absent when it has none, or is not there).
+    leader_election: NamespaceWatches<Map<String, Value>>,
+    /// PodDisruptionBudget watches of the same namespaces: PDB name -> what
+    /// a change of counts (its selector and budget fields), for the PDBs
+    /// the reconciler did not create (not waited for: readiness never
+    /// hangs on them).
+    budgets: NamespaceWatches<BTreeMap<String, String>>,
+    /// The PriorityClasses' names (one watch, its scope key [`CLUSTER`]),
+    /// while a policy in force names one (not waited for either: until
+    /// listed, the engine writes the name unchecked).
+    priority_classes: NamespaceWatches<BTreeSet<String>>,
     /// `--governed-namespaces`.
     governed: AllowedNamespaces,
     /// Once synced, the source stays synced (a namespace whose HPA watch
@@ -324,7 +327,7 @@ pub(crate) async fn run(
                     logged_synced = true;
                     tracing::info!(
                         policies = state.merged.policies.len(),
-                        hpa_namespaces = state.hpas.namespaces().count(),
+                        hpa_namespaces = state.merged.policies.len(),
                         "cluster policy source synced"
                     );
                 }

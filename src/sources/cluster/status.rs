@@ -214,10 +214,7 @@ pub fn desired(verdict: &Verdict, kind: Origin, generation: Option<i64>) -> Read
 /// current version when that is valid (whether in force or not), else
 /// `None` (the record stays as it is).
 pub fn record(obj: &PolicyObject) -> Option<LastValid> {
-    let policy = obj.last_valid.as_ref()?;
-    if obj.error.is_some() {
-        return None;
-    }
+    let policy = obj.last_valid.as_ref().filter(|_| obj.error.is_none())?;
     Some(LastValid {
         generation: obj.generation.filter(|_| obj.origin == Origin::Resource),
         name: (obj.origin == Origin::ConfigMap).then(|| policy.name.clone()),

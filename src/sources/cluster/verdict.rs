@@ -31,11 +31,9 @@ pub const NOTHING_GOVERNED: &str = "NothingGoverned";
 
 /// `desired` (the condition the policy's own verdict calls for), given
 /// what the reconciler found in its namespace (`found`: the namespace
-/// absent when this replica does not know).
-/// Only a policy in force ([`Verdict::Valid`]) changes: an invalid or
-/// conflicting one already says `Ready=False` for its own reason. A
-/// replica that does not know keeps the reconciler's verdict the object
-/// carries for this generation, and leaves the coverage fields alone.
+/// absent when this replica does not know, which leaves the coverage
+/// fields alone). Only a policy in force ([`Verdict::Valid`]) changes: an
+/// invalid or conflicting one already says `Ready=False` for its own reason.
 pub fn with_findings(
     desired: ReadyStatus,
     verdict: &Verdict,

@@ -1,8 +1,6 @@
-//! One kube-runtime watcher per source (per namespace for HPAs and the
-//! other [`super::namespace_watches`]), its events handed to a handler that
-//! makes the [`Msg`]s for the state. Keeps `source_up` and `watch_errors`, logs
-//! outages and reconnects, and treats a 404 on the policy resource as
-//! "CRD not installed" (not fatal; retried).
+//! One kube-runtime watcher per source ([`Watch`]): it keeps `source_up`
+//! and `watch_errors`, logs outages and reconnects, and treats a 404 on the
+//! policy resource as "CRD not installed" (not fatal; retried).
 //!
 //! Backoff and logging are done here rather than with kube-runtime's
 //! `default_backoff()`: the watcher emits `Event::Init` *before* each
@@ -32,7 +30,6 @@ const CRD_RECHECK_MAX: Duration = Duration::from_secs(5);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Exponential backoff: 0.8 s doubling up to 30 s, reset by a success.
-#[derive(Debug)]
 pub struct Backoff {
     next: Duration,
     max: Duration,
@@ -73,10 +70,7 @@ fn is_not_found(err: &watcher::Error) -> bool {
 /// each event and makes the message for the state, or keeps it (None:
 /// nothing is sent, the state is not woken; the per-namespace watchers fold
 /// their events into their reflector store in their own task this way).
-pub(crate) struct Watch<'a, K, H>
-where
-    K: Resource,
-{
+pub(crate) struct Watch<'a, K: Resource, H> {
     pub source: Source,
     pub scope: &'a str,
     pub api: Api<K>,
