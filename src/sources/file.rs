@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::engine::{Snapshot, Unclaimed};
-use crate::policy::{Policy, PolicyError};
+use crate::policy::PolicyError;
 use crate::scope::AllowedNamespaces;
 use crate::store::PolicyStore;
 use crate::telemetry::Metrics;
@@ -46,67 +46,46 @@ pub enum FileSourceError {
 
 pub type Result<T, E = FileSourceError> = std::result::Result<T, E>;
 
-/// Refuses policies for namespaces outside `governed`.
-pub fn check_governed(
-    policies: &[Policy],
-    governed: &AllowedNamespaces,
-    path: &Path,
-) -> Result<()> {
-    match policies
-        .iter()
-        .find(|p| !governed.allows(&p.spec.target_namespace))
-    {
-        Some(p) => Err(FileSourceError::NotGoverned {
-            path: path.to_path_buf(),
-            policy: p.name.clone(),
-            namespace: p.spec.target_namespace.clone(),
-            governed: governed.display(),
-        }),
-        None => Ok(()),
-    }
+/// Reads and parses the file; returns its bytes and the snapshot.
+pub fn load(path: &Path) -> Result<(Vec<u8>, Snapshot)> {
+    let bytes = read(path)?;
+    let snapshot = snapshot(&bytes, path, &AllowedNamespaces::all())?;
+    Ok((bytes, snapshot))
 }
 
-/// Parses every policy document of `text` (YAML, `---`-separated) with
-/// [`crate::policy::parse_policies`].
-pub fn parse(text: &str, path: &Path) -> Result<Vec<Policy>> {
-    crate::policy::parse_policies(text).map_err(|error| FileSourceError::Invalid {
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|error| FileSourceError::Read {
         path: path.to_path_buf(),
         error,
     })
 }
 
-/// Reads and parses the file; returns its bytes and the snapshot.
-pub fn load(path: &Path) -> Result<(Vec<u8>, Snapshot)> {
-    load_governed(path, &AllowedNamespaces::all())
-}
-
-/// [`load`], refusing policies for namespaces outside `governed`.
-pub fn load_governed(path: &Path, governed: &AllowedNamespaces) -> Result<(Vec<u8>, Snapshot)> {
-    let bytes = std::fs::read(path).map_err(|error| FileSourceError::Read {
-        path: path.to_path_buf(),
-        error,
-    })?;
-    let text = String::from_utf8_lossy(&bytes);
-    let policies = parse(&text, path)?;
-    check_governed(&policies, governed, path)?;
-    Ok((bytes, governed_snapshot(policies, governed)))
-}
-
-/// The snapshot of a valid file: its policies, and every other namespace
-/// in `governed` unclaimed (the file is the only policy object).
-fn governed_snapshot(policies: Vec<Policy>, governed: &AllowedNamespaces) -> Snapshot {
+/// The snapshot of a file holding `bytes`: its policy documents (YAML,
+/// `---`-separated, [`crate::policy::parse_policies`]), refused when one is
+/// for a namespace outside `governed`, and every other namespace in
+/// `governed` unclaimed (the file is the only policy object).
+fn snapshot(bytes: &[u8], path: &Path, governed: &AllowedNamespaces) -> Result<Snapshot> {
+    let policies =
+        crate::policy::parse_policies(&String::from_utf8_lossy(bytes)).map_err(|error| {
+            FileSourceError::Invalid {
+                path: path.to_path_buf(),
+                error,
+            }
+        })?;
+    let outside = policies
+        .iter()
+        .find(|p| !governed.allows(&p.spec.target_namespace));
+    if let Some(p) = outside {
+        return Err(FileSourceError::NotGoverned {
+            path: path.to_path_buf(),
+            policy: p.name.clone(),
+            namespace: p.spec.target_namespace.clone(),
+            governed: governed.display(),
+        });
+    }
     let mut snapshot = Snapshot::from_policies(policies);
     snapshot.unclaimed = std::mem::take(&mut snapshot.unclaimed).within(governed);
-    snapshot
-}
-
-/// The previous snapshot, with no namespace unclaimed: the file now holds
-/// something that cannot be read as policies, which may name any namespace.
-fn keep_previous(store: &PolicyStore) {
-    store.update(|s| Snapshot {
-        unclaimed: Unclaimed::Unknown,
-        ..s.clone()
-    });
+    Ok(snapshot)
 }
 
 /// A policy file source.
@@ -134,7 +113,8 @@ impl FileSource {
         metrics: Metrics,
         governed: AllowedNamespaces,
     ) -> Result<FileSource> {
-        let (bytes, snapshot) = load_governed(&path, &governed)?;
+        let bytes = read(&path)?;
+        let snapshot = snapshot(&bytes, &path, &governed)?;
         let count = snapshot.policies.len();
         store.publish(snapshot);
         metrics.policy_reload(true);
@@ -151,32 +131,15 @@ impl FileSource {
     /// Re-reads the file once. Returns `None` when the contents did not
     /// change, else whether the new contents were published.
     pub fn poll(&mut self) -> Option<Result<(), FileSourceError>> {
-        let bytes = match std::fs::read(&self.path) {
-            Ok(b) => b,
-            Err(error) => {
-                // A missing file (e.g. mid symlink swap) keeps the old policy;
-                // report it once.
-                self.last.take()?;
-                keep_previous(&self.store);
-                let err = FileSourceError::Read {
-                    path: self.path.clone(),
-                    error,
-                };
-                self.metrics.policy_reload(false);
-                tracing::error!(error = %crate::errors::Chain(&err), "policy file unreadable; keeping the previous policy");
-                return Some(Err(err));
-            }
+        let loaded = match read(&self.path) {
+            // A missing file (e.g. mid symlink swap) keeps the old policy;
+            // report it once.
+            Err(err) => self.last.take().map(|_| Err(err))?,
+            Ok(bytes) if self.last.as_deref() == Some(&bytes[..]) => return None,
+            Ok(bytes) => snapshot(self.last.insert(bytes), &self.path, &self.governed),
         };
-        if self.last.as_deref() == Some(&bytes[..]) {
-            return None;
-        }
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        self.last = Some(bytes);
-        match parse(&text, &self.path)
-            .and_then(|p| check_governed(&p, &self.governed, &self.path).map(|()| p))
-        {
-            Ok(policies) => {
-                let snapshot = governed_snapshot(policies, &self.governed);
+        match loaded {
+            Ok(snapshot) => {
                 let count = snapshot.policies.len();
                 self.store.publish(snapshot);
                 self.metrics.policy_reload(true);
@@ -184,9 +147,18 @@ impl FileSource {
                 Some(Ok(()))
             }
             Err(err) => {
-                keep_previous(&self.store);
+                // The file now holds something that cannot be read as
+                // policies, which may name any namespace: none is unclaimed.
+                self.store.update(|s| Snapshot {
+                    unclaimed: Unclaimed::Unknown,
+                    ..s.clone()
+                });
                 self.metrics.policy_reload(false);
-                tracing::error!(error = %crate::errors::Chain(&err), "invalid policy file; keeping the previous policy");
+                let what = match err {
+                    FileSourceError::Read { .. } => "policy file unreadable",
+                    _ => "invalid policy file",
+                };
+                tracing::error!(error = %crate::errors::Chain(&err), "{what}; keeping the previous policy");
                 Some(Err(err))
             }
         }
@@ -199,18 +171,17 @@ impl FileSource {
         tick.tick().await;
         loop {
             tick.tick().await;
-            self = match tokio::task::spawn_blocking(move || {
+            let polled = tokio::task::spawn_blocking(move || {
                 let _ = self.poll();
                 self
-            })
-            .await
-            {
-                Ok(me) => me,
+            });
+            match polled.await {
+                Ok(me) => self = me,
                 Err(e) => {
                     tracing::error!(error = %e, "policy file watcher stopped");
                     return;
                 }
-            };
+            }
         }
     }
 }

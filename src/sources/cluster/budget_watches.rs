@@ -19,18 +19,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use super::namespace_watches::{Kind, NamespaceWatches, Update};
+use super::namespace_watches::{Kind, Update};
 use super::{Msg, Source};
-
-/// Per namespace: PDB name -> what a change of counts (its selector and
-/// budget fields), for the PDBs the reconciler did not create.
-pub(crate) type BudgetWatches = NamespaceWatches<BTreeMap<String, String>>;
-
-/// What a watcher tells the state.
-pub(crate) type BudgetUpdate = Update<BTreeMap<String, String>>;
-
-/// What these watches are logged as.
-pub(crate) const WHAT: &str = "PodDisruptionBudgets";
 
 impl Kind for PodDisruptionBudget {
     const SOURCE: Source = Source::Budgets;
@@ -58,7 +48,7 @@ impl Kind for PodDisruptionBudget {
         let counted = objects.iter().map(|p| Some((p.name_any(), p.counts()?)));
         counted.flatten().collect()
     }
-    fn msg(namespace: String, id: u64, update: BudgetUpdate) -> Msg {
+    fn msg(namespace: String, id: u64, update: Update<Self::Value>) -> Msg {
         Msg::Budgets {
             namespace,
             id,

@@ -14,11 +14,11 @@ use kube::ResourceExt;
 use serde_json::{Value, json};
 
 use super::merge::{Origin, PolicyObject};
+use super::policies::{named, read_back};
 use super::status::{LastValid, ObservedStatus};
 use super::{Invalid, Observed};
 use crate::policy::Policy;
 use crate::policy::objects::configmap_document;
-use crate::policy::recorded::recorded;
 
 /// The annotation holding the last valid version of a policy ConfigMap.
 pub const LAST_VALID_ANNOTATION: &str = "knativeha.dev/last-valid-policy";
@@ -47,11 +47,7 @@ fn document(cm: &ConfigMap) -> Result<Value, Invalid> {
 
 /// The policy of `cm`'s `document`, named after `cm` when it names none.
 fn policy_of(cm: &ConfigMap, document: &Value) -> Result<Policy, Invalid> {
-    let mut policy = Policy::from_json(document).map_err(Invalid::Document)?;
-    if policy.name.is_empty() {
-        policy.name = cm.name_any();
-    }
-    Ok(policy)
+    named(Policy::from_json(document), &cm.name_any()).map_err(Invalid::Document)
 }
 
 /// The record in [`LAST_VALID_ANNOTATION`], if any and readable.
@@ -80,24 +76,15 @@ pub fn observe(cm: &ConfigMap) -> Observed {
         .ok()
         .and_then(crate::policy::written_target);
     let parsed = document.and_then(|d| policy_of(cm, &d));
-    let (parsed, last_valid) = match (parsed, &record) {
-        (Ok(policy), _) => (Ok(policy), None),
-        (Err(message), None) => (Err(message), None),
-        (Err(message), Some(r)) => match recorded(r.name.as_deref().unwrap_or_default(), &r.spec) {
-            Ok(read) => (Err(message), Some(read)),
-            Err(why) => (
-                Err(Invalid::AnnotationRecord {
-                    current: Box::new(message),
-                    why,
-                }),
-                None,
-            ),
-        },
-    };
-    let (last_valid, last_valid_refusal) = match last_valid {
-        Some(read) => (Some(Arc::new(read.policy)), read.refusal),
-        None => (None, None),
-    };
+    let name = record
+        .as_ref()
+        .and_then(|r| r.name.clone())
+        .unwrap_or_default();
+    let (parsed, read) = read_back(parsed, record.as_ref(), &name, |current, why| {
+        Invalid::AnnotationRecord { current, why }
+    });
+    let (last_valid, last_valid_refusal) =
+        read.map_or((None, None), |r| (Some(Arc::new(r.policy)), r.refusal));
     Observed {
         object: PolicyObject {
             origin: Origin::ConfigMap,

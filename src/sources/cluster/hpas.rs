@@ -1,27 +1,23 @@
-//! HorizontalPodAutoscalers (autoscaling/v2), watched per governed
-//! namespace: which Deployments are scaled by an HPA, for the engine's
-//! HPA-backed rule.
+//! HorizontalPodAutoscalers (autoscaling/v2), watched per namespace with a
+//! policy in force (`namespace_watches`): which Deployments are
+//! scaled by an HPA, for the engine's HPA-backed rule.
 //!
 //! Only `metadata` (name, namespace, resourceVersion, the opt-out label) and
-//! `spec.scaleTargetRef` are parsed ([`HpaRef`]); the HPA controller's
-//! status rewrites (every HPA about every 15 s) cost one small parse and
-//! change nothing: one watcher per namespace with a policy in force
-//! (`namespace_watches`) keeps its HPAs in a reflector store and
-//! tells the state only when the namespace's targets change or its first
-//! list completes (`HpaUpdate`), so a status update neither wakes the
-//! state task nor publishes.
+//! `spec.scaleTargetRef` are parsed ([`HpaRef`]): the HPA controller's
+//! status rewrites (every HPA about every 15 s) cost one small parse, and
+//! change no target, so they neither wake the state task nor publish.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::autoscaling::v2::{CrossVersionObjectReference, HorizontalPodAutoscaler};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::{Api, Resource};
+use kube::{Api, ResourceExt};
 use serde::{Deserialize, Deserializer};
 
 use super::namespace_watches::{Kind, NamespaceWatches, Update};
 use super::{Msg, Source};
+use crate::engine::SKIP_LABEL;
 
 /// Every HPA watch and the targets per namespace.
 pub(crate) type HpaWatches = NamespaceWatches<BTreeSet<String>>;
@@ -30,29 +26,20 @@ pub(crate) type HpaWatches = NamespaceWatches<BTreeSet<String>>;
 pub(crate) const WHAT: &str = "HorizontalPodAutoscalers";
 
 /// The parts of an HPA the source reads.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, kube::Resource)]
+#[resource(inherit = HorizontalPodAutoscaler)]
+#[serde(default)]
 pub struct HpaRef {
-    #[serde(deserialize_with = "lite_metadata", default)]
+    #[serde(deserialize_with = "lite_metadata")]
     pub metadata: ObjectMeta,
-    #[serde(default)]
     pub spec: HpaRefSpec,
 }
 
 /// `spec` of an HPA, reduced to its target.
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct HpaRefSpec {
-    #[serde(default)]
-    pub scale_target_ref: TargetRef,
-}
-
-/// `spec.scaleTargetRef` (kind and name).
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct TargetRef {
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default)]
-    pub name: String,
+    pub scale_target_ref: CrossVersionObjectReference,
 }
 
 /// Reads only name, namespace, resourceVersion and the opt-out label of
@@ -70,7 +57,7 @@ fn lite_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error
     let lite = Lite::deserialize(d)?;
     let labels = lite
         .labels
-        .and_then(|mut l| l.remove_entry(crate::engine::SKIP_LABEL))
+        .and_then(|mut l| l.remove_entry(SKIP_LABEL))
         .map(|(k, v)| BTreeMap::from([(k, v)]));
     Ok(ObjectMeta {
         name: lite.name,
@@ -81,47 +68,12 @@ fn lite_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error
     })
 }
 
-impl Resource for HpaRef {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "HorizontalPodAutoscaler".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "autoscaling".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v2".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "horizontalpodautoscalers".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 /// The Deployment an HPA scales (None for other target kinds), marked
 /// when the HPA opts out ([`crate::engine::hpa_target_entry`]).
 pub fn target(hpa: &HpaRef) -> Option<String> {
     let target = &hpa.spec.scale_target_ref;
-    let skipped = hpa
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(crate::engine::SKIP_LABEL))
-        .is_some_and(|v| v == "true");
-    (target.kind == "Deployment").then(|| {
-        if skipped {
-            crate::engine::hpa_target_entry(&target.name, true)
-        } else {
-            target.name.clone()
-        }
-    })
+    let skipped = hpa.labels().get(SKIP_LABEL).is_some_and(|v| v == "true");
+    (target.kind == "Deployment").then(|| crate::engine::hpa_target_entry(&target.name, skipped))
 }
 
 /// What an HPA watcher tells the state: the namespace's targeted

@@ -13,19 +13,9 @@ use kube::Api;
 use kube::runtime::watcher;
 use serde_json::{Map, Value};
 
-use super::namespace_watches::{Kind, NamespaceWatches, Update};
+use super::namespace_watches::{Kind, Update};
 use super::{Msg, Source};
 use crate::engine::LEADER_ELECTION_CONFIGMAP;
-
-/// The duration keys of `config-leader-election` per namespace (absent when
-/// it has none, or is not there).
-pub(crate) type LeaderElectionWatches = NamespaceWatches<Map<String, Value>>;
-
-/// What a watcher tells the state: the duration keys when they changed.
-pub(crate) type LeaderElectionUpdate = Update<Map<String, Value>>;
-
-/// What these watches are logged as.
-pub(crate) const WHAT: &str = "ConfigMap config-leader-election";
 
 /// What the engine's context holds of the ConfigMap (its duration keys,
 /// its opt-out label and Operator owner:
@@ -53,7 +43,7 @@ impl Kind for ConfigMap {
     fn value(objects: &[Arc<ConfigMap>]) -> Map<String, Value> {
         objects.first().map(|cm| data(cm)).unwrap_or_default()
     }
-    fn msg(namespace: String, id: u64, update: LeaderElectionUpdate) -> Msg {
+    fn msg(namespace: String, id: u64, update: Update<Self::Value>) -> Msg {
         Msg::LeaderElection {
             namespace,
             id,

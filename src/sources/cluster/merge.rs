@@ -127,48 +127,33 @@ pub fn merge_governed<'a>(
     let mut objects: Vec<&PolicyObject> = objects.into_iter().collect();
     // Resources before ConfigMaps; then oldest first (objects without a
     // creation time sort last); then by name; uid makes the order total.
-    objects.sort_by(|a, b| {
-        (a.origin, a.created.is_none(), a.created, &a.name, &a.uid).cmp(&(
-            b.origin,
-            b.created.is_none(),
-            b.created,
-            &b.name,
-            &b.uid,
-        ))
-    });
+    objects.sort_by_key(|o| (o.origin, o.created.is_none(), o.created, &o.name, &o.uid));
     let mut merged = Merged::default();
     for obj in objects {
         let key = (obj.origin, obj.uid.clone());
+        let never_in_force = |message: &String| Verdict::Invalid {
+            message: message.clone(),
+            kept: false,
+            kept_generation: None,
+            refusal: None,
+        };
         let Some(policy) = &obj.last_valid else {
             let message = obj
                 .error
                 .clone()
-                .unwrap_or_else(|| "no valid policy".to_string());
-            merged.verdicts.insert(
-                key,
-                Verdict::Invalid {
-                    message,
-                    kept: false,
-                    kept_generation: None,
-                    refusal: None,
-                },
-            );
+                .unwrap_or_else(|| "no valid policy".into());
+            merged.verdicts.insert(key, never_in_force(&message));
             continue;
         };
         let namespace = policy.spec.target_namespace.clone();
         if !governed.allows(&namespace) {
-            let verdict = match &obj.error {
-                Some(message) => Verdict::Invalid {
-                    message: message.clone(),
-                    kept: false,
-                    kept_generation: None,
-                    refusal: None,
-                },
-                None => Verdict::NotGoverned {
+            let verdict = obj.error.as_ref().map_or_else(
+                || Verdict::NotGoverned {
                     namespace,
                     governed: governed.display(),
                 },
-            };
+                never_in_force,
+            );
             merged.verdicts.insert(key, verdict);
             continue;
         }

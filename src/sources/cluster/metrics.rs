@@ -6,47 +6,41 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-/// `source` label: `policies` (HighAvailabilityPolicy resources),
-/// `configmaps` or `hpas`.
+/// `source` label: the watched source (`policies` for the
+/// HighAvailabilityPolicy resources, `configmaps`, `hpas`, ...).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
     pub source: &'static str,
 }
 
-/// `state` label: `valid`, `invalid` or `conflict`.
+/// `state` label: a policy object's verdict (`valid`, `invalid`,
+/// `conflict`, `not_governed`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
     pub state: &'static str,
 }
 
-/// The cluster source's metrics, registered once at start-up.
+/// The cluster source's metrics, registered once at start-up: each field is
+/// `knative_ha_webhook_` and its name or the name its doc gives (help texts
+/// in [`ClusterMetrics::register`]).
 #[derive(Clone, Debug, Default)]
 pub struct ClusterMetrics {
-    /// `knative_ha_webhook_watch_errors_total{source}`.
     pub watch_errors: Family<SourceLabel, Counter>,
-    /// `knative_ha_webhook_source_up{source}`: 1 while the watch works.
     pub source_up: Family<SourceLabel, Gauge>,
-    /// `knative_ha_webhook_policies{source}`: policies in force per source.
     pub policies: Family<SourceLabel, Gauge>,
-    /// `knative_ha_webhook_policy_status{state}`: policy objects per verdict.
     pub policy_status: Family<StateLabel, Gauge>,
-    /// `knative_ha_webhook_policies_on_last_valid{source}`: policies in
-    /// force whose object is invalid now, so its last valid version applies.
+    /// `policies_on_last_valid`.
     pub on_last_valid: Family<SourceLabel, Gauge>,
-    /// `knative_ha_webhook_policies_on_refused_last_valid{source}`: those
-    /// of them whose last valid version this release refuses in part, so
-    /// it applies without the refused settings (Ready reason
+    /// `policies_on_refused_last_valid` (Ready reason
     /// `LastValidRefusedByThisRelease`).
     pub on_refused_last_valid: Family<SourceLabel, Gauge>,
-    /// `knative_ha_webhook_cluster_synced`: 1 once every first list completed.
+    /// `cluster_synced`.
     pub synced: Gauge,
-    /// `knative_ha_webhook_status_write_errors_total`: failed status
-    /// patches and event writes.
+    /// `status_write_errors`: failed status patches and event writes.
     pub write_errors: Counter,
-    /// `knative_ha_webhook_cluster_snapshots_published_total`: snapshots
-    /// the cluster source published (an HPA event that changes no
+    /// `cluster_snapshots_published`: an HPA event that changes no
     /// `scaleTargetRef` publishes none, nor a policy event that changes
-    /// no policy in force, such as a status or annotation write).
+    /// no policy in force, such as a status or annotation write.
     pub published: Counter,
 }
 

@@ -1,26 +1,15 @@
 //! Policy from the cluster: HighAvailabilityPolicy resources and ConfigMaps
 //! labelled `knativeha.dev/policy: "true"`, watched and cached in memory.
 //!
-//! Layout:
-//! - `watch`: one kube-runtime watcher per source (with backoff), turned
-//!   into `Msg`s; it also keeps the `source_up` / `watch_errors` metrics
-//!   and logs outages (once) and reconnects.
-//! - `policies`, `configmaps`: per-source conversion and validation.
-//! - `namespace_watches`: what is watched only in the namespaces where a
-//!   policy is in force, one watcher per namespace and kind (each kept in a
-//!   kube-runtime reflector store), started and stopped by the state as
-//!   policies come and go: HPAs (`hpas`), PodDisruptionBudgets
-//!   (`budget_watches`), the ConfigMap `config-leader-election`
-//!   (`leader_election`), and PriorityClasses (`priority_classes`).
-//! - `source_state`: per-source objects and a relist in progress, with the
-//!   last valid version of each policy object.
-//! - `state`: merge, publication of [`crate::engine::Snapshot`]s, and the
-//!   decision what to report; `observe`: the log lines and gauges of each
-//!   merge.
-//! - `merge`: the pure precedence rules. `status`: `Ready` conditions;
-//!   `verdict`: the reconciler's verdict in them ([`crate::findings`]).
-//! - `writer`: status patches, Events and last-valid annotations (off the
-//!   watch path); `sent`: what was asked of it.
+//! Each source has one kube-runtime watcher (`watch`), its objects
+//! validated by `policies` or `configmaps`; HPAs, PodDisruptionBudgets,
+//! `config-leader-election` and PriorityClasses are watched only where a
+//! policy is in force (`namespace_watches`). The `state` merges them by the
+//! precedence rules (`merge`), publishes [`crate::engine::Snapshot`]s and
+//! decides the `Ready` conditions (`status`, with the reconciler's
+//! `verdict`) that the `writer` writes off the watch path.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -29,12 +18,14 @@ use kube::Api;
 use kube::api::DynamicObject;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use crate::findings::Board;
 use crate::policy::{Policy, PolicyError};
 use crate::scope::AllowedNamespaces;
 use crate::store::PolicyStore;
+use namespace_watches::Update;
 
 mod budget_watches;
 pub mod configmaps;
@@ -95,17 +86,15 @@ pub enum ClusterError {
 
 pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
 
-/// The watched sources.
+/// The watched sources (the last four only where a policy is in force:
+/// [`namespace_watches`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Source {
     Policies,
     ConfigMaps,
     Hpas,
-    /// PodDisruptionBudgets, per namespace with a policy in force.
     Budgets,
-    /// PriorityClasses, cluster-wide, while a policy names one.
     PriorityClasses,
-    /// `config-leader-election` of the namespaces with a policy in force.
     LeaderElection,
 }
 
@@ -192,26 +181,22 @@ pub(crate) enum WatchEvent {
 }
 
 impl WatchEvent {
-    /// A watcher's event with its object observed under its key.
-    fn observed<K>(
+    /// A policy watcher's event as the message for the state, its object
+    /// observed under its key.
+    fn msg<K>(
+        source: Source,
         event: watcher::Event<K>,
         key: fn(&K) -> String,
         observe: fn(&K) -> Observed,
-    ) -> WatchEvent {
-        let parts = |obj: &K| (key(obj), Box::new(observe(obj)));
-        match event {
+    ) -> Option<Msg> {
+        let change = match event {
             watcher::Event::Init => WatchEvent::Init,
-            watcher::Event::InitApply(obj) => {
-                let (key, observed) = parts(&obj);
-                WatchEvent::InitApply(key, observed)
-            }
+            watcher::Event::InitApply(o) => WatchEvent::InitApply(key(&o), Box::new(observe(&o))),
             watcher::Event::InitDone => WatchEvent::InitDone,
-            watcher::Event::Apply(obj) => {
-                let (key, observed) = parts(&obj);
-                WatchEvent::Apply(key, observed)
-            }
-            watcher::Event::Delete(obj) => WatchEvent::Delete(key(&obj)),
-        }
+            watcher::Event::Apply(o) => WatchEvent::Apply(key(&o), Box::new(observe(&o))),
+            watcher::Event::Delete(o) => WatchEvent::Delete(key(&o)),
+        };
+        Some(Msg::Watch(source, change))
     }
 }
 
@@ -220,30 +205,29 @@ pub(crate) enum Msg {
     /// A change of the policy objects (`Policies`, `ConfigMaps`).
     Watch(Source, WatchEvent),
     /// The HPA watcher `id` of `namespace` changed its targets or
-    /// completed its first list (it sends nothing else: an event that
-    /// changes no `scaleTargetRef` stays in the watcher's task).
+    /// completed its first list ([`namespace_watches`]: it sends nothing
+    /// else, like the watchers below).
     Hpa {
         namespace: String,
         id: u64,
         update: hpas::HpaUpdate,
     },
-    /// The `config-leader-election` watcher `id` of `namespace` changed its
-    /// duration keys or completed its first list.
+    /// The `config-leader-election` watcher's news.
     LeaderElection {
         namespace: String,
         id: u64,
-        update: leader_election::LeaderElectionUpdate,
+        update: Update<Map<String, Value>>,
     },
-    /// A PDB watcher's news ([`budget_watches`]).
+    /// A PDB watcher's news.
     Budgets {
         namespace: String,
         id: u64,
-        update: budget_watches::BudgetUpdate,
+        update: Update<BTreeMap<String, String>>,
     },
-    /// The PriorityClass watcher's news ([`priority_classes`]).
+    /// The PriorityClass watcher's news.
     PriorityClasses {
         id: u64,
-        update: namespace_watches::Update<std::collections::BTreeSet<String>>,
+        update: Update<BTreeSet<String>>,
     },
     /// A status write for this HighAvailabilityPolicy uid failed: retry.
     WriteFailed(String),
@@ -272,15 +256,11 @@ pub async fn run(
     let (tx, rx) = mpsc::unbounded_channel();
     let (write_tx, write_rx) = mpsc::unbounded_channel();
 
-    let sink = namespace_watches::Sink {
-        tx: tx.clone(),
-        metrics: metrics.clone(),
-    };
     let spawners = state::Spawners {
-        hpas: sink.spawner::<hpas::HpaRef>(&client),
-        budgets: sink.spawner::<PodDisruptionBudget>(&client),
-        priority_classes: sink.spawner::<PriorityClass>(&client),
-        leader_election: sink.spawner::<ConfigMap>(&client),
+        hpas: namespace_watches::spawner::<hpas::HpaRef>(&client, &tx, &metrics),
+        budgets: namespace_watches::spawner::<PodDisruptionBudget>(&client, &tx, &metrics),
+        priority_classes: namespace_watches::spawner::<PriorityClass>(&client, &tx, &metrics),
+        leader_election: namespace_watches::spawner::<ConfigMap>(&client, &tx, &metrics),
     };
     let state = state::run(
         rx,
@@ -329,10 +309,7 @@ async fn watch_policies(
         config: watcher::Config::default(),
         tx: tx.clone(),
         metrics: metrics.clone(),
-        handle: |event| {
-            let change = WatchEvent::observed(event, policies::key, policies::observe);
-            Some(Msg::Watch(Source::Policies, change))
-        },
+        handle: |e| WatchEvent::msg(Source::Policies, e, policies::key, policies::observe),
     }
     .run();
     let watch_cms = watch::Watch {
@@ -340,12 +317,9 @@ async fn watch_policies(
         scope: namespace,
         api: cms,
         config: watcher::Config::default().labels(configmaps::LABEL_SELECTOR),
-        tx: tx.clone(),
-        metrics: metrics.clone(),
-        handle: |event| {
-            let change = WatchEvent::observed(event, configmaps::key, configmaps::observe);
-            Some(Msg::Watch(Source::ConfigMaps, change))
-        },
+        tx,
+        metrics,
+        handle: |e| WatchEvent::msg(Source::ConfigMaps, e, configmaps::key, configmaps::observe),
     }
     .run();
     tokio::select! {

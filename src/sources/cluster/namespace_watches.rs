@@ -1,24 +1,20 @@
-//! Watches kept per namespace with a policy in force (policies for
-//! namespaces outside `--governed-namespaces` are never in force, so those
-//! are never watched): one watcher per namespace and per [`Kind`] (HPAs,
-//! PodDisruptionBudgets, `config-leader-election`; PriorityClasses once
-//! for the cluster), started and stopped by the state as policies come and
-//! go. Each watcher keeps its objects in a kube-runtime reflector store
-//! (a relist replaces them at once when it completes), folds them into its
-//! namespace's value in its own task ([`Fold`]) and sends the state an
-//! [`Update`] only when the value changes or its first list completes: the
-//! events that change nothing that counts (the HPA controller's and the
-//! disruption controller's status updates) never wake the state task.
+//! Watches kept per namespace with a policy in force (never outside
+//! `--governed-namespaces`): one watcher per namespace and [`Kind`] (HPAs,
+//! PodDisruptionBudgets, `config-leader-election`; PriorityClasses once for
+//! the cluster), started and stopped by the state as policies come and go.
+//! Each watcher keeps its objects in a kube-runtime reflector store and
+//! folds them into its namespace's value in its own task ([`Fold`]), so the
+//! events that change nothing that counts (the HPA and disruption
+//! controllers' status updates) never wake the state task.
 //!
 //! A watcher that was stopped may still have messages in the channel:
 //! every watcher gets an id and messages of an old id are dropped.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::reflector::{ObjectRef, store::Writer};
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -45,11 +41,10 @@ pub(crate) struct Update<T> {
 /// A kind watched per namespace: how it is watched, what counts of one
 /// object and what the state is told.
 pub(crate) trait Kind:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+    Resource<DynamicType = ()> + Clone + Default + DeserializeOwned + Debug + Send + Sync + 'static
 {
     /// The `source` metric label and log field.
     const SOURCE: Source;
-    /// What counts of one object.
     type Counts: PartialEq;
     /// A namespace's value, as the snapshot holds it.
     type Value: Clone + Debug + Default + PartialEq + Send + 'static;
@@ -66,37 +61,26 @@ pub(crate) trait Kind:
     fn msg(namespace: String, id: u64, update: Update<Self::Value>) -> Msg;
 }
 
-/// One watcher's objects, kept by kube-runtime's reflector store (a relist
-/// replaces them when it completes), and the value last sent: it tells the
-/// state only when that changes or its first list completes. An event that
-/// changes nothing that counts of its object is looked up in the store and
-/// costs no recomputation.
+/// One watcher's objects (a relist replaces them when it completes) and
+/// the value last sent: it tells the state only when that changes or its
+/// first list completes. An event that changes nothing that counts of its
+/// object costs no recomputation.
+#[derive(Default)]
 pub(crate) struct Fold<K: Kind> {
     writer: Writer<K>,
-    store: Store<K>,
     sent: K::Value,
     synced: bool,
-}
-
-impl<K: Kind> Default for Fold<K> {
-    fn default() -> Fold<K> {
-        let writer = Writer::default();
-        Fold {
-            store: writer.as_reader(),
-            writer,
-            sent: K::Value::default(),
-            synced: false,
-        }
-    }
 }
 
 impl<K: Kind> Fold<K> {
     /// Folds one watcher event in; the update for the state, or None when
     /// the value did not change and no first list completed.
     pub(crate) fn apply(&mut self, event: watcher::Event<K>) -> Option<Update<K::Value>> {
+        let store = self.writer.as_reader();
         let counted = |obj: &K| {
-            let old = self.store.get(&ObjectRef::from_obj(obj));
-            old.and_then(|o| o.counts())
+            store
+                .get(&ObjectRef::from_obj(obj))
+                .and_then(|o| o.counts())
         };
         let touched = match &event {
             watcher::Event::Apply(obj) => counted(obj) != obj.counts(),
@@ -110,7 +94,7 @@ impl<K: Kind> Fold<K> {
         if !touched || !self.synced {
             return None;
         }
-        let value = K::value(&self.store.state());
+        let value = K::value(&store.state());
         let changed = value != self.sent;
         if changed {
             self.sent = value.clone();
@@ -122,36 +106,23 @@ impl<K: Kind> Fold<K> {
     }
 }
 
-/// Where a started watcher sends its messages and counts its errors.
-#[derive(Clone)]
-pub(crate) struct Sink {
-    pub tx: UnboundedSender<Msg>,
-    pub metrics: ClusterMetrics,
-}
-
-impl Sink {
-    /// What starts the real watchers of `K` through the API server.
-    pub(crate) fn spawner<K: Kind>(&self, client: &kube::Client) -> Box<dyn Spawn> {
-        Box::new(KubeSpawner::<K> {
-            client: client.clone(),
-            sink: self.clone(),
-            kind: PhantomData,
-        })
+impl<F: Fn(&str, u64) -> Option<JoinHandle<()>> + Send> Spawn for F {
+    fn spawn(&self, namespace: &str, id: u64) -> Option<JoinHandle<()>> {
+        self(namespace, id)
     }
 }
 
-/// Starts real watchers of `K` through the API server.
-struct KubeSpawner<K> {
-    client: kube::Client,
-    sink: Sink,
-    kind: PhantomData<fn() -> K>,
-}
-
-impl<K: Kind> Spawn for KubeSpawner<K> {
-    fn spawn(&self, namespace: &str, id: u64) -> Option<JoinHandle<()>> {
-        let api = K::api(self.client.clone(), namespace);
-        let sink = self.sink.clone();
-        let ns = namespace.to_string();
+/// What starts the real watchers of `K` through the API server, each
+/// sending its messages to `tx` and counting its errors in `metrics`.
+pub(crate) fn spawner<K: Kind>(
+    client: &kube::Client,
+    tx: &UnboundedSender<Msg>,
+    metrics: &ClusterMetrics,
+) -> Box<dyn Spawn> {
+    let (client, tx, metrics) = (client.clone(), tx.clone(), metrics.clone());
+    Box::new(move |namespace: &str, id: u64| {
+        let api = K::api(client.clone(), namespace);
+        let (tx, metrics, ns) = (tx.clone(), metrics.clone(), namespace.to_string());
         let mut fold = Fold::<K>::default();
         Some(tokio::spawn(async move {
             // The cluster-scoped watch's key is "" (`priority_classes::CLUSTER`).
@@ -161,8 +132,8 @@ impl<K: Kind> Spawn for KubeSpawner<K> {
                 scope,
                 api,
                 config: K::config(),
-                tx: sink.tx,
-                metrics: sink.metrics,
+                tx,
+                metrics,
                 handle: |event| fold.apply(event).map(|u| K::msg(ns.clone(), id, u)),
             }
             .run()
@@ -171,11 +142,10 @@ impl<K: Kind> Spawn for KubeSpawner<K> {
                 tracing::debug!(source = K::SOURCE.label(), namespace = %scope, error = %crate::errors::Chain(&e), "watch ended");
             }
         }))
-    }
+    })
 }
 
 /// One namespace's watcher (its value is kept in its task).
-#[derive(Debug)]
 struct Watched {
     id: u64,
     task: Option<JoinHandle<()>>,
@@ -197,18 +167,8 @@ pub(crate) struct NamespaceWatches<T> {
     spawner: Box<dyn Spawn>,
     next_id: u64,
     watched: BTreeMap<String, Watched>,
-    /// Namespace -> value (non-default values only), kept up to date per
-    /// namespace for the snapshot.
+    /// Namespace -> value (non-default values only), for the snapshot.
     values: BTreeMap<String, T>,
-}
-
-impl<T> std::fmt::Debug for NamespaceWatches<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NamespaceWatches")
-            .field("what", &self.what)
-            .field("watched", &self.watched)
-            .finish()
-    }
 }
 
 impl<T: Default + PartialEq> NamespaceWatches<T> {
@@ -226,37 +186,28 @@ impl<T: Default + PartialEq> NamespaceWatches<T> {
     /// the others. True when the published values changed.
     pub(crate) fn set<'a>(&mut self, namespaces: impl IntoIterator<Item = &'a String>) -> bool {
         let wanted: BTreeSet<&String> = namespaces.into_iter().collect();
-        let before = self.watched.len();
+        let (watched, valued) = (self.watched.len(), self.values.len());
         self.watched.retain(|ns, _| wanted.contains(ns));
-        let stopped = before != self.watched.len();
-        let removed = self.values.len();
         self.values.retain(|ns, _| wanted.contains(ns));
-        let changed = removed != self.values.len();
+        let stopped = watched != self.watched.len();
         for ns in wanted {
-            if self.watched.contains_key(ns) {
-                continue;
-            }
-            self.next_id += 1;
-            let id = self.next_id;
-            tracing::info!(namespace = %ns, "watching {}", self.what);
-            let task = self.spawner.spawn(ns, id);
-            self.watched.insert(
-                ns.clone(),
-                Watched {
+            if !self.watched.contains_key(ns) {
+                self.next_id += 1;
+                tracing::info!(namespace = %ns, "watching {}", self.what);
+                let (id, task) = (self.next_id, self.spawner.spawn(ns, self.next_id));
+                let watched = Watched {
                     id,
                     task,
                     synced: false,
-                },
-            );
+                };
+                self.watched.insert(ns.clone(), watched);
+            }
         }
         if stopped {
-            tracing::debug!(
-                watches = self.watched.len(),
-                "{} watches stopped",
-                self.what
-            );
+            let watches = self.watched.len();
+            tracing::debug!(watches, "{} watches stopped", self.what);
         }
-        changed
+        valued != self.values.len()
     }
 
     /// True when every watched namespace has completed its first list.
@@ -272,11 +223,6 @@ impl<T: Default + PartialEq> NamespaceWatches<T> {
     /// The values for the snapshot.
     pub(crate) fn values(&self) -> &BTreeMap<String, T> {
         &self.values
-    }
-
-    /// Namespaces watched now.
-    pub(crate) fn namespaces(&self) -> impl Iterator<Item = &String> {
-        self.watched.keys()
     }
 
     /// Applies one watcher's update; returns whether the values changed

@@ -2,7 +2,9 @@
 //! log line of a new winner or verdict, and the per-source and per-verdict
 //! gauges. Called by `state` after every merge; pure output, no decisions.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+
+use prometheus_client::metrics::{family::Family, gauge::Gauge};
 
 use super::merge::{Merged, Origin, PolicyObject, Verdict};
 use super::metrics::{SourceLabel, StateLabel};
@@ -30,43 +32,11 @@ pub(super) fn log_winners(before: &Merged, after: &Merged) {
 
 /// Sets the policies-in-force per source and the objects per verdict.
 pub(super) fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
-    let mut by_origin: BTreeMap<Origin, i64> = BTreeMap::new();
-    for (origin, _) in merged.winners.values() {
-        *by_origin.entry(*origin).or_default() += 1;
-    }
-    for (origin, source) in [
-        (Origin::Resource, Source::Policies),
-        (Origin::ConfigMap, Source::ConfigMaps),
-    ] {
-        metrics
-            .policies
-            .get_or_create(&SourceLabel {
-                source: source.label(),
-            })
-            .set(by_origin.get(&origin).copied().unwrap_or(0));
-    }
-    let mut by_state: BTreeMap<&'static str, i64> = [
-        ("valid", 0),
-        ("invalid", 0),
-        ("conflict", 0),
-        ("not_governed", 0),
-    ]
-    .into();
-    let mut on_last_valid: BTreeMap<Origin, i64> = BTreeMap::new();
-    let mut on_refused: BTreeMap<Origin, i64> = BTreeMap::new();
-    for ((origin, _), v) in &merged.verdicts {
-        *by_state.entry(v.state()).or_default() += 1;
-        if let Verdict::Invalid {
-            kept: true,
-            refusal,
-            ..
-        } = v
-        {
-            *on_last_valid.entry(*origin).or_default() += 1;
-            if refusal.is_some() {
-                *on_refused.entry(*origin).or_default() += 1;
-            }
-        }
+    let n = |count: usize| i64::try_from(count).unwrap_or(i64::MAX);
+    for state in ["valid", "invalid", "conflict", "not_governed"] {
+        let count = merged.verdicts.values().filter(|v| v.state() == state);
+        let gauge = metrics.policy_status.get_or_create(&StateLabel { state });
+        gauge.set(n(count.count()));
     }
     for (origin, source) in [
         (Origin::Resource, Source::Policies),
@@ -75,21 +45,27 @@ pub(super) fn count_policies(metrics: &ClusterMetrics, merged: &Merged) {
         let label = SourceLabel {
             source: source.label(),
         };
-        let count = |by: &BTreeMap<Origin, i64>| by.get(&origin).copied().unwrap_or(0);
-        metrics
-            .on_last_valid
-            .get_or_create(&label)
-            .set(count(&on_last_valid));
-        metrics
-            .on_refused_last_valid
-            .get_or_create(&label)
-            .set(count(&on_refused));
-    }
-    for (state, n) in by_state {
-        metrics
-            .policy_status
-            .get_or_create(&StateLabel { state })
-            .set(n);
+        let in_force = merged.winners.values().filter(|w| w.0 == origin).count();
+        // Per object on its last valid version: whether this release refuses it in part.
+        let on_last_valid: Vec<bool> = merged
+            .verdicts
+            .iter()
+            .filter_map(|((o, _), v)| match v {
+                Verdict::Invalid {
+                    kept: true,
+                    refusal,
+                    ..
+                } if *o == origin => Some(refusal.is_some()),
+                _ => None,
+            })
+            .collect();
+        let refused = on_last_valid.iter().filter(|r| **r).count();
+        let set = |family: &Family<SourceLabel, Gauge>, count| {
+            family.get_or_create(&label).set(n(count));
+        };
+        set(&metrics.policies, in_force);
+        set(&metrics.on_last_valid, on_last_valid.len());
+        set(&metrics.on_refused_last_valid, refused);
     }
 }
 

@@ -11,10 +11,10 @@ use kube::api::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
 
 use super::merge::{Origin, PolicyObject};
-use super::status::ObservedStatus;
+use super::status::{LastValid, ObservedStatus};
 use super::{Invalid, Observed};
-use crate::policy::recorded::recorded;
-use crate::policy::{API_VERSION, HighAvailabilityPolicy, KIND, Policy};
+use crate::policy::recorded::{Recorded, recorded};
+use crate::policy::{API_VERSION, HighAvailabilityPolicy, KIND, Policy, PolicyError};
 
 /// `knativeha.dev/v1alpha1` `highavailabilitypolicies` (cluster-scoped).
 pub fn api_resource() -> ApiResource {
@@ -47,63 +47,72 @@ pub fn policy_document(obj: &DynamicObject) -> Value {
 pub(crate) const NOT_APPLIED: &str = "cannot be read back by this release, so it is not applied";
 
 /// Validates one resource as the watcher delivered it; when its spec is
-/// invalid, the recorded last valid version is read back
-/// ([`recorded`]: without the settings this release refuses).
+/// invalid, the recorded last valid version is read back (`read_back`).
 pub fn observe(obj: &DynamicObject) -> Observed {
     let name = obj.name_any();
     let status = ObservedStatus::from_object(&obj.data);
-    let target = crate::policy::written_target(&obj.data);
-    let parsed = Policy::from_json(&policy_document(obj))
-        .map(|mut p| {
-            if p.name.is_empty() {
-                p.name = name.clone();
-            }
-            p
-        })
-        .map_err(Invalid::Policy);
-    let mut object = PolicyObject {
+    let parsed = named(Policy::from_json(&policy_document(obj)), &name).map_err(Invalid::Policy);
+    let record = status.last_valid.as_ref();
+    let recorded_generation = record.and_then(|r| r.generation);
+    let (parsed, read) = read_back(parsed, record, &name, |current, why| {
+        Invalid::StatusRecord {
+            current,
+            generation: recorded_generation,
+            why,
+        }
+    });
+    let last_valid_generation = match (&parsed, &read) {
+        (Ok(_), _) => obj.metadata.generation,
+        (Err(_), read) => read.as_ref().and(recorded_generation),
+    };
+    let (last_valid, last_valid_refusal) =
+        read.map_or((None, None), |r| (Some(Arc::new(r.policy)), r.refusal));
+    let object = PolicyObject {
         origin: Origin::Resource,
         uid: key(obj),
-        name: name.clone(),
+        name,
         namespace: None,
         created: obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
         generation: obj.metadata.generation,
         resource_version: obj.resource_version(),
-        last_valid: None,
-        last_valid_generation: obj.metadata.generation,
-        last_valid_refusal: None,
+        last_valid,
+        last_valid_generation,
+        last_valid_refusal,
         error: None,
-        target,
-    };
-    let parsed = match (parsed, &status.last_valid) {
-        (Ok(policy), _) => Ok(policy),
-        (Err(message), None) => {
-            object.last_valid_generation = None;
-            Err(message)
-        }
-        (Err(message), Some(record)) => {
-            object.last_valid_generation = record.generation;
-            match recorded(&name, &record.spec) {
-                Ok(r) => {
-                    object.last_valid = Some(Arc::new(r.policy));
-                    object.last_valid_refusal = r.refusal;
-                    Err(message)
-                }
-                Err(why) => {
-                    object.last_valid_generation = None;
-                    Err(Invalid::StatusRecord {
-                        current: Box::new(message),
-                        generation: record.generation,
-                        why,
-                    })
-                }
-            }
-        }
+        target: crate::policy::written_target(&obj.data),
     };
     Observed {
         object,
         parsed,
         status,
+    }
+}
+
+/// `policy`, named `name` when it names itself nothing.
+pub(super) fn named<E>(policy: Result<Policy, E>, name: &str) -> Result<Policy, E> {
+    policy.map(|mut p| {
+        if p.name.is_empty() {
+            p.name = name.to_string();
+        }
+        p
+    })
+}
+
+/// `parsed`, and when it is invalid, the last valid version read back from
+/// `record` ([`recorded`]: without the settings this release refuses); a
+/// record that cannot be read back either makes the error `unreadable`.
+pub(super) fn read_back(
+    parsed: Result<Policy, Invalid>,
+    record: Option<&LastValid>,
+    name: &str,
+    unreadable: impl FnOnce(Box<Invalid>, PolicyError) -> Invalid,
+) -> (Result<Policy, Invalid>, Option<Recorded>) {
+    match (parsed, record) {
+        (Err(current), Some(r)) => match recorded(name, &r.spec) {
+            Ok(read) => (Err(current), Some(read)),
+            Err(why) => (Err(unreadable(Box::new(current), why)), None),
+        },
+        (parsed, _) => (parsed, None),
     }
 }
 

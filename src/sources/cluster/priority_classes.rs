@@ -12,31 +12,11 @@ use std::sync::Arc;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::{Api, ResourceExt};
 
-use super::namespace_watches::{Kind, NamespaceWatches, Update};
+use super::namespace_watches::{Kind, Update};
 use super::{Msg, Source};
-use crate::policy::Policy;
-
-/// The one watch (its scope key is [`CLUSTER`]): the names.
-pub(crate) type PriorityClassWatches = NamespaceWatches<BTreeSet<String>>;
-
-/// What these watches are logged as.
-pub(crate) const WHAT: &str = "PriorityClasses";
 
 /// The scope key of the one watch: PriorityClasses belong to no namespace.
 pub(crate) const CLUSTER: &str = "";
-
-/// Whether any of `policies` names a PriorityClass (only then is the
-/// cluster's list watched).
-pub(crate) fn named<'a>(mut policies: impl Iterator<Item = &'a Policy>) -> bool {
-    policies.any(|p| p.spec.priority_classes().next().is_some())
-}
-
-/// The PriorityClasses that exist, once the watch has listed them (None:
-/// not known, or not watched).
-pub(crate) fn known(watches: &PriorityClassWatches) -> Option<BTreeSet<String>> {
-    let names = || watches.values().get(CLUSTER).cloned().unwrap_or_default();
-    watches.synced_in(CLUSTER).then(names)
-}
 
 impl Kind for PriorityClass {
     const SOURCE: Source = Source::PriorityClasses;

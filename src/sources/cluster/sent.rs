@@ -88,15 +88,11 @@ impl Sent {
     /// Forgets what was sent for objects that are gone (no verdict in
     /// `live`).
     pub fn forget_gone(&mut self, live: &BTreeMap<(Origin, String), Verdict>) {
-        self.status
-            .retain(|uid, _| live.contains_key(&(Origin::Resource, uid.clone())));
-        self.failed.retain(|uid| {
-            live.contains_key(&(Origin::Resource, uid.clone()))
-                || live.contains_key(&(Origin::ConfigMap, uid.clone()))
-        });
-        self.event
-            .retain(|uid, _| live.contains_key(&(Origin::ConfigMap, uid.clone())));
-        self.annotation
-            .retain(|uid, _| live.contains_key(&(Origin::ConfigMap, uid.clone())));
+        let has = |origin, uid: &String| live.contains_key(&(origin, uid.clone()));
+        self.status.retain(|uid, _| has(Origin::Resource, uid));
+        self.failed
+            .retain(|uid| has(Origin::Resource, uid) || has(Origin::ConfigMap, uid));
+        self.event.retain(|uid, _| has(Origin::ConfigMap, uid));
+        self.annotation.retain(|uid, _| has(Origin::ConfigMap, uid));
     }
 }

@@ -2,21 +2,20 @@
 //! the last valid version of each policy object), merged into one
 //! [`Snapshot`] after every batch of changes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use serde_json::{Map, Value};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 
-use super::budget_watches::{self, BudgetWatches};
 use super::hpas::{self, HpaWatches};
-use super::leader_election::{self, LeaderElectionWatches};
-use super::merge::{self, Merged, Origin, PolicyObject, Verdict};
-use super::namespace_watches::Spawn;
+use super::merge::{self, Merged, Origin, Verdict};
+use super::namespace_watches::{NamespaceWatches, Spawn};
 use super::observe::{count_policies, log_verdict, log_winners};
-use super::priority_classes::{self, PriorityClassWatches};
+use super::priority_classes::CLUSTER;
 use super::sent::Sent;
-use super::source_state::SourceState;
+use super::source_state::{SourceState, Tracked};
 use super::status;
 use super::writer::WriteReq;
 use super::{ClusterError, ClusterMetrics, Msg, Source};
@@ -28,20 +27,23 @@ use crate::store::PolicyStore;
 /// How often failed status writes are retried.
 const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
-#[derive(Debug)]
 struct State {
     policies: SourceState,
     configmaps: SourceState,
     /// HPA watches of the namespaces with a policy in force.
     hpas: HpaWatches,
-    /// `config-leader-election` watches of the same namespaces.
-    leader_election: LeaderElectionWatches,
-    /// PodDisruptionBudget watches of the same namespaces (not waited for:
-    /// readiness never hangs on them).
-    budgets: BudgetWatches,
-    /// The PriorityClasses, while a policy in force names one (not waited
-    /// for either: until listed, the engine writes the name unchecked).
-    priority_classes: PriorityClassWatches,
+    /// `config-leader-election` watches of the same namespaces: its
+    /// duration keys (absent when it has none, or is not there).
+    leader_election: NamespaceWatches<Map<String, Value>>,
+    /// PodDisruptionBudget watches of the same namespaces: PDB name -> what
+    /// a change of counts (its selector and budget fields), for the PDBs
+    /// the reconciler did not create (not waited for: readiness never
+    /// hangs on them).
+    budgets: NamespaceWatches<BTreeMap<String, String>>,
+    /// The PriorityClasses' names (one watch, its scope key [`CLUSTER`]),
+    /// while a policy in force names one (not waited for either: until
+    /// listed, the engine writes the name unchecked).
+    priority_classes: NamespaceWatches<BTreeSet<String>>,
     /// `--governed-namespaces`.
     governed: AllowedNamespaces,
     /// Once synced, the source stays synced (a namespace whose HPA watch
@@ -77,15 +79,12 @@ impl State {
             policies: SourceState::default(),
             configmaps: SourceState::default(),
             hpas: HpaWatches::new(hpas::WHAT, spawners.hpas),
-            leader_election: LeaderElectionWatches::new(
-                leader_election::WHAT,
+            leader_election: NamespaceWatches::new(
+                "ConfigMap config-leader-election",
                 spawners.leader_election,
             ),
-            budgets: BudgetWatches::new(budget_watches::WHAT, spawners.budgets),
-            priority_classes: PriorityClassWatches::new(
-                priority_classes::WHAT,
-                spawners.priority_classes,
-            ),
+            budgets: NamespaceWatches::new("PodDisruptionBudgets", spawners.budgets),
+            priority_classes: NamespaceWatches::new("PriorityClasses", spawners.priority_classes),
             governed,
             was_synced: false,
             published_once: false,
@@ -94,6 +93,31 @@ impl State {
             logged: HashMap::new(),
             findings,
         }
+    }
+
+    /// Every policy object known.
+    fn tracked(&self) -> impl Iterator<Item = &Tracked> {
+        self.policies
+            .live
+            .values()
+            .chain(self.configmaps.live.values())
+    }
+
+    /// The namespaces no policy object names ([`Unclaimed`]): every object's
+    /// current target and its last valid version's; not known at all while
+    /// some object names none that can be read.
+    fn unclaimed(&self) -> Unclaimed {
+        let mut claimed = BTreeSet::new();
+        for obj in self.tracked().map(|t| &t.object) {
+            let Some(target) = &obj.target else {
+                return Unclaimed::Unknown;
+            };
+            claimed.insert(target.clone());
+            if let Some(p) = &obj.last_valid {
+                claimed.insert(p.spec.target_namespace.clone());
+            }
+        }
+        Unclaimed::all_but(claimed).within(&self.governed)
     }
 
     fn synced(&self) -> bool {
@@ -116,10 +140,7 @@ impl State {
                 self.configmaps.apply(change);
                 true
             }
-            Msg::Watch(
-                Source::Hpas | Source::LeaderElection | Source::Budgets | Source::PriorityClasses,
-                _,
-            ) => false,
+            Msg::Watch(..) => false,
             Msg::Hpa {
                 namespace,
                 id,
@@ -140,9 +161,7 @@ impl State {
             } => self.budgets.apply(&namespace, id, update).0,
             Msg::PriorityClasses { id, update } => {
                 let first_list = update.first_list;
-                let (changed, _) =
-                    self.priority_classes
-                        .apply(priority_classes::CLUSTER, id, update);
+                let (changed, _) = self.priority_classes.apply(CLUSTER, id, update);
                 changed || first_list
             }
             Msg::WriteFailed(uid) => {
@@ -156,14 +175,7 @@ impl State {
 
     /// Merges, publishes, updates metrics and logs changes.
     fn publish(&mut self, store: &PolicyStore, metrics: &ClusterMetrics) {
-        let merged = merge::merge_governed(
-            self.policies
-                .live
-                .values()
-                .chain(self.configmaps.live.values())
-                .map(|t| &t.object),
-            &self.governed,
-        );
+        let merged = merge::merge_governed(self.tracked().map(|t| &t.object), &self.governed);
         // HPAs and config-leader-election matter only where a policy is in
         // force: watch exactly there (before the first sync too, so that
         // synced includes their lists).
@@ -171,24 +183,23 @@ impl State {
             self.hpas.set(merged.policies.keys());
             self.leader_election.set(merged.policies.keys());
             self.budgets.set(merged.policies.keys());
-            let cluster = priority_classes::CLUSTER.to_string();
-            let named = priority_classes::named(merged.policies.values().map(|p| &**p));
+            // PriorityClasses: watched while a policy in force names one.
+            let cluster = CLUSTER.to_string();
+            let mut named = merged.policies.values();
+            let named = named.any(|p| p.spec.priority_classes().next().is_some());
             self.priority_classes.set(named.then_some(&cluster));
         }
-        let priority_classes = priority_classes::known(&self.priority_classes);
+        // The PriorityClasses that exist, once listed (None: not known, or not watched).
+        let classes = &self.priority_classes;
+        let priority_classes = classes
+            .synced_in(CLUSTER)
+            .then(|| classes.values().get(CLUSTER).cloned().unwrap_or_default());
         let synced = self.synced();
         self.was_synced = synced;
         // A change the request path cannot see (a status write, the
         // last-valid annotation, a conflict's loser) publishes nothing.
         let current = store.load();
-        let unclaimed = unclaimed(
-            self.policies
-                .live
-                .values()
-                .chain(self.configmaps.live.values())
-                .map(|t| &t.object),
-            &self.governed,
-        );
+        let unclaimed = self.unclaimed();
         let same = self.published_once
             && current.synced == synced
             && current.policies == merged.policies
@@ -276,26 +287,6 @@ impl State {
     }
 }
 
-/// The namespaces no policy object names ([`Unclaimed`]): every object's
-/// current target and its last valid version's; not known at all while
-/// some object names none that can be read.
-fn unclaimed<'a>(
-    objects: impl Iterator<Item = &'a PolicyObject>,
-    governed: &AllowedNamespaces,
-) -> Unclaimed {
-    let mut claimed = BTreeSet::new();
-    for obj in objects {
-        let Some(target) = &obj.target else {
-            return Unclaimed::Unknown;
-        };
-        claimed.insert(target.clone());
-        if let Some(p) = &obj.last_valid {
-            claimed.insert(p.spec.target_namespace.clone());
-        }
-    }
-    Unclaimed::all_but(claimed).within(governed)
-}
-
 /// Whether a per-namespace watcher's update may change the snapshot: its
 /// values changed, or its first list came before the first sync (it may
 /// complete it; after it, it does not matter).
@@ -336,7 +327,7 @@ pub(crate) async fn run(
                     logged_synced = true;
                     tracing::info!(
                         policies = state.merged.policies.len(),
-                        hpa_namespaces = state.hpas.namespaces().count(),
+                        hpa_namespaces = state.merged.policies.len(),
                         "cluster policy source synced"
                     );
                 }

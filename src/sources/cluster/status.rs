@@ -34,9 +34,7 @@ pub const LAST_VALID_REFUSED: &str = "LastValidRefusedByThisRelease";
 pub struct ReadyStatus {
     /// `True` or `False`.
     pub status: &'static str,
-    /// `Valid`, `Invalid`, [`LAST_VALID_REFUSED`], `Conflict`, `NotGoverned`,
-    /// [`super::verdict::RECONCILER_FORBIDDEN`] or
-    /// [`super::verdict::NOTHING_GOVERNED`].
+    /// The verdict's ([`desired`]) or the reconciler's ([`super::verdict`]).
     pub reason: &'static str,
     pub message: String,
     pub observed_generation: Option<i64>,
@@ -72,21 +70,6 @@ pub fn coverage_fields(c: &Coverage) -> Value {
     serde_json::to_value(status).unwrap_or(Value::Null)
 }
 
-/// The status fields [`coverage_fields`] writes, as `status` holds them.
-fn observed_coverage(status: Option<&Value>) -> Value {
-    let field = |k: &str| {
-        status
-            .and_then(|s| s.get(k))
-            .cloned()
-            .unwrap_or(Value::Null)
-    };
-    json!({
-        "governedObjects": field("governedObjects"),
-        "leftAlone": field("leftAlone"),
-        "operatorOverrides": field("operatorOverrides"),
-    })
-}
-
 /// The record of the last valid version: `status.lastValidSpec` and
 /// `status.lastValidGeneration` of a HighAvailabilityPolicy, or the
 /// annotation [`super::configmaps::LAST_VALID_ANNOTATION`] of a policy
@@ -115,12 +98,8 @@ impl ObservedStatus {
     /// Reads `status` of an object as the API server returned it. Anything
     /// unreadable counts as absent (and will be overwritten).
     pub fn from_object(object: &Value) -> ObservedStatus {
-        let status = object.get("status");
-        let observed_generation = status
-            .and_then(|s| s.get("observedGeneration"))
-            .and_then(Value::as_i64);
-        let ready = status
-            .and_then(|s| s.get("conditions"))
+        let field = |k: &str| object.get("status").and_then(|s| s.get(k));
+        let ready = field("conditions")
             .and_then(Value::as_array)
             .and_then(|conds| {
                 conds
@@ -128,21 +107,20 @@ impl ObservedStatus {
                     .find(|c| c.get("type").and_then(Value::as_str) == Some(READY))
             })
             .and_then(|c| serde_json::from_value::<Condition>(c.clone()).ok());
-        let last_valid = status
-            .and_then(|s| s.get("lastValidSpec"))
+        let last_valid = field("lastValidSpec")
             .filter(|spec| spec.is_object())
             .map(|spec| LastValid {
-                generation: status
-                    .and_then(|s| s.get("lastValidGeneration"))
-                    .and_then(Value::as_i64),
+                generation: field("lastValidGeneration").and_then(Value::as_i64),
                 name: None,
                 spec: spec.clone(),
             });
+        let coverage = ["governedObjects", "leftAlone", "operatorOverrides"]
+            .map(|k| (k.to_string(), field(k).cloned().unwrap_or(Value::Null)));
         ObservedStatus {
-            observed_generation,
+            observed_generation: field("observedGeneration").and_then(Value::as_i64),
             ready,
             last_valid,
-            coverage: observed_coverage(status),
+            coverage: Value::Object(coverage.into_iter().collect()),
         }
     }
 
@@ -174,35 +152,31 @@ pub fn desired(verdict: &Verdict, kind: Origin, generation: Option<i64>) -> Read
         ),
         Verdict::Invalid {
             message,
-            kept: true,
-            kept_generation,
-            refusal: Some(refusal),
-        } => (
-            "False",
-            LAST_VALID_REFUSED,
-            format!(
-                "{message} (the last valid version{} is refused by this release, whose rules the release that recorded it did not all have: {}; it stays in force without {}; fix the policy)",
-                kept_generation.map_or(String::new(), |g| format!(", generation {g},")),
-                refusal.errors.join("; "),
-                refusal.left_out.join(", "),
-            ),
-        ),
-        Verdict::Invalid {
-            message,
             kept,
             kept_generation,
-            ..
-        } => (
-            "False",
-            "Invalid",
-            match (kept, kept_generation) {
-                (true, Some(g)) => {
-                    format!("{message} (the last valid version, generation {g}, stays in force)")
-                }
-                (true, None) => format!("{message} (the last valid version stays in force)"),
-                (false, _) => message.clone(),
-            },
-        ),
+            refusal,
+        } => {
+            let generation =
+                kept_generation.map_or(String::new(), |g| format!(", generation {g},"));
+            let version = format!("the last valid version{generation}");
+            match (kept, refusal) {
+                (true, Some(refusal)) => (
+                    "False",
+                    LAST_VALID_REFUSED,
+                    format!(
+                        "{message} ({version} is refused by this release, whose rules the release that recorded it did not all have: {}; it stays in force without {}; fix the policy)",
+                        refusal.errors.join("; "),
+                        refusal.left_out.join(", "),
+                    ),
+                ),
+                (true, None) => (
+                    "False",
+                    "Invalid",
+                    format!("{message} ({version} stays in force)"),
+                ),
+                (false, _) => ("False", "Invalid", message.clone()),
+            }
+        }
         Verdict::Conflict { namespace, winner } => (
             "False",
             "Conflict",
@@ -240,10 +214,7 @@ pub fn desired(verdict: &Verdict, kind: Origin, generation: Option<i64>) -> Read
 /// current version when that is valid (whether in force or not), else
 /// `None` (the record stays as it is).
 pub fn record(obj: &PolicyObject) -> Option<LastValid> {
-    let policy = obj.last_valid.as_ref()?;
-    if obj.error.is_some() {
-        return None;
-    }
+    let policy = obj.last_valid.as_ref().filter(|_| obj.error.is_none())?;
     Some(LastValid {
         generation: obj.generation.filter(|_| obj.origin == Origin::Resource),
         name: (obj.origin == Origin::ConfigMap).then(|| policy.name.clone()),
@@ -294,18 +265,15 @@ fn replacing(old: &Value, new: &Value) -> Value {
     let (Value::Object(old), Value::Object(new)) = (old, new) else {
         return new.clone();
     };
-    let mut out = serde_json::Map::new();
-    for (key, value) in new {
-        let merged = match old.get(key) {
-            Some(prev) => replacing(prev, value),
-            None => value.clone(),
-        };
-        out.insert(key.clone(), merged);
-    }
-    for key in old.keys().filter(|k| !new.contains_key(*k)) {
-        out.insert(key.clone(), Value::Null);
-    }
-    Value::Object(out)
+    let merged = new
+        .iter()
+        .map(|(k, v)| (k.clone(), replacing(old.get(k).unwrap_or(&Value::Null), v)));
+    let removed = old.keys().filter(|k| !new.contains_key(*k));
+    Value::Object(
+        merged
+            .chain(removed.map(|k| (k.clone(), Value::Null)))
+            .collect(),
+    )
 }
 
 #[cfg(test)]

@@ -31,11 +31,9 @@ pub const NOTHING_GOVERNED: &str = "NothingGoverned";
 
 /// `desired` (the condition the policy's own verdict calls for), given
 /// what the reconciler found in its namespace (`found`: the namespace
-/// absent when this replica does not know).
-/// Only a policy in force ([`Verdict::Valid`]) changes: an invalid or
-/// conflicting one already says `Ready=False` for its own reason. A
-/// replica that does not know keeps the reconciler's verdict the object
-/// carries for this generation, and leaves the coverage fields alone.
+/// absent when this replica does not know, which leaves the coverage
+/// fields alone). Only a policy in force ([`Verdict::Valid`]) changes: an
+/// invalid or conflicting one already says `Ready=False` for its own reason.
 pub fn with_findings(
     desired: ReadyStatus,
     verdict: &Verdict,
@@ -77,23 +75,20 @@ pub fn with_findings(
             ..desired
         },
         None => {
-            let kept = observed.ready.as_ref().and_then(|ready| {
-                let reason = [
-                    RECONCILER_FORBIDDEN,
-                    QUOTA_EXCEEDED,
-                    NAMESPACE_TERMINATING,
-                    NOTHING_GOVERNED,
-                ]
-                .into_iter()
-                .find(|r| *r == ready.reason)?;
-                (ready.type_ == READY && ready.observed_generation == desired.observed_generation)
-                    .then(|| (reason, ready.message.clone()))
+            let ours = [
+                RECONCILER_FORBIDDEN,
+                QUOTA_EXCEEDED,
+                NAMESPACE_TERMINATING,
+                NOTHING_GOVERNED,
+            ];
+            let kept = observed.ready.as_ref().filter(|r| {
+                r.type_ == READY && r.observed_generation == desired.observed_generation
             });
-            match kept {
-                Some((reason, message)) => ReadyStatus {
+            match kept.and_then(|r| Some((ours.into_iter().find(|o| *o == r.reason)?, r))) {
+                Some((reason, ready)) => ReadyStatus {
                     status: "False",
                     reason,
-                    message,
+                    message: ready.message.clone(),
                     ..desired
                 },
                 None => desired,
@@ -104,18 +99,16 @@ pub fn with_findings(
 
 /// What a policy that governs nothing leaves alone, and why.
 fn nothing_governed(namespace: &str, coverage: &Coverage) -> String {
-    let reasons: Vec<String> = coverage
+    let reasons: std::collections::BTreeSet<String> = coverage
         .left_alone
         .iter()
         .map(|u| u.why.to_string())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
         .collect();
     format!(
         "the policy changes nothing in namespace {namespace}: all {} of its targets there are left \
          alone ({}); status.leftAlone names them",
         coverage.targets,
-        reasons.join("; "),
+        Vec::from_iter(reasons).join("; "),
     )
 }
 
@@ -123,33 +116,26 @@ fn nothing_governed(namespace: &str, coverage: &Coverage) -> String {
 fn message(namespace: &str, forbidden: &Forbidden) -> String {
     let (verb, resource) = (&forbidden.verb, &forbidden.resource);
     match &forbidden.why {
-        Refusal::Rbac => {}
-        Refusal::Quota(said) => {
-            return format!(
-                "a ResourceQuota in namespace {namespace} refused the reconciler's {verb} of \
-                 {resource} ({said}): that object is not brought in line, the others are. Raise \
-                 the quota (or free some of it); the next pass writes it"
-            );
-        }
-        Refusal::Terminating => {
-            return format!(
-                "namespace {namespace} is being deleted: the API server refuses every new object \
-                 there (the reconciler's {verb} of {resource}); nothing more is written until it \
-                 is gone and re-created"
-            );
-        }
+        Refusal::Quota(said) => format!(
+            "a ResourceQuota in namespace {namespace} refused the reconciler's {verb} of \
+             {resource} ({said}): that object is not brought in line, the others are. Raise \
+             the quota (or free some of it); the next pass writes it"
+        ),
+        Refusal::Terminating => format!(
+            "namespace {namespace} is being deleted: the API server refuses every new object \
+             there (the reconciler's {verb} of {resource}); nothing more is written until it \
+             is gone and re-created"
+        ),
+        Refusal::Rbac => format!(
+            "the reconciler may not {verb} {resource} in namespace {namespace} (403 Forbidden): \
+             the policy still applies to objects written from now on, but the objects already there \
+             are not brought in line. Give the webhook's service account its rights there again: with \
+             the chart's rbac.scope=namespaced, run `helm upgrade` of the release, which re-creates its \
+             Roles and RoleBindings in {namespace} (deleting a namespace deletes them), or use \
+             rbac.scope=cluster; a Deployment of your own named in the policy's workloads is patched \
+             only when the chart's rbac.workloads lists it"
+        ),
     }
-    format!(
-        "the reconciler may not {verb} {resource} in namespace {namespace} (403 Forbidden): \
-         the policy still applies to objects written from now on, but the objects already there \
-         are not brought in line. Give the webhook's service account its rights there again: with \
-         the chart's rbac.scope=namespaced, run `helm upgrade` of the release, which re-creates its \
-         Roles and RoleBindings in {namespace} (deleting a namespace deletes them), or use \
-         rbac.scope=cluster; a Deployment of your own named in the policy's workloads is patched \
-         only when the chart's rbac.workloads lists it",
-        verb = forbidden.verb,
-        resource = forbidden.resource,
-    )
 }
 
 #[cfg(test)]

@@ -1,15 +1,13 @@
-//! One kube-runtime watcher per source (per namespace for HPAs and the
-//! other [`super::namespace_watches`]), its events handed to a handler that
-//! makes the [`Msg`]s for the state. Keeps `source_up` and `watch_errors`, logs
-//! outages and reconnects, and treats a 404 on the policy resource as
-//! "CRD not installed" (not fatal; retried).
+//! One kube-runtime watcher per source ([`Watch`]): it keeps `source_up`
+//! and `watch_errors`, logs outages and reconnects, and treats a 404 on the
+//! policy resource as "CRD not installed" (not fatal; retried).
 //!
 //! Backoff and logging are done here rather than with kube-runtime's
 //! `default_backoff()`: the watcher emits `Event::Init` *before* each
 //! relist, so a failed relist looks like "one success, one error" to a
 //! generic backoff (which then resets to 0.8 s) and to the log (which
 //! would say "reconnected"). Here only an answer of the API server counts:
-//! an object or the end of a list ([`Outage::success`]); `Init` does not.
+//! an object or the end of a list; `Init` does not.
 
 use std::fmt::Debug;
 use std::time::Duration;
@@ -32,7 +30,6 @@ const CRD_RECHECK_MAX: Duration = Duration::from_secs(5);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Exponential backoff: 0.8 s doubling up to 30 s, reset by a success.
-#[derive(Debug)]
 pub struct Backoff {
     next: Duration,
     max: Duration,
@@ -68,77 +65,12 @@ fn is_not_found(err: &watcher::Error) -> bool {
     }
 }
 
-/// True for `410 Gone` in a watch: the resourceVersion expired, the
-/// watcher relists at once. Routine, not an outage.
-fn is_gone(err: &watcher::Error) -> bool {
-    matches!(err, watcher::Error::WatchError(s) if s.code == 410)
-}
-
-/// True when the failed step was a (re)start of the watch rather than a
-/// list: a later successful watch start says nothing until an object
-/// changes, so a cheap list checks whether the API server answers again.
-fn needs_probe(err: &watcher::Error) -> bool {
-    matches!(
-        err,
-        watcher::Error::WatchStartFailed(_) | watcher::Error::WatchFailed(_)
-    )
-}
-
-/// The up/down bookkeeping of one watch: one warning per outage,
-/// "reconnected" only after a real answer.
-struct Outage<'a> {
-    label: &'static str,
-    scope: &'a str,
-    metrics: ClusterMetrics,
-    /// None until the first answer or error.
-    up: Option<bool>,
-    backoff: Backoff,
-}
-
-impl Outage<'_> {
-    /// Called for every answer: cheap unless the watch was down.
-    fn success(&mut self) {
-        if self.up == Some(true) {
-            return;
-        }
-        if self.up == Some(false) {
-            tracing::info!(source = self.label, scope = self.scope, "watch reconnected");
-        }
-        self.up = Some(true);
-        self.backoff.reset();
-        self.metrics.set_up(self.label, true);
-    }
-
-    /// Records a failure; returns how long to wait before the next attempt.
-    fn failure(&mut self, err: &watcher::Error) -> Duration {
-        self.metrics.watch_error(self.label);
-        self.metrics.set_up(self.label, false);
-        let delay = self.backoff.next_delay();
-        if self.up != Some(false) {
-            tracing::warn!(
-                source = self.label,
-                scope = self.scope,
-                error = %err,
-                "watch failed; the last known policies stay in force; retrying with backoff"
-            );
-        } else {
-            tracing::debug!(source = self.label, scope = self.scope, error = %err,
-                retry_in_ms = delay.as_millis() as u64, "watch still failing");
-        }
-        self.up = Some(false);
-        delay
-    }
-}
-
 /// One watcher: what it watches and where its changes go. `scope` names
 /// what is watched in log lines (`cluster` or a namespace); `handle` takes
 /// each event and makes the message for the state, or keeps it (None:
 /// nothing is sent, the state is not woken; the per-namespace watchers fold
 /// their events into their reflector store in their own task this way).
-pub(crate) struct Watch<'a, K, H>
-where
-    K: Resource,
-{
+pub(crate) struct Watch<'a, K: Resource, H> {
     pub source: Source,
     pub scope: &'a str,
     pub api: Api<K>,
@@ -148,10 +80,13 @@ where
     pub handle: H,
 }
 
-/// What one running watch remembers between events.
-struct Progress<'a> {
-    outage: Outage<'a>,
-    /// The policy CRD answered 404 (until its list completes again).
+/// What one running watch remembers between events: whether it is up
+/// (None until the first answer or error: one warning per outage,
+/// "reconnected" only after a real answer) and whether the policy CRD
+/// answered 404 (until its list completes again).
+struct Outage {
+    up: Option<bool>,
+    backoff: Backoff,
     crd_missing: bool,
     crd_backoff: Backoff,
 }
@@ -163,105 +98,131 @@ where
 {
     /// Runs the watcher until the channel closes.
     pub(crate) async fn run(mut self) -> Result<(), ClusterError> {
-        let label = self.source.label();
         let mut stream = watcher(self.api.clone(), self.config.clone()).boxed();
-        let mut progress = Progress {
-            outage: Outage {
-                label,
-                scope: self.scope,
-                metrics: self.metrics.clone(),
-                up: None,
-                backoff: Backoff::new(BACKOFF_MAX),
-            },
+        let mut outage = Outage {
+            up: None,
+            backoff: Backoff::new(BACKOFF_MAX),
             crd_missing: false,
             crd_backoff: Backoff::new(CRD_RECHECK_MAX),
         };
-        loop {
-            let Some(next) = stream.next().await else {
-                return Err(ClusterError::StreamEnded(label));
-            };
+        while let Some(next) = stream.next().await {
             match next {
                 Ok(event) => {
-                    self.on_event(&mut progress, &event);
-                    let msg = (self.handle)(event);
-                    self.send(msg)?;
+                    self.on_event(&mut outage, &event);
+                    if let Some(msg) = (self.handle)(event) {
+                        self.send(msg)?;
+                    }
                 }
-                Err(err) => self.on_error(&mut progress, err).await?,
+                Err(err) => self.on_error(&mut outage, err).await?,
             }
         }
+        Err(ClusterError::StreamEnded(self.source.label()))
     }
 
-    fn send(&self, msg: Option<Msg>) -> Result<(), ClusterError> {
-        let Some(msg) = msg else {
-            return Ok(());
-        };
+    fn send(&self, msg: Msg) -> Result<(), ClusterError> {
         self.tx
             .send(msg)
             .map_err(|_| ClusterError::ChannelClosed("watch"))
+    }
+
+    /// Called for every answer: cheap unless the watch was down.
+    fn success(&self, outage: &mut Outage) {
+        if outage.up == Some(true) {
+            return;
+        }
+        if outage.up == Some(false) {
+            tracing::info!(
+                source = self.source.label(),
+                scope = self.scope,
+                "watch reconnected"
+            );
+        }
+        outage.up = Some(true);
+        outage.backoff.reset();
+        self.metrics.set_up(self.source.label(), true);
     }
 
     /// A failed step: the CRD not installed, an expired watch, or an
     /// outage (waits out the backoff, then probes when that helps).
     async fn on_error(
         &mut self,
-        progress: &mut Progress<'_>,
+        outage: &mut Outage,
         err: watcher::Error,
     ) -> Result<(), ClusterError> {
+        let label = self.source.label();
         if self.source == Source::Policies && is_not_found(&err) {
             // The API server answered: the source is reachable, the
             // resource type is simply not there (yet).
-            progress.outage.success();
-            if !progress.crd_missing {
+            self.success(outage);
+            if !outage.crd_missing {
                 tracing::info!("HighAvailabilityPolicy CRD not installed; using ConfigMaps only");
-                progress.crd_missing = true;
+                outage.crd_missing = true;
             }
-            self.send(Some(Msg::Watch(self.source, WatchEvent::Missing)))?;
-            tokio::time::sleep(progress.crd_backoff.next_delay()).await;
+            self.send(Msg::Watch(self.source, WatchEvent::Missing))?;
+            tokio::time::sleep(outage.crd_backoff.next_delay()).await;
             return Ok(());
         }
-        if is_gone(&err) {
+        // 410 Gone: the resourceVersion expired, the watcher relists at
+        // once. Routine, not an outage.
+        if matches!(&err, watcher::Error::WatchError(s) if s.code == 410) {
             tracing::debug!(
-                source = self.source.label(),
+                source = label,
                 scope = self.scope,
                 "watch expired (410 Gone); relisting"
             );
             return Ok(());
         }
-        let delay = progress.outage.failure(&err);
+        self.metrics.watch_error(label);
+        self.metrics.set_up(label, false);
+        let delay = outage.backoff.next_delay();
+        if outage.up != Some(false) {
+            tracing::warn!(
+                source = label,
+                scope = self.scope,
+                error = %err,
+                "watch failed; the last known policies stay in force; retrying with backoff"
+            );
+        } else {
+            tracing::debug!(source = label, scope = self.scope, error = %err,
+                retry_in_ms = delay.as_millis() as u64, "watch still failing");
+        }
+        outage.up = Some(false);
         tokio::time::sleep(delay).await;
-        if needs_probe(&err) {
+        // A failed (re)start of the watch rather than a list: a later
+        // successful watch start says nothing until an object changes, so
+        // a cheap list checks whether the API server answers again.
+        if matches!(
+            err,
+            watcher::Error::WatchStartFailed(_) | watcher::Error::WatchFailed(_)
+        ) {
             let lp = ListParams::default().limit(1);
             if let Ok(Ok(_)) = tokio::time::timeout(PROBE_TIMEOUT, self.api.list(&lp)).await {
-                progress.outage.success();
+                self.success(outage);
             }
         }
         Ok(())
     }
 
-    /// The bookkeeping of one watcher event: every event but `Init` is an
-    /// answer of the API server.
-    fn on_event(&self, progress: &mut Progress<'_>, event: &watcher::Event<K>) {
-        match event {
-            // Emitted before the list is even requested: not an answer.
-            watcher::Event::Init => {}
-            watcher::Event::InitDone => {
-                progress.outage.success();
-                progress.crd_backoff.reset();
-                if progress.crd_missing {
-                    tracing::info!(
-                        "HighAvailabilityPolicy CRD installed; watching HighAvailabilityPolicies"
-                    );
-                    progress.crd_missing = false;
-                }
-                tracing::debug!(
-                    source = self.source.label(),
-                    scope = self.scope,
-                    "list complete"
+    /// The bookkeeping of one watcher event: every event but `Init` (emitted
+    /// before the list is even requested) is an answer of the API server.
+    fn on_event(&self, outage: &mut Outage, event: &watcher::Event<K>) {
+        if matches!(event, watcher::Event::Init) {
+            return;
+        }
+        self.success(outage);
+        if matches!(event, watcher::Event::InitDone) {
+            outage.crd_backoff.reset();
+            if outage.crd_missing {
+                tracing::info!(
+                    "HighAvailabilityPolicy CRD installed; watching HighAvailabilityPolicies"
                 );
+                outage.crd_missing = false;
             }
-            watcher::Event::InitApply(_) | watcher::Event::Apply(_) | watcher::Event::Delete(_) => {
-                progress.outage.success()
-            }
+            tracing::debug!(
+                source = self.source.label(),
+                scope = self.scope,
+                "list complete"
+            );
         }
     }
 }
