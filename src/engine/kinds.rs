@@ -3,19 +3,15 @@
 //! fields `restore` puts back. Everything that handles a kind (the engine,
 //! `restore`, the reconciler, the metrics, the test kit) reads [`KINDS`].
 //!
-//! Governing a new kind (say `apps/v1` StatefulSets) takes:
-//! - a [`Kind`] variant and one entry here, naming its handler module
-//!   (its `mutate`);
-//! - the arms the compiler asks for: `Target::governs_object`, `restore`'s
-//!   own marks and fields (`engine::restore`), the reconciler's hold-back of
-//!   unsafe writes (`reconcile::plan`);
-//! - the chart's webhook rule and RBAC, which
-//!   `engine_governed::the_chart_names_every_governed_kind` asks for;
-//! - the docs' kind lists (docs/server.md's `kind` label values,
-//!   docs/policy.md's "Object | Change" table), which
-//!   `docs_tables::the_docs_list_every_governed_kind` asks for;
-//! - for the reconciler's tests, the resource in the fake API server
-//!   (`testkit/src/fakeapi`), which serves what a real one would.
+//! Governing a new kind (say `apps/v1` StatefulSets) takes six places,
+//! the last four asked for by the compiler or a failing test:
+//! - a [`Kind`] variant and its entry here, in the same order;
+//! - its handler module (the entry's `mutate`), declared in `engine`;
+//! - its own marks in `restore` beyond its records (an exhaustive match);
+//! - the chart's webhook rule and RBAC
+//!   (`engine_governed::the_chart_names_every_governed_kind`);
+//! - docs/server.md's `kind` label values and docs/policy.md's "Object |
+//!   Change" table (`docs_tables::the_docs_list_every_governed_kind`).
 
 use super::records::{
     HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, OTHER_RECORDS, PRIORITY_CLASS, REPLICAS,
