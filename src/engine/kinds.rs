@@ -11,7 +11,8 @@
 //! - the chart's webhook rule and RBAC
 //!   (`engine_governed::the_chart_names_every_governed_kind`);
 //! - docs/server.md's `kind` label values and docs/policy.md's "Object |
-//!   Change" table (`docs_tables::the_docs_list_every_governed_kind`).
+//!   Change" table, two places one test asks for
+//!   (`docs_tables::the_docs_list_every_governed_kind`).
 
 use super::records::{
     HPA_MAX, HPA_MIN, LEADER_ELECTION_KEYS, OTHER_RECORDS, PRIORITY_CLASS, REPLICAS,
