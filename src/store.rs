@@ -1,8 +1,6 @@
-//! Where the request path reads the current [`Snapshot`].
-//!
-//! Sources (a policy file, the cluster watchers) build a new [`Snapshot`]
-//! and publish it with [`PolicyStore::publish`]; handlers take a cheap
-//! `Arc` with [`PolicyStore::load`] and never block or call the API server.
+//! Where the request path reads the current [`Snapshot`]: sources publish
+//! each new one, and handlers take a cheap `Arc` of the current one without
+//! blocking or calling the API server.
 
 use std::sync::Arc;
 

@@ -28,7 +28,7 @@ impl Answer<'_> {
 }
 
 /// An answered review. The names borrow from the request body.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Reviewed<'a> {
     /// The answer: an AdmissionReview, as JSON.
     pub body: Vec<u8>,
@@ -60,16 +60,12 @@ impl<'a> Reviewed<'a> {
         name: Cow<'a, str>,
     ) -> Reviewed<'a> {
         Reviewed {
-            body: Vec::new(),
-            outcome: ReviewOutcome::Skipped,
             kind,
             operation,
             uid,
             namespace,
             name,
-            patch_ops: 0,
-            changes: Vec::new(),
-            error: None,
+            ..Reviewed::default()
         }
     }
 }
@@ -104,7 +100,7 @@ pub(super) struct ResponseOut<'a> {
     pub(super) status: Option<StatusOut>,
 }
 
-impl ResponseOut<'_> {
+impl ResponseOut<'static> {
     /// An answer that allows the object unchanged (the uid is set last).
     pub(super) fn allowed() -> Self {
         ResponseOut {

@@ -1,19 +1,14 @@
 //! AdmissionReview wire protocol: the pure core of `POST /mutate` (and,
-//! in [`validate`], of `POST /validate`).
-//!
-//! [`review`] turns request bytes and a policy snapshot into an
-//! [`Answer`]: [`Reviewed`] (the AdmissionReview answer as JSON bytes, its
-//! outcome and the labels for logs and metrics) or [`BadRequest`] (why the
-//! bytes are not a usable AdmissionReview). It does no I/O, never panics
-//! whatever the bytes, and knows nothing of HTTP: `server::routes` picks
-//! the status codes.
+//! in [`validate`], of `POST /validate`). [`review`] turns request bytes
+//! and a policy snapshot into an [`Answer`]; it does no I/O, never panics
+//! whatever the bytes, and knows nothing of HTTP (`server::routes` picks
+//! the status codes).
 //!
 //! The request is read into a small borrowed serde model (`request`, not
-//! `kube::core::admission::AdmissionReview<DynamicObject>`): uid, operation,
-//! kind, namespace and name without building the object; the object itself
-//! is built (a `serde_json::Value`) only for a CREATE or UPDATE in a
-//! governed namespace, or where `--undo-unclaimed` looks at it. A lenient
-//! model lets a review whose object is malformed reach the engine-error path
+//! kube's `AdmissionReview<DynamicObject>`); the object is built (a
+//! `serde_json::Value`) only for a CREATE or UPDATE in a governed
+//! namespace, or where `--undo-unclaimed` looks at it. A lenient model lets
+//! a review whose object is malformed reach the engine-error path
 //! (admitted with a warning) instead of being rejected as a bad request.
 
 mod answer;
@@ -64,13 +59,14 @@ pub struct ReviewOptions {
 }
 
 /// How a review ended; the `outcome` label of the request metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReviewOutcome {
     /// Admitted with a non-empty patch.
     Patched,
     /// A policy governs the namespace; nothing to change.
     Unchanged,
     /// No policy for the namespace, or DELETE/CONNECT: admitted as is.
+    #[default]
     Skipped,
     /// Policy sources still syncing: admitted as is with a warning.
     NotSynced,
@@ -110,65 +106,68 @@ fn kind_label(kind: &str) -> &'static str {
     }
 }
 
-/// How `/mutate` and `/validate` open: the body parsed and its operation
-/// known; `Err` is why the body is not a usable AdmissionReview.
-fn open(body: &[u8]) -> Result<(request::Parsed<'_>, Operation, &'static str), BadReview> {
-    let parsed = request::parse_review(body)?;
-    match parse_operation(&parsed.request.operation.0) {
-        Some((operation, label)) => Ok((parsed, operation, label)),
-        None => Err(BadReview::Operation(clip(
-            &parsed.request.operation.0,
-            ECHO_BYTES,
-        ))),
-    }
-}
-
-fn parse_operation(op: &str) -> Option<(Operation, &'static str)> {
-    match op {
-        "CREATE" => Some((Operation::Create, "CREATE")),
-        "UPDATE" => Some((Operation::Update, "UPDATE")),
-        "DELETE" => Some((Operation::Delete, "DELETE")),
-        "CONNECT" => Some((Operation::Connect, "CONNECT")),
-        _ => None,
-    }
-}
-
-/// The request's namespace and name, falling back to the object's
-/// `metadata` (read without building the object) when the request names
-/// none (`generateName*` for a name yet to be generated).
-fn names<'a>(
-    namespace: Option<Cow<'a, str>>,
-    name: Option<Cow<'a, str>>,
-    object: Option<&'a RawValue>,
-) -> (Cow<'a, str>, Cow<'a, str>) {
-    let namespace = namespace.filter(|n| !n.is_empty());
-    let name = name.filter(|n| !n.is_empty());
-    if let (Some(namespace), Some(name)) = (&namespace, &name) {
-        return (namespace.clone(), name.clone());
-    }
-    let meta = object.map(names::object_names).unwrap_or_default();
+/// How `/mutate` and `/validate` open: the body parsed, its operation
+/// known and its answer begun (its names taken from the request, outcome
+/// `Skipped`); `Err` is why the body is not a usable AdmissionReview.
+fn open(body: &[u8]) -> Result<(request::Parsed<'_>, Operation, Reviewed<'_>), BadReview> {
+    let mut parsed = request::parse_review(body)?;
+    let request = &mut parsed.request;
+    let (operation, label) = match request.operation.0.as_ref() {
+        "CREATE" => (Operation::Create, "CREATE"),
+        "UPDATE" => (Operation::Update, "UPDATE"),
+        "DELETE" => (Operation::Delete, "DELETE"),
+        "CONNECT" => (Operation::Connect, "CONNECT"),
+        op => return Err(BadReview::Operation(clip(op, ECHO_BYTES))),
+    };
+    let kind = kind_label(request.kind.as_ref().map_or("", |k| &k.kind.0));
+    let namespace = request
+        .namespace
+        .take()
+        .map(|t| t.0)
+        .filter(|n| !n.is_empty());
+    let name = request.name.take().map(|t| t.0).filter(|n| !n.is_empty());
+    // Where the request names none, the object's `metadata` does (read
+    // without building the object; `generateName*` for a name yet to come).
+    let meta = match (&namespace, &name, request.object) {
+        (None, _, Some(object)) | (_, None, Some(object)) => names::object_names(object),
+        _ => names::Names::default(),
+    };
     let namespace = namespace.or(meta.namespace).unwrap_or_default();
-    let name = name
-        .or(meta.name)
-        .or_else(|| meta.generate_name.map(|g| Cow::Owned(format!("{g}*"))))
-        .unwrap_or_default();
-    (namespace, name)
+    let name = name.or(meta.name);
+    let name = name.or_else(|| meta.generate_name.map(|g| Cow::Owned(format!("{g}*"))));
+    let uid = std::mem::take(&mut request.uid.0);
+    let reply = Reviewed::skipped(kind, label, uid, namespace, name.unwrap_or_default());
+    Ok((parsed, operation, reply))
+}
+
+/// Puts the AdmissionReview answer (`response`, for the request's uid,
+/// mirroring its `apiVersion` and `kind`) in `reply.body`; returns the
+/// warnings it sends.
+fn answered(
+    parsed: &request::Parsed<'_>,
+    reply: &mut Reviewed<'_>,
+    response: ResponseOut<'static>,
+) -> Vec<String> {
+    let out = ReviewOut {
+        api_version: &parsed.api_version,
+        kind: &parsed.kind,
+        response: ResponseOut {
+            uid: &reply.uid,
+            ..response
+        },
+    };
+    // Plain data (strings, booleans, numbers): serialising it cannot fail.
+    reply.body = serde_json::to_vec(&out).unwrap_or_default();
+    out.response.warnings
 }
 
 /// Answers one AdmissionReview given as raw bytes.
 pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> Answer<'a> {
-    let (parsed, operation, op_label) = match open(body) {
+    let (parsed, operation, mut reply) = match open(body) {
         Ok(opened) => opened,
         Err(message) => return bad_request(message),
     };
-    let request = parsed.request;
-    let kind = request.kind.as_ref().map_or("", |k| &k.kind.0);
-    let (namespace, name) = names(
-        request.namespace.map(|t| t.0),
-        request.name.map(|t| t.0),
-        request.object,
-    );
-    let mut reply = Reviewed::skipped(kind_label(kind), op_label, request.uid.0, namespace, name);
+    let object = parsed.request.object;
     let mut response = ResponseOut::allowed();
 
     if matches!(operation, Operation::Create | Operation::Update) {
@@ -176,7 +175,7 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
             reply.outcome = ReviewOutcome::NotSynced;
             response.warnings.push(NOT_SYNCED_WARNING.to_string());
         } else if snapshot.policy_for(&reply.namespace).is_some() {
-            let object = match parse_object(request.object) {
+            let object = match parse_object(object) {
                 Ok(object) => object,
                 Err(message) => return bad_request(message),
             };
@@ -194,22 +193,13 @@ pub fn review<'a>(snapshot: &Snapshot, body: &'a [u8], opts: &ReviewOptions) -> 
             );
         } else if opts.undo_unclaimed
             && snapshot.unclaimed(&reply.namespace)
-            && let Some(raw) = request.object
+            && let Some(raw) = object
         {
             undo_unclaimed(raw, &mut reply, &mut response, opts);
         }
     }
 
-    response.uid = &reply.uid;
-    let out = ReviewOut {
-        api_version: &parsed.api_version,
-        kind: &parsed.kind,
-        response,
-    };
-    // Plain data (strings, booleans, numbers): serialising it cannot fail.
-    let body = serde_json::to_vec(&out).unwrap_or_default();
-    reply.body = body;
-    reply.changes = out.response.warnings;
+    reply.changes = answered(&parsed, &mut reply, response);
     Answer::Reviewed(reply)
 }
 
@@ -301,20 +291,19 @@ fn engine_failed(
     opts: &ReviewOptions,
 ) {
     let what = format!("{} {}/{}", reply.kind, reply.namespace, reply.name);
+    let warning =
+        format!("knative-ha-webhook: could not compute the HA patch for {what}: {message}");
     match opts.on_error {
         OnError::Allow => {
             reply.outcome = ReviewOutcome::ErrorAllowed;
-            response.warnings.push(format!(
-                "knative-ha-webhook: could not compute the HA patch for {what}: {message}; \
-                 object admitted unchanged"
-            ));
+            response
+                .warnings
+                .push(format!("{warning}; object admitted unchanged"));
         }
         OnError::Deny => {
             reply.outcome = ReviewOutcome::ErrorDenied;
             response.allowed = false;
-            response.warnings.push(format!(
-                "knative-ha-webhook: could not compute the HA patch for {what}: {message}"
-            ));
+            response.warnings.push(warning);
             response.status = Some(StatusOut {
                 status: "Failure",
                 code: 500,

@@ -5,8 +5,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::Deserialize;
-use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::request::Text;
@@ -24,51 +23,74 @@ pub(crate) struct Names<'a> {
 /// Reads [`Names`] from the object without building it.
 pub(crate) fn object_names(object: &RawValue) -> Names<'_> {
     let mut de = serde_json::Deserializer::from_str(object.get());
-    de.deserialize_any(TopV).unwrap_or_default()
+    de.deserialize_any(Look(Top)).unwrap_or_default()
 }
 
-/// Accepts any JSON value and skips it (`IgnoredAny` for every type).
-macro_rules! skip_scalars {
-    ($out:ty) => {
-        fn visit_bool<E>(self, _: bool) -> Result<$out, E> {
-            Ok(Default::default())
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<$out, E> {
-            Ok(Default::default())
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<$out, E> {
-            Ok(Default::default())
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<$out, E> {
-            Ok(Default::default())
-        }
-        fn visit_str<E>(self, _: &str) -> Result<$out, E> {
-            Ok(Default::default())
-        }
-        fn visit_unit<E>(self) -> Result<$out, E> {
-            Ok(Default::default())
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<$out, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok(Default::default())
-        }
-    };
+/// What a look at one JSON value keeps of a string or of an object; any
+/// other value is skipped (as `IgnoredAny` skips it) and reads as nothing.
+trait Part<'de>: Sized {
+    type Out: Default;
+    fn string(self, _: Cow<'de, str>) -> Self::Out {
+        Self::Out::default()
+    }
+    fn object<A: MapAccess<'de>>(self, map: A) -> Result<Self::Out, A::Error>;
 }
 
-/// The object: only its `metadata` member is looked at.
-struct TopV;
+/// Reads one JSON value, whatever its type, as its [`Part`] says.
+struct Look<P>(P);
 
-impl<'de> Visitor<'de> for TopV {
-    type Value = Names<'de>;
+impl<'de, P: Part<'de>> Visitor<'de> for Look<P> {
+    type Value = P::Out;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
-    skip_scalars!(Names<'de>);
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Names<'de>, A::Error> {
+    fn visit_bool<E>(self, _: bool) -> Result<P::Out, E> {
+        Ok(P::Out::default())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<P::Out, E> {
+        Ok(P::Out::default())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<P::Out, E> {
+        Ok(P::Out::default())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<P::Out, E> {
+        Ok(P::Out::default())
+    }
+    fn visit_unit<E>(self) -> Result<P::Out, E> {
+        Ok(P::Out::default())
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<P::Out, E> {
+        Ok(self.0.string(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<P::Out, E> {
+        Ok(self.0.string(Cow::Owned(v.to_string())))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<P::Out, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(P::Out::default())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<P::Out, A::Error> {
+        self.0.object(map)
+    }
+}
+
+impl<'de, P: Part<'de>> DeserializeSeed<'de> for Look<P> {
+    type Value = P::Out;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<P::Out, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// The object: only its `metadata` member is looked at.
+struct Top;
+
+impl<'de> Part<'de> for Top {
+    type Out = Names<'de>;
+    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Names<'de>, A::Error> {
         let mut names = Names::default();
         while let Some(key) = map.next_key::<Text<'de>>()? {
             if key.0 == "metadata" {
-                names = map.next_value_seed(MetaSeed)?;
+                names = map.next_value_seed(Look(Meta))?;
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
@@ -77,24 +99,11 @@ impl<'de> Visitor<'de> for TopV {
     }
 }
 
-struct MetaSeed;
+struct Meta;
 
-impl<'de> serde::de::DeserializeSeed<'de> for MetaSeed {
-    type Value = Names<'de>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Names<'de>, D::Error> {
-        d.deserialize_any(MetaV)
-    }
-}
-
-struct MetaV;
-
-impl<'de> Visitor<'de> for MetaV {
-    type Value = Names<'de>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    skip_scalars!(Names<'de>);
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Names<'de>, A::Error> {
+impl<'de> Part<'de> for Meta {
+    type Out = Names<'de>;
+    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Names<'de>, A::Error> {
         let mut names = Names::default();
         while let Some(key) = map.next_key::<Text<'de>>()? {
             let slot = match key.0.as_ref() {
@@ -106,55 +115,23 @@ impl<'de> Visitor<'de> for MetaV {
                     continue;
                 }
             };
-            *slot = map.next_value::<MaybeText<'de>>()?.0;
+            *slot = map.next_value_seed(Look(Str))?;
         }
         Ok(names)
     }
 }
 
 /// A string (borrowed where it can be), or `None` for any other value.
-#[derive(Default)]
-struct MaybeText<'a>(Option<Cow<'a, str>>);
+struct Str;
 
-impl<'de> Deserialize<'de> for MaybeText<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = MaybeText<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(None))
-            }
-            fn visit_unit<E>(self) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(None))
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(Some(Cow::Borrowed(v))))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<MaybeText<'de>, E> {
-                Ok(MaybeText(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MaybeText<'de>, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(MaybeText(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MaybeText<'de>, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(MaybeText(None))
-            }
-        }
-        d.deserialize_any(V)
+impl<'de> Part<'de> for Str {
+    type Out = Option<Cow<'de, str>>;
+    fn string(self, v: Cow<'de, str>) -> Self::Out {
+        Some(v)
+    }
+    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Out, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
     }
 }
 

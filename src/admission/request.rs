@@ -1,9 +1,6 @@
-//! The AdmissionReview request as the review path reads it: plain serde
-//! derives over the bytes, strings borrowed from them (copied only when they
-//! hold escapes), and `request.object` kept as raw JSON text (`RawValue`):
-//! scanned, and built into a `serde_json::Value` only where a policy
-//! governs the request, or probed for its `metadata` when the request itself
-//! names no namespace or name.
+//! The AdmissionReview request as the review path reads it: serde derives
+//! over the bytes, strings borrowed from them (copied only when they hold
+//! escapes), and `request.object` kept as raw JSON text (`RawValue`).
 
 use std::borrow::Cow;
 use std::fmt;

@@ -7,10 +7,7 @@
 
 use serde_json::Value;
 
-use super::{
-    Answer, ResponseOut, ReviewOut, ReviewOutcome, Reviewed, StatusOut, bad_request, kind_label,
-    names,
-};
+use super::{Answer, ResponseOut, ReviewOutcome, Reviewed, StatusOut, answered, bad_request};
 use crate::engine::Operation;
 use crate::policy::{self, objects};
 
@@ -56,24 +53,14 @@ fn errors_of(target: Target, object: &Value) -> Option<Result<Vec<String>, Vec<S
 
 /// Answers one validating AdmissionReview given as raw bytes.
 pub fn validate(body: &[u8]) -> Answer<'_> {
-    let (parsed, operation, op_label) = match super::open(body) {
+    let (parsed, operation, mut reply) = match super::open(body) {
         Ok(opened) => opened,
         Err(message) => return bad_request(message),
     };
-    let request = parsed.request;
-    let (group, kind) = request
-        .kind
-        .as_ref()
-        .map_or(("", ""), |k| (k.group.0.as_ref(), k.kind.0.as_ref()));
-    let target = target(group, kind);
-    let (namespace, name) = names(
-        request.namespace.map(|t| t.0),
-        request.name.map(|t| t.0),
-        request.object,
-    );
-    let mut reply = Reviewed::skipped(kind_label(kind), op_label, request.uid.0, namespace, name);
+    let gvk = parsed.request.kind.as_ref();
+    let target = gvk.and_then(|k| target(&k.group.0, &k.kind.0));
     let mut response = ResponseOut::allowed();
-    let checked = match (operation, target, request.object) {
+    let checked = match (operation, target, parsed.request.object) {
         (Operation::Create | Operation::Update, Some(target), Some(raw)) => {
             match serde_json::from_str::<Value>(raw.get()) {
                 Ok(object) => errors_of(target, &object),
@@ -90,14 +77,7 @@ pub fn validate(body: &[u8]) -> Answer<'_> {
         }
         Some(Err(errors)) => refuse(&mut reply, &mut response, &errors),
     }
-    response.uid = &reply.uid;
-    let out = ReviewOut {
-        api_version: &parsed.api_version,
-        kind: &parsed.kind,
-        response,
-    };
-    // Plain data (strings, booleans, numbers): serialising it cannot fail.
-    reply.body = serde_json::to_vec(&out).unwrap_or_default();
+    answered(&parsed, &mut reply, response);
     Answer::Reviewed(reply)
 }
 
@@ -108,12 +88,10 @@ fn refuse(reply: &mut Reviewed<'_>, response: &mut ResponseOut<'_>, errors: &[St
         "ConfigMap" => format!("policy ConfigMap {}/{}", reply.namespace, reply.name),
         kind => format!("{kind} {}", reply.name),
     };
-    let message = format!(
-        "knative-ha-webhook: {what} is invalid: {}",
-        errors.join("; ")
-    );
+    let errors = errors.join("; ");
+    let message = format!("knative-ha-webhook: {what} is invalid: {errors}");
     reply.outcome = ReviewOutcome::Refused;
-    reply.error = Some(errors.join("; "));
+    reply.error = Some(errors);
     response.allowed = false;
     response.status = Some(StatusOut {
         status: "Failure",

@@ -3,23 +3,32 @@
 //! for the whole review), logged once inside it (the review line), and
 //! turned into its HTTP answer ([`http_answer`]).
 
-use std::borrow::Cow;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tracing::Level;
 
 use crate::admission::{Answer, ReviewOutcome, Reviewed};
 use crate::telemetry::{KindLabels, Metrics, RequestLabels, loggable};
-use axum::http::StatusCode;
 
 /// The review line's target, the routes' module as it always was (log
 /// filters name it).
 const TARGET: &str = "knative_ha_webhook::server::routes";
 
-/// A JSON error body for non-review answers (400, 404, 405, 413, ...).
-pub(super) fn error_body(code: u16, reason: &str, message: &str) -> serde_json::Value {
+/// A JSON error body (400, 404, 405, 408, 413, 500, 503), its `reason`
+/// the Kubernetes name of the status.
+pub(super) fn error_body(status: StatusCode, message: &str) -> serde_json::Value {
+    let reason = match status {
+        StatusCode::BAD_REQUEST => "BadRequest",
+        StatusCode::NOT_FOUND => "NotFound",
+        StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
+        StatusCode::REQUEST_TIMEOUT => "Timeout",
+        StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLarge",
+        StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
+        _ => "InternalError",
+    };
+    let code = status.as_u16();
     serde_json::json!({ "code": code, "reason": reason, "message": message })
 }
 
@@ -29,7 +38,7 @@ pub fn http_answer(answer: Answer<'_>) -> (StatusCode, Vec<u8>) {
     match answer {
         Answer::Reviewed(reviewed) => (StatusCode::OK, reviewed.body),
         Answer::BadRequest(bad) => {
-            let body = error_body(400, "BadRequest", &bad.reason);
+            let body = error_body(StatusCode::BAD_REQUEST, &bad.reason);
             (StatusCode::BAD_REQUEST, body.to_string().into_bytes())
         }
     }
@@ -61,22 +70,23 @@ fn record_names(reviewed: &Reviewed<'_>) {
 /// it into the HTTP answer.
 pub(super) fn respond(metrics: &Metrics, answer: Answer<'_>, started: Instant) -> Response {
     let elapsed = started.elapsed();
-    let outcome = answer.outcome();
     let (kind, operation, patch_ops) = match &answer {
         Answer::Reviewed(r) => {
             record_names(r);
             (r.kind, r.operation, r.patch_ops)
         }
-        Answer::BadRequest(_) => ("other", "other", 0),
+        Answer::BadRequest(_) => {
+            metrics.http_error("bad_request");
+            ("other", "other", 0)
+        }
     };
-    metrics
-        .requests
-        .get_or_create(&RequestLabels {
-            kind,
-            operation,
-            outcome: outcome.as_str(),
-        })
-        .inc();
+    let outcome = answer.outcome().as_str();
+    let labels = RequestLabels {
+        kind,
+        operation,
+        outcome,
+    };
+    metrics.requests.get_or_create(&labels).inc();
     let kind_labels = KindLabels { kind };
     metrics
         .request_duration
@@ -88,103 +98,71 @@ pub(super) fn respond(metrics: &Metrics, answer: Answer<'_>, started: Instant) -
             .get_or_create(&kind_labels)
             .inc_by(patch_ops as u64);
     }
+    log_review(&answer, elapsed);
+    let (status, body) = http_answer(answer);
+    let json = [(header::CONTENT_TYPE, "application/json")];
+    (status, json, body).into_response()
+}
+
+/// Writes the log line of one answered review, inside the review's span
+/// (which holds the names): `ERROR` for a failed review, `WARN` for a
+/// refused policy or a bad request, `INFO` otherwise; `None` fields are
+/// left out. Request content is clipped and escaped ([`loggable`]: errors
+/// 1 KiB, a refused policy's errors 4 KiB, changes [`CHANGES_LOG_BYTES`]).
+fn log_review(answer: &Answer<'_>, elapsed: Duration) {
+    let outcome = answer.outcome().as_str();
     // Whole microseconds as milliseconds: at most 3 decimals, no float noise.
     let duration_ms = elapsed.as_micros() as f64 / 1000.0;
-    if let Answer::BadRequest(_) = &answer {
-        metrics.http_error("bad_request");
-    }
-    ReviewLine::of(&answer, duration_ms).emit();
-    let (status, body) = http_answer(answer);
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response()
-}
-
-/// The log line of one answered review, written by [`ReviewLine::emit`]
-/// inside the review's span (which holds the names). `None` fields are left
-/// out of the line.
-struct ReviewLine<'a> {
-    /// `ERROR` for a failed review, `WARN` for a refused policy or a bad
-    /// request, `INFO` otherwise.
-    level: Level,
-    message: &'static str,
-    outcome: &'static str,
-    patch_ops: Option<usize>,
-    duration_ms: f64,
-    error: Option<Cow<'a, str>>,
-    changes: Option<String>,
-}
-
-impl<'a> ReviewLine<'a> {
-    /// The line for `answer`: request content clipped and escaped
-    /// ([`loggable`]: errors 1 KiB, a refused policy's errors 4 KiB,
-    /// changes [`CHANGES_LOG_BYTES`]).
-    fn of(answer: &'a Answer<'_>, duration_ms: f64) -> ReviewLine<'a> {
-        let mut line = ReviewLine {
-            level: Level::INFO,
-            message: "review",
-            outcome: answer.outcome().as_str(),
-            patch_ops: None,
-            duration_ms,
-            error: None,
-            changes: None,
-        };
-        let r = match answer {
-            Answer::BadRequest(bad) => {
-                line.level = Level::WARN;
-                line.message = "bad admission request";
-                line.error = Some(loggable(&bad.reason, 1024));
-                return line;
-            }
-            Answer::Reviewed(r) => r,
-        };
-        line.patch_ops = Some(r.patch_ops);
-        match (&r.outcome, &r.error) {
+    let (level, message, patch_ops, error, changes) = match answer {
+        Answer::BadRequest(bad) => {
+            let error = loggable(&bad.reason, 1024);
+            (
+                Level::WARN,
+                "bad admission request",
+                None,
+                Some(error),
+                None,
+            )
+        }
+        Answer::Reviewed(r) => match (&r.outcome, &r.error) {
             (ReviewOutcome::ErrorAllowed | ReviewOutcome::ErrorDenied, Some(err)) => {
-                line.level = Level::ERROR;
-                line.message = "review failed";
-                line.error = Some(loggable(err, 1024));
+                let error = Some(loggable(err, 1024));
+                (
+                    Level::ERROR,
+                    "review failed",
+                    Some(r.patch_ops),
+                    error,
+                    None,
+                )
             }
             (ReviewOutcome::Refused, Some(err)) => {
-                line.level = Level::WARN;
-                line.message = "invalid policy refused";
-                line.patch_ops = None;
-                line.error = Some(loggable(err, 4096));
+                let error = Some(loggable(err, 4096));
+                (Level::WARN, "invalid policy refused", None, error, None)
             }
-            _ if r.changes.is_empty() => {}
-            _ => line.changes = Some(change_lines(&r.changes)),
-        }
-        line
+            _ => {
+                let changes = (!r.changes.is_empty()).then(|| change_lines(&r.changes));
+                (Level::INFO, "review", Some(r.patch_ops), None, changes)
+            }
+        },
+    };
+    macro_rules! line {
+        ($level:expr) => {
+            tracing::event!(
+                target: TARGET,
+                $level,
+                outcome,
+                patch_ops,
+                duration_ms,
+                error = error.as_ref().map(tracing::field::display),
+                changes = changes.as_ref().map(tracing::field::display),
+                "{message}"
+            )
+        };
     }
-
-    /// Writes the line at its level; the field list is this one.
-    fn emit(&self) {
-        macro_rules! line {
-            ($level:expr) => {
-                tracing::event!(
-                    target: TARGET,
-                    $level,
-                    outcome = self.outcome,
-                    patch_ops = self.patch_ops,
-                    duration_ms = self.duration_ms,
-                    error = self.error.as_ref().map(tracing::field::display),
-                    changes = self.changes.as_ref().map(tracing::field::display),
-                    "{}",
-                    self.message
-                )
-            };
-        }
-        match self.level {
-            Level::ERROR => line!(Level::ERROR),
-            Level::WARN => line!(Level::WARN),
-            _ => line!(Level::INFO),
-        }
+    match level {
+        Level::ERROR => line!(Level::ERROR),
+        Level::WARN => line!(Level::WARN),
+        _ => line!(Level::INFO),
     }
 }
 

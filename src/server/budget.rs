@@ -1,20 +1,10 @@
 //! The memory budget: bytes of request bodies in flight, across every
-//! connection. A body is charged as its bytes arrive (never from what its
-//! `Content-Length` announces: a client that declares megabytes and sends
-//! one byte holds one byte), until its review is answered; a request that
-//! finds the budget spent waits up to the budget's wait for it, then is
-//! refused (503 with `Retry-After`).
-//!
-//! A quarter of the budget is kept for small bodies (every body of at most
-//! [`SMALL_BODY_BYTES`], which ordinary AdmissionReviews are): clients that
-//! send big bodies and stall can spend the rest, never the reserve, so a
-//! real review is still answered at once.
-//!
-//! Large bodies are reviewed one at a time ([`Budget::large_review`]).
-//!
-//! Waiting does not queue: a small review never waits behind a big body
-//! that is itself waiting, so normal reviews pass while big ones are
-//! refused.
+//! connection (docs/server.md, "Limits"). A body is charged as its bytes
+//! arrive (never from what its `Content-Length` announces), until its
+//! review is answered. A quarter is kept for small bodies (at most
+//! [`SMALL_BODY_BYTES`], as ordinary reviews are): big bodies that stall
+//! can spend the rest, never the reserve. Waiting does not queue: a small
+//! review never waits behind a big body that is itself waiting.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,10 +85,6 @@ impl Budget {
             total,
             wait,
         }
-    }
-
-    pub fn total(&self) -> usize {
-        self.total
     }
 
     /// An empty charge to add to.

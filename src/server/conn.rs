@@ -1,15 +1,11 @@
 //! One connection, from accept to close, with deadlines a client cannot
-//! extend (see [`super::Limits`]):
+//! extend ([`super::Limits`] says each one):
 //!
 //! 1. TLS handshake (HTTPS only), holding a handshake slot; the slot is
 //!    freed when the handshake ends, so held handshakes never count
 //!    against the connection cap.
 //! 2. An established slot (the longest-idle connection is shed when full).
-//! 3. HTTP/1.1 or h2 (by ALPN or preface): the first complete request head
-//!    must arrive within `header_read_timeout` of accept; the connection is
-//!    closed gracefully `idle_timeout` after its last request (h2 PINGs and
-//!    other frames do not count), hard `goaway_timeout` after that, and at
-//!    once when an answer waits `write_timeout` for the client to read it.
+//! 3. HTTP/1.1 or h2 (by ALPN or preface), until a deadline or a close.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -23,8 +19,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tower::ServiceExt;
 
+use super::OnDrop;
 use super::limits::{Limits, until_true};
-use super::slots::{Activity, Slots};
+use super::slots::{Activity, Evict, Slots};
 use super::stall::{StallIo, Stalls, Tracked};
 use crate::telemetry::Metrics;
 
@@ -44,27 +41,27 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn error(&self, reason: &'static str) {
+    pub fn new(
+        router: Router,
+        draining: watch::Receiver<bool>,
+        metrics: Option<Metrics>,
+        limits: Limits,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            router,
+            draining,
+            metrics,
+            limits,
+            handshakes: Slots::new(limits.max_handshakes, Evict::Oldest),
+            established: Slots::new(limits.max_connections, Evict::LongestIdle),
+        })
+    }
+
+    /// Counts a connection error (on the HTTPS listener only).
+    pub fn error(&self, reason: &'static str) {
         if let Some(m) = &self.metrics {
             m.connection_error(reason);
         }
-    }
-}
-
-struct OpenGuard(Option<Metrics>);
-impl Drop for OpenGuard {
-    fn drop(&mut self) {
-        if let Some(m) = &self.0 {
-            m.open_connections.dec();
-        }
-    }
-}
-
-/// Ends a request on drop (also when the connection dies mid-request).
-struct RequestGuard(Arc<Activity>);
-impl Drop for RequestGuard {
-    fn drop(&mut self) {
-        self.0.request_ended();
     }
 }
 
@@ -78,13 +75,13 @@ pub(crate) async fn serve(
     _live: OwnedSemaphorePermit,
 ) {
     let accepted = Instant::now();
-    if let Some(m) = &shared.metrics {
+    let _open = shared.metrics.clone().map(|m| {
         m.open_connections.inc();
-    }
-    let _open = OpenGuard(shared.metrics.clone());
+        OnDrop(move || {
+            m.open_connections.dec();
+        })
+    });
     let _ = stream.set_nodelay(true);
-    let head_deadline =
-        tokio::time::Instant::from_std(accepted + shared.limits.header_read_timeout);
     let Some(config) = tls else {
         return serve_http(&shared, stream, accepted, close).await;
     };
@@ -92,41 +89,36 @@ pub(crate) async fn serve(
         return;
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let stream = tokio::select! {
-        r = acceptor.accept(stream) => match r {
-            Ok(s) => s,
-            Err(e) => {
-                shared.error("tls_handshake");
-                tracing::debug!(error = %e, "TLS handshake failed");
-                return;
-            }
-        },
-        _ = slot.kill.notified() => {
-            shared.error("handshake_evicted");
-            return;
-        }
-        _ = tokio::time::sleep_until(head_deadline) => {
-            shared.error("handshake_timeout");
-            return;
-        }
+    let head_deadline = accepted + shared.limits.header_read_timeout;
+    let handshake = tokio::select! {
+        r = acceptor.accept(stream) => r.map_err(|e| {
+            tracing::debug!(error = %e, "TLS handshake failed");
+            "tls_handshake"
+        }),
+        _ = slot.kill.notified() => Err("handshake_evicted"),
+        _ = tokio::time::sleep_until(head_deadline.into()) => Err("handshake_timeout"),
     };
     drop(slot);
-    serve_http(&shared, stream, accepted, close).await
+    match handshake {
+        Ok(stream) => serve_http(&shared, stream, accepted, close).await,
+        Err(reason) => shared.error(reason),
+    }
 }
 
-type TrackedResponse = hyper::Response<Tracked<axum::body::Body>>;
-
+/// The connection's requests, routed: each one counted in `activity`, its
+/// answer tracked in `stalls`.
 fn service(
-    router: Router,
-    draining: watch::Receiver<bool>,
+    shared: &Shared,
     activity: Arc<Activity>,
     stalls: Arc<Stalls>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
-    Response = TrackedResponse,
+    Response = hyper::Response<Tracked<axum::body::Body>>,
     Error = Infallible,
-    Future = impl Future<Output = Result<TrackedResponse, Infallible>> + Send,
-> + Clone {
+    Future: Send,
+> + Clone
++ use<> {
+    let (router, draining) = (shared.router.clone(), shared.draining.clone());
     hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let router = router.clone();
         let activity = activity.clone();
@@ -134,7 +126,8 @@ fn service(
         let draining = *draining.borrow();
         async move {
             activity.request_started();
-            let guard = RequestGuard(activity);
+            // Also when the connection dies mid-request.
+            let guard = OnDrop(move || activity.request_ended());
             let http1 = req.version() < hyper::Version::HTTP_2;
             let resp = router.oneshot(req.map(axum::body::Body::new)).await;
             drop(guard);
@@ -153,15 +146,8 @@ fn service(
 
 /// How often a connection checks its deadlines.
 fn check_every(l: &Limits) -> Duration {
-    let shortest = [
-        l.header_read_timeout,
-        l.idle_timeout,
-        l.goaway_timeout,
-        l.write_timeout,
-    ]
-    .into_iter()
-    .min()
-    .unwrap_or(Duration::from_secs(1));
+    let shortest = l.header_read_timeout.min(l.idle_timeout);
+    let shortest = shortest.min(l.goaway_timeout).min(l.write_timeout);
     (shortest / 4).clamp(Duration::from_millis(20), Duration::from_secs(1))
 }
 
@@ -180,12 +166,7 @@ where
         inner: io,
         stalls: stalls.clone(),
     });
-    let svc = service(
-        shared.router.clone(),
-        shared.draining.clone(),
-        activity.clone(),
-        stalls.clone(),
-    );
+    let svc = service(shared, activity.clone(), stalls.clone());
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -203,36 +184,35 @@ where
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut closing_since: Option<Instant> = None;
     loop {
-        tokio::select! {
+        let close_gracefully = tokio::select! {
             res = conn.as_mut() => {
                 if let Err(e) = res {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
                 return;
             }
-            _ = until_true(&mut close), if closing_since.is_none() => {
-                conn.as_mut().graceful_shutdown();
-                closing_since = Some(Instant::now());
-            }
+            _ = until_true(&mut close), if closing_since.is_none() => true,
             _ = slot.kill.notified(), if closing_since.is_none() => {
                 shared.error("shed_idle");
-                conn.as_mut().graceful_shutdown();
-                closing_since = Some(Instant::now());
+                true
             }
             _ = tick.tick() => {
                 if let Some(reason) = hard_close_reason(&limits, accepted, &activity, &stalls, closing_since) {
                     shared.error(reason);
                     return;
                 }
-                if closing_since.is_none()
+                let idle = closing_since.is_none()
                     && activity.seen_request()
-                    && activity.idle() >= limits.idle_timeout
-                {
+                    && activity.idle() >= limits.idle_timeout;
+                if idle {
                     tracing::debug!("closing idle connection");
-                    conn.as_mut().graceful_shutdown();
-                    closing_since = Some(Instant::now());
                 }
+                idle
             }
+        };
+        if close_gracefully {
+            conn.as_mut().graceful_shutdown();
+            closing_since = Some(Instant::now());
         }
     }
 }

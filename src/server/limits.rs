@@ -44,18 +44,6 @@ impl Default for Limits {
     }
 }
 
-impl Limits {
-    /// The limits of the metrics/probe listener: the same deadlines, its
-    /// own small cap.
-    pub fn for_metrics(&self, max_connections: usize) -> Limits {
-        Limits {
-            max_connections,
-            max_handshakes: 1,
-            ..*self
-        }
-    }
-}
-
 /// Completes once the watched flag is true.
 pub(crate) async fn until_true(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|v| *v).await;

@@ -26,9 +26,6 @@ pub use limits::Limits;
 pub use routes::{AppState, router, router_with_budget};
 pub use serving::{Listeners, Serving, Settings};
 
-/// Default connection cap of the metrics/probe listener.
-pub const METRICS_MAX_CONNECTIONS: usize = 32;
-
 /// Why a listener could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -41,4 +38,12 @@ pub enum ServerError {
     },
 }
 
-pub type Result<T, E = ServerError> = std::result::Result<T, E>;
+/// Runs its closure when dropped (a guard that also holds when a future is
+/// abandoned mid-way).
+pub(crate) struct OnDrop<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}

@@ -1,7 +1,6 @@
 //! Plain-HTTP operations endpoints: `/metrics`, `/healthz`, `/readyz`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::extract::State;
@@ -9,6 +8,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::registry::Registry;
+use tokio::sync::watch;
 
 use crate::store::PolicyStore;
 use crate::telemetry::Metrics;
@@ -18,9 +18,9 @@ use crate::tls::TlsReloader;
 #[derive(Clone)]
 pub struct Readiness {
     pub store: PolicyStore,
-    /// `None` means "no TLS in this process" (tests of the probes alone).
-    pub tls: Option<Arc<TlsReloader>>,
-    pub shutting_down: Arc<AtomicBool>,
+    pub tls: Arc<TlsReloader>,
+    /// True once shutdown began.
+    pub shutting_down: watch::Receiver<bool>,
     pub metrics: Metrics,
 }
 
@@ -36,9 +36,9 @@ pub struct ReadyState {
 
 impl Readiness {
     pub fn check(&self) -> ReadyState {
-        let certificate = self.tls.as_ref().is_none_or(|t| t.has_certificate());
+        let certificate = self.tls.has_certificate();
         let policy_synced = self.store.load().synced;
-        let shutting_down = self.shutting_down.load(Ordering::SeqCst);
+        let shutting_down = *self.shutting_down.borrow();
         let ready = certificate && policy_synced && !shutting_down;
         self.metrics.ready.set(i64::from(ready));
         self.metrics.policy_synced.set(i64::from(policy_synced));
@@ -51,11 +51,8 @@ impl Readiness {
     }
 }
 
-#[derive(Clone)]
-struct ProbeState {
-    readiness: Readiness,
-    registry: Arc<Registry>,
-}
+/// The probes' state: what readiness depends on, and the metrics.
+type Probes = (Readiness, Arc<Registry>);
 
 /// Router of the metrics listener.
 pub fn router(readiness: Readiness, registry: Arc<Registry>) -> Router {
@@ -63,22 +60,15 @@ pub fn router(readiness: Readiness, registry: Arc<Registry>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(ProbeState {
-            readiness,
-            registry,
-        })
+        .with_state((readiness, registry))
 }
 
-async fn healthz() -> Response {
-    (
-        StatusCode::OK,
-        axum::Json(serde_json::json!({"live": true})),
-    )
-        .into_response()
+async fn healthz() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({"live": true}))
 }
 
-async fn readyz(State(state): State<ProbeState>) -> Response {
-    let s = state.readiness.check();
+async fn readyz(State((readiness, _)): State<Probes>) -> Response {
+    let s = readiness.check();
     let code = if s.ready {
         StatusCode::OK
     } else {
@@ -87,15 +77,9 @@ async fn readyz(State(state): State<ProbeState>) -> Response {
     (code, axum::Json(s)).into_response()
 }
 
-async fn metrics(State(state): State<ProbeState>) -> Response {
-    state.readiness.check();
-    let body = crate::telemetry::encode(&state.registry);
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
+async fn metrics(State((readiness, registry)): State<Probes>) -> Response {
+    readiness.check();
+    let openmetrics = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    let body = crate::telemetry::encode(&registry);
+    ([(header::CONTENT_TYPE, openmetrics)], body).into_response()
 }

@@ -7,16 +7,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Extension;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::BodyExt;
 use tracing::Instrument;
 
+use super::OnDrop;
 use super::answered::{error_body, respond};
 use super::budget::{Budget, Charge, SMALL_BODY_BYTES};
 use crate::admission::{self, Answer, MAX_BODY_BYTES, ReviewOptions};
@@ -28,12 +28,6 @@ use crate::telemetry::{Metrics, clip, review_span};
 /// sends it at once; a slow body holds memory budget).
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Bodies larger than this are reviewed on the blocking thread pool.
-const LARGE_BODY_BYTES: usize = SMALL_BODY_BYTES;
-
-/// The body buffer's first allocation at most (it grows with what comes).
-const INITIAL_BUFFER_BYTES: usize = 64 * 1024;
-
 /// What the HTTPS handlers share.
 #[derive(Clone, Debug)]
 pub struct AppState {
@@ -41,6 +35,16 @@ pub struct AppState {
     pub metrics: Metrics,
     pub options: ReviewOptions,
 }
+
+/// The routes' state: the handlers' and the memory budget of request bodies.
+struct Routes {
+    app: AppState,
+    budget: Budget,
+}
+
+/// What a review route answers: [`admission::review`] or
+/// [`admission::validate`] over the snapshot, the body and the options.
+type Review = for<'a> fn(&Snapshot, &'a [u8], &ReviewOptions) -> Answer<'a>;
 
 /// The HTTPS router: `POST /mutate` and `POST /validate`; 405 for other
 /// methods on them, 404 elsewhere; every answer has a JSON body.
@@ -51,67 +55,78 @@ pub fn router(state: AppState) -> Router {
 /// [`router`] with the given memory budget for request bodies. The state
 /// is shared behind one `Arc`: a request clones a pointer, not every metric.
 pub fn router_with_budget(state: AppState, budget: Budget) -> Router {
+    let route = |review: Review| {
+        let handler = move |State(routes): State<Arc<Routes>>, request: Request| {
+            answer_review(routes, request, review).instrument(review_span())
+        };
+        post(handler).fallback(method_not_allowed)
+    };
+    let validate: Review = |_, body, _| admission::validate(body);
     Router::new()
-        .route("/mutate", post(mutate).fallback(method_not_allowed))
-        .route("/validate", post(validate).fallback(method_not_allowed))
+        .route("/mutate", route(admission::review))
+        .route("/validate", route(validate))
         .fallback(not_found)
-        .layer(Extension(budget))
-        .with_state(Arc::new(state))
+        .with_state(Arc::new(Routes { app: state, budget }))
 }
 
-fn json_error(status: StatusCode, reason: &str, message: &str) -> Response {
-    let body = error_body(status.as_u16(), reason, message);
-    (status, axum::Json(body)).into_response()
+/// An error answer with its JSON body, counted by `why` in `http_errors`.
+fn http_error(metrics: &Metrics, why: &'static str, status: StatusCode, message: &str) -> Response {
+    metrics.http_error(why);
+    (status, axum::Json(error_body(status, message))).into_response()
 }
 
-async fn not_found(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> Response {
-    state.metrics.http_error("not_found");
-    json_error(
+async fn not_found(State(routes): State<Arc<Routes>>, uri: Uri) -> Response {
+    let path = clip(uri.path(), 256);
+    let message =
+        format!("no such path {path}; the webhook serves POST /mutate and POST /validate");
+    http_error(
+        &routes.app.metrics,
+        "not_found",
         StatusCode::NOT_FOUND,
-        "NotFound",
-        &format!(
-            "no such path {}; the webhook serves POST /mutate and POST /validate",
-            clip(uri.path(), 256)
-        ),
+        &message,
     )
 }
 
 async fn method_not_allowed(
-    State(state): State<Arc<AppState>>,
-    method: axum::http::Method,
-    uri: axum::http::Uri,
+    State(routes): State<Arc<Routes>>,
+    method: Method,
+    uri: Uri,
 ) -> Response {
-    state.metrics.http_error("method_not_allowed");
-    let mut resp = json_error(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "MethodNotAllowed",
-        &format!("method {method} not allowed on {}; use POST", uri.path()),
-    );
+    let message = format!("method {method} not allowed on {}; use POST", uri.path());
+    let status = StatusCode::METHOD_NOT_ALLOWED;
+    let mut resp = http_error(&routes.app.metrics, "method_not_allowed", status, &message);
     resp.headers_mut()
         .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
     resp
 }
 
 fn too_large(metrics: &Metrics) -> Response {
-    metrics.http_error("payload_too_large");
-    json_error(
+    let message = format!("request body larger than {MAX_BODY_BYTES} bytes");
+    http_error(
+        metrics,
+        "payload_too_large",
         StatusCode::PAYLOAD_TOO_LARGE,
-        "RequestEntityTooLarge",
-        &format!("request body larger than {MAX_BODY_BYTES} bytes"),
+        &message,
     )
 }
 
-struct InFlight<'a>(&'a Metrics);
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.in_flight.dec();
-    }
+fn over_budget(metrics: &Metrics) -> Response {
+    let message = "too many request bytes in flight; retry shortly";
+    let mut resp = http_error(
+        metrics,
+        "over_budget",
+        StatusCode::SERVICE_UNAVAILABLE,
+        message,
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    resp
 }
 
 /// Reads the body within the size limit, the read timeout and the memory
 /// budget; the charge is held until the review is answered.
 async fn read_body(
-    body: Body,
+    mut body: Body,
     headers: &HeaderMap,
     budget: &Budget,
     metrics: &Metrics,
@@ -123,20 +138,18 @@ async fn read_body(
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
         return Err(too_large(metrics));
     }
-    // Charged as the bytes arrive, not from what the header announces: a
-    // client that declares megabytes and sends one byte holds one byte.
-    // Room is reserved in advance for no one; the buffer grows with what came.
+    // Charged as the bytes arrive, not from what the header announces (see
+    // `budget`); the buffer's first allocation is 64 KiB at most and it
+    // grows with what came.
     let declared = declared.unwrap_or(0) as usize;
     let small_declared = declared <= SMALL_BODY_BYTES;
     let mut charge = budget.none();
-    let mut bytes = Vec::with_capacity(declared.min(INITIAL_BUFFER_BYTES));
-    let mut body = body;
+    let mut bytes = Vec::with_capacity(declared.min(64 * 1024));
     let read = async {
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
-                metrics.http_error("body_read");
-                let msg = format!("reading the request body: {e}");
-                json_error(StatusCode::BAD_REQUEST, "BadRequest", &clip(&msg, 256))
+                let message = clip(&format!("reading the request body: {e}"), 256);
+                http_error(metrics, "body_read", StatusCode::BAD_REQUEST, &message)
             })?;
             let Ok(data) = frame.into_data() else {
                 continue;
@@ -154,107 +167,57 @@ async fn read_body(
         Ok(())
     };
     match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+        Ok(read) => read.map(|()| (bytes, charge)),
         Err(_) => {
-            metrics.http_error("body_timeout");
-            Err(json_error(
-                StatusCode::REQUEST_TIMEOUT,
-                "Timeout",
-                "request body not received in time",
-            ))
+            let message = "request body not received in time";
+            let status = StatusCode::REQUEST_TIMEOUT;
+            Err(http_error(metrics, "body_timeout", status, message))
         }
-        Ok(Err(resp)) => Err(resp),
-        Ok(Ok(())) => Ok((bytes, charge)),
     }
 }
 
-fn over_budget(metrics: &Metrics) -> Response {
-    metrics.http_error("over_budget");
-    let mut resp = json_error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "ServiceUnavailable",
-        "too many request bytes in flight; retry shortly",
-    );
-    resp.headers_mut()
-        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-    resp
-}
-
-/// What a review route answers: [`admission::review`] or
-/// [`admission::validate`] over the snapshot, the body and the options.
-type Review = for<'a> fn(&Snapshot, &'a [u8], &ReviewOptions) -> Answer<'a>;
-
-fn validate_review<'a>(_: &Snapshot, body: &'a [u8], _: &ReviewOptions) -> Answer<'a> {
-    admission::validate(body)
-}
-
-async fn mutate(
-    State(state): State<Arc<AppState>>,
-    Extension(budget): Extension<Budget>,
-    request: Request,
-) -> Response {
-    answer_review(&state, budget, request, admission::review)
-        .instrument(review_span())
-        .await
-}
-
-async fn validate(
-    State(state): State<Arc<AppState>>,
-    Extension(budget): Extension<Budget>,
-    request: Request,
-) -> Response {
-    answer_review(&state, budget, request, validate_review)
-        .instrument(review_span())
-        .await
-}
-
 /// Reads the body within the limits and answers it with `review` (on the
-/// blocking pool when large), inside the review's span ([`review_span`],
-/// which the handlers open around it).
-async fn answer_review(
-    state: &AppState,
-    budget: Budget,
-    request: Request,
-    review: Review,
-) -> Response {
+/// blocking pool when larger than [`SMALL_BODY_BYTES`]), inside the
+/// review's span ([`review_span`], which the route opens around it).
+async fn answer_review(routes: Arc<Routes>, request: Request, review: Review) -> Response {
     let started = Instant::now();
-    let metrics = &state.metrics;
+    let metrics = &routes.app.metrics;
     metrics.in_flight.inc();
-    let _in_flight = InFlight(metrics);
+    let _in_flight = OnDrop(|| {
+        metrics.in_flight.dec();
+    });
     // The parts are borrowed: the `HeaderMap` extractor would copy them.
     let (parts, body) = request.into_parts();
-    let (bytes, charge) = match read_body(body, &parts.headers, &budget, metrics).await {
+    let (bytes, charge) = match read_body(body, &parts.headers, &routes.budget, metrics).await {
         Ok(read) => read,
         Err(resp) => return resp,
     };
 
-    let snapshot = state.store.load();
-    let options = state.options;
-    if bytes.len() <= LARGE_BODY_BYTES {
+    let snapshot = routes.app.store.load();
+    let options = routes.app.options;
+    if bytes.len() <= SMALL_BODY_BYTES {
         let answer = review(&snapshot, &bytes, &options);
         return respond(metrics, answer, started);
     }
     // Parsing megabytes of JSON would stall an async worker. The charge
     // stays with the review, even if this request is abandoned.
-    let turn = budget.large_review().await;
-    let metrics = metrics.clone();
+    let turn = routes.budget.large_review().await;
+    let task_metrics = metrics.clone();
     let span = tracing::Span::current();
     let task = move || {
         let _entered = span.enter();
         let answer = review(&snapshot, &bytes, &options);
-        let response = respond(&metrics, answer, started);
+        let response = respond(&task_metrics, answer, started);
         drop((bytes, charge, turn));
         response
     };
     match tokio::task::spawn_blocking(task).await {
         Ok(response) => response,
         Err(e) => {
-            state.metrics.http_error("internal");
             tracing::error!(error = %e, "review task failed");
-            json_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                "the review could not be processed",
-            )
+            let message = "the review could not be processed";
+            let status = StatusCode::INTERNAL_SERVER_ERROR;
+            http_error(metrics, "internal", status, message)
         }
     }
 }

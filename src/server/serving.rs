@@ -5,19 +5,17 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 
+use super::conn::Shared;
+use super::listener::{self, LIVE_MAX, Task};
 use super::{
-    AppState, Budget, DEFAULT_BUDGET_BYTES, DEFAULT_BUDGET_WAIT, Limits, METRICS_MAX_CONNECTIONS,
-    Result, ServerError, conn, listener, probes, slots,
+    AppState, Budget, DEFAULT_BUDGET_BYTES, DEFAULT_BUDGET_WAIT, Limits, ServerError, probes,
 };
-use crate::telemetry::Metrics;
 use crate::tls::TlsReloader;
 
 /// What the two listeners run with.
@@ -34,13 +32,11 @@ pub struct Settings {
 }
 
 impl Default for Settings {
-    /// The production settings: [`Limits::default`],
-    /// [`METRICS_MAX_CONNECTIONS`], [`DEFAULT_BUDGET_BYTES`] and
-    /// [`DEFAULT_BUDGET_WAIT`].
+    /// The production settings (the defaults of each part).
     fn default() -> Settings {
         Settings {
             limits: Limits::default(),
-            metrics_max_connections: METRICS_MAX_CONNECTIONS,
+            metrics_max_connections: 32,
             body_budget_bytes: DEFAULT_BUDGET_BYTES,
             body_budget_wait: DEFAULT_BUDGET_WAIT,
         }
@@ -56,7 +52,10 @@ pub struct Listeners {
 
 impl Listeners {
     /// Binds both addresses.
-    pub async fn bind(listen: SocketAddr, metrics_listen: SocketAddr) -> Result<Listeners> {
+    pub async fn bind(
+        listen: SocketAddr,
+        metrics_listen: SocketAddr,
+    ) -> Result<Listeners, ServerError> {
         let bind = |what, addr| async move {
             TcpListener::bind(addr)
                 .await
@@ -87,41 +86,41 @@ impl Listeners {
         state: AppState,
         registry: Arc<Registry>,
     ) -> Serving {
-        let shutting_down = Arc::new(AtomicBool::new(false));
+        let (draining, draining_rx) = watch::channel(false);
         let readiness = probes::Readiness {
             store: state.store.clone(),
-            tls: Some(tls.clone()),
-            shutting_down: shutting_down.clone(),
+            tls: tls.clone(),
+            shutting_down: draining_rx.clone(),
             metrics: state.metrics.clone(),
         };
-        let probes = serve_probes(&settings, self.metrics, readiness, registry);
-        let (https, draining, live) = serve_https(&settings, self.https, tls, state);
+        // The probe listener: the same deadlines, its own small cap, its
+        // connections never drained (the sender is dropped at once).
+        let limits = Limits {
+            max_connections: settings.metrics_max_connections,
+            max_handshakes: 1,
+            ..settings.limits
+        };
+        let router = probes::router(readiness, registry);
+        let shared = Shared::new(router, watch::channel(false).1, None, limits);
+        let probes = listener::spawn(self.metrics, None, shared, "metrics");
+        let budget = Budget::new(settings.body_budget_bytes, settings.body_budget_wait);
+        let metrics = Some(state.metrics.clone());
+        let router = super::router_with_budget(state, budget);
+        let shared = Shared::new(router, draining_rx, metrics, settings.limits);
+        let https = listener::spawn(self.https, Some(tls), shared, "https");
         Serving {
-            shutting_down,
             draining,
-            live,
             https,
             probes,
         }
     }
 }
 
-/// A listener task and the switches that stop it.
-struct Task {
-    /// Stops accepting (the listener closes).
-    stop_accept: watch::Sender<bool>,
-    /// Closes open connections gracefully.
-    close: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
 /// Both listeners, serving.
 pub struct Serving {
-    shutting_down: Arc<AtomicBool>,
-    /// Tells HTTPS connections to close after their current request.
+    /// True from the start of shutdown: `/readyz` fails and HTTPS
+    /// connections close after their current request.
     draining: watch::Sender<bool>,
-    /// One permit per live HTTPS connection: all back means drained.
-    live: Arc<Semaphore>,
     https: Task,
     probes: Task,
 }
@@ -129,7 +128,6 @@ pub struct Serving {
 impl Serving {
     /// `/readyz` fails; HTTPS connections close after their current request.
     pub fn fail_readiness(&self) {
-        self.shutting_down.store(true, Ordering::SeqCst);
         let _ = self.draining.send(true);
     }
 
@@ -142,7 +140,7 @@ impl Serving {
 
     /// Waits up to `timeout` for every HTTPS connection to end.
     pub async fn drain(&self, timeout: Duration) {
-        let all = self.live.acquire_many(listener::LIVE_MAX);
+        let all = self.https.live.acquire_many(LIVE_MAX);
         match tokio::time::timeout(timeout, all).await {
             Ok(_) => tracing::info!("all connections closed"),
             Err(_) => tracing::warn!(
@@ -158,84 +156,4 @@ impl Serving {
         let _ = self.probes.close.send(true);
         let _ = self.probes.task.await;
     }
-}
-
-/// The plain HTTP listener of /metrics, /healthz and /readyz.
-fn serve_probes(
-    settings: &Settings,
-    metrics_listener: TcpListener,
-    readiness: probes::Readiness,
-    registry: Arc<Registry>,
-) -> Task {
-    let (_never_draining, not_draining) = watch::channel(false);
-    let limits = settings
-        .limits
-        .for_metrics(settings.metrics_max_connections);
-    spawn(listener::Listener {
-        listener: metrics_listener,
-        tls: None,
-        shared: conn_shared(
-            probes::router(readiness, registry),
-            not_draining,
-            None,
-            limits,
-        ),
-        live: Arc::new(Semaphore::new(listener::LIVE_MAX as usize)),
-        name: "metrics",
-    })
-}
-
-/// The HTTPS listener of POST /mutate; also the switch that drains its
-/// connections and the semaphore that counts them.
-fn serve_https(
-    settings: &Settings,
-    listener: TcpListener,
-    tls: Arc<TlsReloader>,
-    state: AppState,
-) -> (Task, watch::Sender<bool>, Arc<Semaphore>) {
-    let budget = Budget::new(settings.body_budget_bytes, settings.body_budget_wait);
-    let live = Arc::new(Semaphore::new(listener::LIVE_MAX as usize));
-    let (draining, draining_rx) = watch::channel(false);
-    let metrics = state.metrics.clone();
-    let https = spawn(listener::Listener {
-        listener,
-        tls: Some(tls),
-        shared: conn_shared(
-            super::router_with_budget(state, budget),
-            draining_rx,
-            Some(metrics),
-            settings.limits,
-        ),
-        live: live.clone(),
-        name: "https",
-    });
-    (https, draining, live)
-}
-
-/// Runs a listener in a task.
-fn spawn(listener: listener::Listener) -> Task {
-    let (stop_accept, stop_accept_rx) = watch::channel(false);
-    let (close, close_rx) = watch::channel(false);
-    Task {
-        stop_accept,
-        close,
-        task: tokio::spawn(listener.run(stop_accept_rx, close_rx)),
-    }
-}
-
-/// The shared state of one listener's connections.
-fn conn_shared(
-    router: axum::Router,
-    draining: watch::Receiver<bool>,
-    metrics: Option<Metrics>,
-    limits: Limits,
-) -> Arc<conn::Shared> {
-    Arc::new(conn::Shared {
-        router,
-        draining,
-        metrics,
-        limits,
-        handshakes: slots::Slots::new(limits.max_handshakes, slots::Evict::Oldest),
-        established: slots::Slots::new(limits.max_connections, slots::Evict::LongestIdle),
-    })
 }

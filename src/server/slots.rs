@@ -1,11 +1,6 @@
 //! Connection slots: a bounded set of connections in one phase (TLS
-//! handshake, or established), with a way to evict one when the set is
-//! full so a new client is never starved by held connections.
-//!
-//! - Handshakes: when full, the oldest handshake is dropped.
-//! - Established: when full, the connection idle the longest (no request in
-//!   progress, oldest last request) is told to close; if every connection
-//!   is busy, the one whose request has lasted the longest.
+//! handshake, or established) that evicts one ([`Evict`]) when full, so a
+//! new client is never starved by held connections.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -77,8 +72,7 @@ impl Activity {
         if self.active.load(Ordering::SeqCst) > 0 {
             return Duration::ZERO;
         }
-        let last = self.last_request_ms.load(Ordering::SeqCst);
-        Duration::from_millis(self.now_ms().saturating_sub(last))
+        self.since_last_request()
     }
 }
 

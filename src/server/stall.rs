@@ -72,16 +72,12 @@ impl Stalls {
 
     /// Tracks `body` until it is fully taken or dropped.
     pub fn track<B>(self: &Arc<Stalls>, body: B) -> Tracked<B> {
-        let id = match self.bodies.lock() {
-            Ok(mut g) => {
-                g.0 += 1;
-                let id = g.0;
-                let now = self.now_ms();
-                g.1.insert(id, now);
-                id
-            }
-            Err(_) => 0,
-        };
+        let id = self.bodies.lock().map_or(0, |mut g| {
+            g.0 += 1;
+            let id = g.0;
+            g.1.insert(id, self.now_ms());
+            id
+        });
         Tracked {
             inner: body,
             stalls: self.clone(),

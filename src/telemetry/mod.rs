@@ -1,15 +1,10 @@
-//! Metrics and logging.
-//!
-//! Every metric is named `knative_ha_webhook_*` and carries only bounded
-//! labels: `kind` (one of the four governed kinds, `Scale`,
-//! `HighAvailabilityPolicy` for `POST /validate`, or `other`), `operation`
-//! (`CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `other`), `outcome` (see
-//! [`crate::admission::ReviewOutcome`]) and `result` (`success` or `error`).
+//! Metrics and logging. Every metric is named `knative_ha_webhook_*` and
+//! carries only bounded labels (docs/server.md lists them).
 
 mod json;
 mod writer;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -34,16 +29,10 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum ReloadResult {
-    success,
-    error,
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    pub result: ReloadResult,
+    /// `success` or `error`.
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -52,6 +41,8 @@ pub struct ReasonLabels {
 }
 
 /// The server's metrics. Cheap to clone (every metric is an `Arc` inside).
+/// What each counts is its help text in [`Metrics::register`] (and
+/// docs/server.md's table).
 #[derive(Clone, Debug)]
 pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
@@ -59,19 +50,12 @@ pub struct Metrics {
     pub patch_operations: Family<KindLabels, Counter>,
     pub policy_reloads: Family<ResultLabels, Counter>,
     pub tls_reloads: Family<ResultLabels, Counter>,
-    /// notAfter of the served leaf certificate, seconds since the epoch.
     pub certificate_expiry: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub in_flight: Gauge,
     pub open_connections: Gauge,
-    /// HTTPS connections that failed or were closed by a limit, by reason
-    /// (TLS handshake errors, timeouts, evictions, accept errors).
     pub connection_errors: Family<ReasonLabels, Counter>,
-    /// HTTPS requests answered with an error status (400, 404, 405, 408,
-    /// 413, 500, 503), by reason.
     pub http_errors: Family<ReasonLabels, Counter>,
-    /// 1 when `/readyz` answers 200.
     pub ready: Gauge,
-    /// 1 when a valid policy snapshot is loaded and synced.
     pub policy_synced: Gauge,
 }
 
@@ -154,12 +138,10 @@ impl Metrics {
             "Log lines dropped because the log writer fell behind",
             writer::DroppedLines,
         );
-        let build_info = Family::<Vec<(String, String)>, Gauge>::default();
-        build_info.get_or_create(&build_labels()).set(1);
         registry.register(
             n("build_info"),
             "Always 1; the labels name the running build",
-            build_info,
+            build_info(),
         );
         registry.register(
             n("policy_synced"),
@@ -175,46 +157,39 @@ impl Metrics {
     }
 
     pub fn policy_reload(&self, ok: bool) {
-        self.policy_reloads
-            .get_or_create(&ResultLabels { result: result(ok) })
-            .inc();
+        reloaded(&self.policy_reloads, ok);
     }
 
     pub fn tls_reload(&self, ok: bool) {
-        self.tls_reloads
-            .get_or_create(&ResultLabels { result: result(ok) })
-            .inc();
+        reloaded(&self.tls_reloads, ok);
     }
 
     pub fn http_error(&self, reason: &'static str) {
-        self.http_errors
-            .get_or_create(&ReasonLabels { reason })
-            .inc();
+        let labels = ReasonLabels { reason };
+        self.http_errors.get_or_create(&labels).inc();
     }
 
     pub fn connection_error(&self, reason: &'static str) {
-        self.connection_errors
-            .get_or_create(&ReasonLabels { reason })
-            .inc();
+        let labels = ReasonLabels { reason };
+        self.connection_errors.get_or_create(&labels).inc();
     }
 }
 
-/// `version` (the crate version) and, when the build set
-/// `KHW_GIT_REVISION`, `revision`.
-fn build_labels() -> Vec<(String, String)> {
-    let mut labels = vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())];
+/// Always 1, labelled `version` (the crate version) and, when the build
+/// set `KHW_GIT_REVISION`, `revision`.
+fn build_info() -> Family<Vec<(&'static str, &'static str)>, Gauge> {
+    let mut labels = vec![("version", env!("CARGO_PKG_VERSION"))];
     if let Some(rev) = option_env!("KHW_GIT_REVISION").filter(|r| !r.is_empty()) {
-        labels.push(("revision".to_string(), rev.to_string()));
+        labels.push(("revision", rev));
     }
-    labels
+    let info = Family::<_, Gauge>::default();
+    info.get_or_create(&labels).set(1);
+    info
 }
 
-fn result(ok: bool) -> ReloadResult {
-    if ok {
-        ReloadResult::success
-    } else {
-        ReloadResult::error
-    }
+fn reloaded(reloads: &Family<ResultLabels, Counter>, ok: bool) {
+    let result = if ok { "success" } else { "error" };
+    reloads.get_or_create(&ResultLabels { result }).inc();
 }
 
 fn duration_histogram() -> Histogram {

@@ -1,16 +1,9 @@
-//! The log writer: `tracing-appender`'s non-blocking writer in lossy mode.
-//! Each line is handed to a bounded queue without blocking the request
-//! path, and the crate's worker thread writes the queued lines to stderr.
-//! When the queue is full the line is dropped and counted by the crate's
-//! error counter, exported as `knative_ha_webhook_log_lines_dropped`
-//! ([`DroppedLines`]): a log must never stall admission. [`flush`] (and
-//! [`FlushOnDrop`]) drops the crate's `WorkerGuard`, which waits until every
-//! queued line is written, so nothing is lost when the process ends.
-//!
-//! What this module adds to the crate is [`Batches`], the worker's output:
-//! a buffer, so that a batch of lines is one `write(2)` instead of one per
-//! line, and a short rest after each batch, so that a sender need not wake
-//! the worker for every line (see [`LINGER`]).
+//! The log writer: `tracing-appender`'s non-blocking writer in lossy mode,
+//! a bounded queue its worker thread writes to stderr. A line that finds
+//! the queue full is dropped and counted ([`DroppedLines`]): a log must
+//! never stall admission. What this module adds is [`Batches`], the
+//! worker's output: a batch of lines is one `write(2)`, and a short rest
+//! after each batch spares senders waking the worker per line ([`LINGER`]).
 
 use std::io::{self, BufWriter, Write};
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -57,8 +50,7 @@ fn builder(lines: usize) -> NonBlockingBuilder {
 /// waits at most about 1 s) and stops the writer: call it when the process
 /// ends. Lines logged afterwards are dropped (and counted).
 pub fn flush() {
-    let guard = GUARD.lock().unwrap_or_else(PoisonError::into_inner).take();
-    drop(guard);
+    drop(GUARD.lock().unwrap_or_else(PoisonError::into_inner).take());
 }
 
 /// Calls [`flush`] when dropped: hold one for as long as the process logs.
@@ -109,21 +101,17 @@ impl<W: Write> Write for Batches<W> {
 #[derive(Debug)]
 pub struct DroppedLines;
 
-impl DroppedLines {
-    fn get() -> u64 {
-        WRITER.get().map_or(0, |w| {
-            u64::try_from(w.error_counter().dropped_lines()).unwrap_or(u64::MAX)
-        })
-    }
-}
-
 impl TypedMetric for DroppedLines {
     const TYPE: MetricType = MetricType::Counter;
 }
 
 impl EncodeMetric for DroppedLines {
     fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
-        encoder.encode_counter::<NoLabelSet, _, u64>(&DroppedLines::get(), None)
+        let dropped = WRITER
+            .get()
+            .map_or(0, |w| w.error_counter().dropped_lines());
+        let dropped = u64::try_from(dropped).unwrap_or(u64::MAX);
+        encoder.encode_counter::<NoLabelSet, _, u64>(&dropped, None)
     }
 
     fn metric_type(&self) -> MetricType {
