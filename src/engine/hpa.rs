@@ -24,6 +24,14 @@ const TARGET_KIND: &[&str] = &["spec", "scaleTargetRef", "kind"];
 /// The Deployment an HPA scales.
 pub(crate) const TARGET_NAME: &[&str] = &["spec", "scaleTargetRef", "name"];
 
+/// The Deployment an HPA belongs to: the one it scales, by name.
+pub(crate) fn deployment<'a>(_: &'a str, hpa: &'a Value) -> [Option<&'a str>; 2] {
+    [
+        super::lookup(hpa, TARGET_NAME).and_then(Value::as_str),
+        None,
+    ]
+}
+
 fn recorded(t: &Target<'_>, key: &str) -> Result<Option<i64>, EngineError> {
     let annotations = t.object_at(ANNOTATIONS)?;
     Ok(annotations

@@ -104,11 +104,6 @@ pub struct KindSpec {
     pub held_with_template: fn(&str, &Value, Option<&Value>) -> Option<&'static str>,
 }
 
-/// At `path` in `object`, a string.
-fn str_at<'a>(object: &'a Value, path: &str) -> Option<&'a str> {
-    object.pointer(path).and_then(Value::as_str)
-}
-
 /// The Deployment itself (or the one a Scale scales).
 fn itself<'a>(name: &'a str, _: &'a Value) -> [Option<&'a str>; 2] {
     [Some(name), None]
@@ -171,7 +166,7 @@ pub const KINDS: [KindSpec; 5] = [
         listed: true,
         records: &[HPA_MIN, HPA_MAX],
         mutate: hpa::mutate,
-        belongs_to: |_, hpa| [str_at(hpa, "/spec/scaleTargetRef/name"), None],
+        belongs_to: hpa::deployment,
         held_with_template: nothing_held,
     },
     KindSpec {
@@ -187,10 +182,7 @@ pub const KINDS: [KindSpec; 5] = [
         listed: true,
         records: &[],
         mutate: pdb::mutate,
-        belongs_to: |name, pdb| {
-            let app = str_at(pdb, "/spec/selector/matchLabels/app");
-            [app, name.strip_suffix("-pdb")]
-        },
+        belongs_to: pdb::deployments,
         held_with_template: nothing_held,
     },
     KindSpec {

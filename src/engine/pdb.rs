@@ -102,11 +102,20 @@ fn hand_over(t: &Target<'_>) -> Result<Handled, EngineError> {
     Ok((Some(p), vec![change]))
 }
 
+const PDB_APP: &[&str] = &["spec", "selector", "matchLabels", "app"];
+
+/// The Deployments a PDB named `name` belongs to: the one its selector's
+/// `app` label names and the one it is named after (`<deployment>-pdb`).
+pub(crate) fn deployments<'a>(name: &'a str, pdb: &'a Value) -> [Option<&'a str>; 2] {
+    let app = super::lookup(pdb, PDB_APP).and_then(Value::as_str);
+    [app, name.strip_suffix("-pdb")]
+}
+
 pub(crate) fn mutate(t: &Target<'_>) -> Result<Handled, EngineError> {
     if taken_over(t.object) {
         return hand_over(t);
     }
-    let [app, named] = t.pdb_deployments();
+    let [app, named] = deployments(t.name, t.object);
     let covers = |deployment: &str| Some(deployment) == app || Some(deployment) == named;
     if t.policy.spec.exclude.iter().any(|e| covers(e)) {
         return Ok((None, Vec::new()));

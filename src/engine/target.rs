@@ -131,14 +131,6 @@ impl Target<'_> {
             .flatten()
     }
 
-    /// For a PodDisruptionBudget: the Deployments it belongs to, the one its
-    /// selector's `app` label names and the one it is named after
-    /// (`<deployment>-pdb`).
-    pub fn pdb_deployments(&self) -> [Option<&str>; 2] {
-        let app = self.str_at(PDB_APP).ok().flatten();
-        [app, self.name.strip_suffix("-pdb")]
-    }
-
     pub fn is_hpa_backed(&self, deployment: &str) -> bool {
         knative::is_hpa_scaled(deployment)
             || self.facts.hpa_targets.contains(deployment)
@@ -173,7 +165,6 @@ impl Target<'_> {
     }
 }
 
-const PDB_APP: &[&str] = &["spec", "selector", "matchLabels", "app"];
 const STRATEGY_TYPE: &[&str] = &["spec", "strategy", "type"];
 
 /// Walks object keys; `None` when a key is missing or a parent is not an
